@@ -1,1 +1,53 @@
-"""optimistic"""
+"""FlameStream's optimistic out-of-order processing (seeds/flamestream-optimistic.txt, §IV-V).
+
+Order-sensitive operators normally wait for a punctuation before they process. Here they do not:
+every stage handles items at once, inserts late ones where the total order puts them, and sends
+tombstones for outputs that became invalid. A single :class:`Barrier` at the sink waits for
+punctuations and releases only valid items, in order.
+
+- :mod:`optimistic.order` -- the total order (:class:`Meta`) and :class:`Item` (section V.A)
+- :mod:`optimistic.stages` -- :class:`Map`, :class:`Grouping` (Algorithms 1-2),
+  :class:`StatefulMap` (section V.C), state outside them
+- :mod:`optimistic.replay` -- :class:`KeyedState`, per-key logs replayed from the insertion point
+- :mod:`optimistic.barrier` -- :class:`Barrier` (Algorithm 3) and its counters
+- :mod:`optimistic.pipeline`, :mod:`optimistic.buffered` -- the optimistic pipeline and the
+  buffered baseline, a micro-batch at a time
+- :mod:`optimistic.local` -- :func:`run_local`, :func:`run_buffered`
+- :mod:`optimistic.workload` -- the inverted-index workload with Zipf-distributed words
+
+Example
+-------
+>>> from optimistic import Grouping, run_local
+>>> def parity(x): return x % 2
+>>> arrivals = [(t, 0, t, t) for t in (3, 1, 2, 4)]      # (event_time_ms, source, offset, payload)
+>>> r = run_local([Grouping(window=3, key=parity)], arrivals)
+>>> [i.payload for i in r.released], r.tombstones_in
+([(1,), (2,), (1, 3), (2, 4)], 1)
+"""
+
+from optimistic.barrier import Barrier, BarrierCounters
+from optimistic.buffered import BufferedPipeline
+from optimistic.local import Mode, RunResult, run_buffered, run_local, safe_punctuations
+from optimistic.order import Item, Meta
+from optimistic.pipeline import OptimisticPipeline
+from optimistic.replay import KeyedState
+from optimistic.stages import Grouping, Map, Stage, StatefulMap
+
+__all__ = [
+    "Barrier",
+    "BarrierCounters",
+    "BufferedPipeline",
+    "Grouping",
+    "Item",
+    "KeyedState",
+    "Map",
+    "Mode",
+    "Meta",
+    "OptimisticPipeline",
+    "RunResult",
+    "Stage",
+    "StatefulMap",
+    "run_buffered",
+    "run_local",
+    "safe_punctuations",
+]
