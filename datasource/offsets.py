@@ -1,0 +1,128 @@
+"""Topic-partition resolution, starting offsets and admission control (driver side).
+
+Offsets are plain dicts so Spark can write them to its offset log::
+
+    {"v": 1, "batchTimeMs": 1700000000000,
+     "partitions": {"events": {"0": {"o": 120, "e": 1699999999000}, "1": {"o": 98, "s": 0}}},
+     "control": {"commands": {"0": 3}},
+     "mods": {"0": {"offset": 2, "partition": 0, "key": null, "value": "{...}", "ts": 1699...}}}
+
+``o`` is the next offset to read; ``e`` the newest event time (ms) among data records of the
+partition read so far by this query (absent while none); ``s`` the start of a partition first
+seen in this batch. ``mods`` are the control-topic records assigned to the batch ending here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from datasource.options import OptionError, SourceOptions
+
+__all__ = ["TP", "resolve_partitions", "starting_offsets", "rate_limit", "to_json_partitions",
+           "from_json_partitions"]
+
+TP = tuple[str, int]
+
+
+def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
+    """The topic-partitions to read now, sorted; missing topics raise an error naming them."""
+    from confluent_kafka import KafkaException
+
+    try:
+        md = c.list_topics(timeout=min(30.0, opts.poll_timeout_ms / 1000))
+    except KafkaException as e:
+        raise ConnectionError(f"cannot reach Kafka at kafka.bootstrap.servers="
+                              f"{opts.kafka.get('bootstrap.servers')!r}: {e}") from None
+    topics = {name: t for name, t in md.topics.items() if t.error is None}
+    if opts.assign is not None:
+        missing = [f"{t}-{p}" for t, ps in opts.assign.items() for p in ps
+                   if t not in topics or p not in topics[t].partitions]
+        if missing:
+            raise OptionError(f"option 'assign': partitions {missing} do not exist on the broker")
+        return sorted((t, p) for t, ps in opts.assign.items() for p in ps)
+    if opts.subscribe is not None:
+        missing = [t for t in opts.subscribe if t not in topics]
+        if missing:
+            raise OptionError(f"option 'subscribe': topic(s) {missing} do not exist on the broker "
+                              f"at {opts.kafka.get('bootstrap.servers')}")
+        names: Iterable[str] = opts.subscribe
+    else:
+        rx = re.compile(opts.subscribe_pattern or "")
+        names = [t for t in topics if rx.fullmatch(t) and not t.startswith("__")]
+    return sorted((t, p) for t in names for p in topics[t].partitions)
+
+
+def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks) -> dict[TP, int]:
+    """Resolve startingTimestamp / startingOffsetsByTimestamp / startingOffsets (Spark's order)."""
+    from confluent_kafka import TopicPartition
+
+    wm = {tp: watermarks(c, *tp) for tp in tps}
+    by_ts: dict[TP, int] | None = None
+    if opts.starting_timestamp_ms is not None:
+        by_ts = {tp: opts.starting_timestamp_ms for tp in tps}
+    elif opts.starting_by_timestamp is not None:
+        by_ts = {(t, p): ts for t, ps in opts.starting_by_timestamp.items() for p, ts in ps.items()}
+        unknown = [f"{t}-{p}" for t, p in by_ts if (t, p) not in wm]
+        if unknown:
+            raise OptionError(f"option 'startingOffsetsByTimestamp' names unknown partitions {unknown}")
+    if by_ts is not None:
+        found = c.offsets_for_times([TopicPartition(t, p, ts) for (t, p), ts in by_ts.items()], timeout=30)
+        out = {}
+        for r in found:
+            tp = (r.topic, r.partition)
+            if r.offset >= 0:
+                out[tp] = r.offset
+            elif opts.by_timestamp_strategy == "latest":
+                out[tp] = wm[tp][1]
+            else:
+                raise OptionError(f"no record in {r.topic}-{r.partition} has a timestamp >= {by_ts[tp]} "
+                                  "(startingOffsetsByTimestampStrategy=error; use 'latest' to start at the end)")
+        for tp in tps:
+            out.setdefault(tp, wm[tp][1] if opts.starting_timestamp_ms is None else wm[tp][1])
+        return out
+    spec = opts.starting
+    if spec == "earliest":
+        return {tp: wm[tp][0] for tp in tps}
+    if spec == "latest":
+        return {tp: wm[tp][1] for tp in tps}
+    out = {}
+    for tp in tps:
+        o = spec.get(tp[0], {}).get(tp[1])
+        if o is None:
+            if tp[0] in spec:
+                raise OptionError(f"option 'startingOffsets' lacks partition {tp[1]} of topic {tp[0]!r}")
+            o = -2
+        out[tp] = wm[tp][0] if o == -2 else wm[tp][1] if o == -1 else o
+    return out
+
+
+def rate_limit(start: dict[TP, int], latest: dict[TP, int], max_records: int | None) -> dict[TP, int]:
+    """End offsets admitting at most ``max_records`` in total, shared in proportion to each
+    partition's backlog (as Spark's ``maxOffsetsPerTrigger``), deterministically."""
+    if max_records is None:
+        return dict(latest)
+    lag = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(lag.values())
+    if total <= max_records:
+        return dict(latest)
+    share = {tp: (lag[tp] * max_records) // total for tp in lag}
+    left = max_records - sum(share.values())
+    for tp in sorted(lag, key=lambda tp: (-(lag[tp] - share[tp]), tp)):
+        if left == 0:
+            break
+        if share[tp] < lag[tp]:
+            share[tp] += 1
+            left -= 1
+    return {tp: start.get(tp, latest[tp]) + share[tp] for tp in latest}
+
+
+def to_json_partitions(d: dict[TP, dict]) -> dict:
+    out: dict = {}
+    for (t, p), v in sorted(d.items()):
+        out.setdefault(t, {})[str(p)] = v
+    return out
+
+
+def from_json_partitions(d: dict) -> dict[TP, dict]:
+    return {(t, int(p)): v for t, ps in d.items() for p, v in ps.items()}

@@ -1,0 +1,216 @@
+"""Parse the ``dataflow-kafka`` options once, at the edge, into typed values.
+
+Option names and meanings follow Spark's Kafka source and sink
+(https://spark.apache.org/docs/latest/structured-streaming-kafka-integration.html); the options
+this project adds are listed in ``OWN_OPTIONS``. Every error names the option, the value and
+what is allowed. Keys are case-insensitive, as in Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+__all__ = ["OptionError", "SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options"]
+
+
+class OptionError(ValueError):
+    """A ``dataflow-kafka`` option is unknown, malformed or conflicts with another."""
+
+
+SPARK_SOURCE_OPTIONS = {
+    "subscribe", "subscribepattern", "assign", "startingoffsets", "startingtimestamp",
+    "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "endingoffsets",
+    "endingtimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger", "minoffsetspertrigger",
+    "minpartitions", "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
+}
+#: Options of this project (not in Spark's Kafka source).
+OWN_OPTIONS = {
+    "eventtimefield": "JSON field of the value holding the event time in epoch ms (default: the Kafka record timestamp)",
+    "graceperiodms": "punctuation = newest event time seen in the partition minus this (default 0)",
+    "controltopic": "topic of modification commands (JSON objects); default: none",
+    "heartbeatintervalms": "run a punctuation-only micro-batch after this long without data (default: off)",
+}
+_SINK_OPTIONS = {"topic", "includeheaders"}
+# Spark's Kafka source rejects these kafka.* options because the source manages them itself.
+_FORBIDDEN_KAFKA = {
+    "kafka.auto.offset.reset": "use startingOffsets",
+    "kafka.enable.auto.commit": "offsets live in Spark's checkpoint",
+    "kafka.key.deserializer": "keys are returned as binary",
+    "kafka.value.deserializer": "values are returned as binary",
+    "kafka.group.id": "the source assigns partitions itself and commits nothing to Kafka",
+}
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _kafka_conf(opts: dict[str, str], original: Mapping[str, str]) -> dict[str, str]:
+    conf = {}
+    for k, v in original.items():
+        if str(k).lower().startswith("kafka."):
+            conf[str(k)[len("kafka."):]] = str(v)
+    if "bootstrap.servers" not in {k.lower() for k in conf}:
+        raise OptionError("option 'kafka.bootstrap.servers' is required (e.g. 'host1:9092,host2:9092')")
+    return conf
+
+
+def _int(opts: dict[str, str], name: str, default: int | None, minimum: int | None = None) -> int | None:
+    if name not in opts:
+        return default
+    raw = opts[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise OptionError(f"option '{name}' must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise OptionError(f"option '{name}' must be 'true' or 'false', got {raw!r}")
+
+
+def _offsets_json(name: str, raw: str, allow_latest: bool = True) -> dict[str, dict[int, int]]:
+    try:
+        parsed = json.loads(raw)
+        out = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise OptionError(f"option '{name}' must be 'earliest', 'latest' or JSON like "
+                          f"{{\"topicA\":{{\"0\":23,\"1\":-2}}}}, got {raw!r}") from None
+    for t, parts in out.items():
+        for p, o in parts.items():
+            if o < -2:
+                raise OptionError(f"option '{name}': offset {o} for {t}-{p} is invalid "
+                                  f"(>= 0, or -2 earliest, -1 latest)")
+    return out
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    kafka: dict[str, str]
+    subscribe: tuple[str, ...] | None = None
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting: str | dict[str, dict[int, int]] = "latest"
+    starting_timestamp_ms: int | None = None
+    starting_by_timestamp: dict[str, dict[int, int]] | None = None
+    by_timestamp_strategy: str = "error"
+    ending: str | dict[str, dict[int, int]] = "latest"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    poll_timeout_ms: int = 120_000
+    event_time_field: str | None = None
+    grace_period_ms: int = 0
+    control_topic: str | None = None
+    heartbeat_interval_ms: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+    """Validate ``options`` for a streaming (``readStream``) or batch (``read``) query."""
+    opts = _lower(options)
+    unknown = sorted(k for k in opts if not k.startswith("kafka.")
+                     and k not in SPARK_SOURCE_OPTIONS and k not in OWN_OPTIONS and k != "path")
+    if unknown:
+        raise OptionError(f"unknown option(s) {unknown} for format 'dataflow-kafka'; known: "
+                          f"{sorted(SPARK_SOURCE_OPTIONS | set(OWN_OPTIONS))} and kafka.*")
+    for k, why in _FORBIDDEN_KAFKA.items():
+        if k in opts:
+            raise OptionError(f"option '{k}' is not supported: {why}")
+    kafka = _kafka_conf(opts, options)
+
+    strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(strategies) != 1:
+        raise OptionError("exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set, got "
+                          + (", ".join(repr(s) for s in strategies) or "none"))
+    subscribe = pattern = assign = None
+    if "subscribe" in opts:
+        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise OptionError(f"option 'subscribe' needs a comma-separated topic list, got {opts['subscribe']!r}")
+    elif "subscribepattern" in opts:
+        pattern = opts["subscribepattern"]
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise OptionError(f"option 'subscribePattern' is not a valid regex {pattern!r}: {e}") from None
+    else:
+        try:
+            parsed = json.loads(opts["assign"])
+            assign = {str(t): tuple(int(p) for p in ps) for t, ps in parsed.items()}
+        except (ValueError, AttributeError, TypeError):
+            raise OptionError(f"option 'assign' must be JSON like {{\"topicA\":[0,1]}}, got {opts['assign']!r}") from None
+
+    def offsets_option(name: str, default: str) -> str | dict[str, dict[int, int]]:
+        raw = opts.get(name, default).strip()
+        if raw.lower() in ("earliest", "latest"):
+            return raw.lower()
+        return _offsets_json(name, raw)
+
+    starting = offsets_option("startingoffsets", "latest" if streaming else "earliest")
+    ending = offsets_option("endingoffsets", "latest")
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("option 'endingOffsets' is for batch queries (spark.read) only")
+    if not streaming and starting == "latest":
+        raise OptionError("option 'startingOffsets' cannot be 'latest' for batch queries")
+    if not streaming and ending == "earliest":
+        raise OptionError("option 'endingOffsets' cannot be 'earliest' for batch queries")
+    if not streaming and "maxoffsetspertrigger" in opts:
+        raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
+    for unsupported in ("endingtimestamp", "endingoffsetsbytimestamp", "minoffsetspertrigger"):
+        if unsupported in opts:
+            raise OptionError(f"option '{unsupported}' is not supported by dataflow-kafka yet")
+
+    by_ts = None
+    if "startingoffsetsbytimestamp" in opts:
+        by_ts = _offsets_json("startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"])
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
+    grace = _int(opts, "graceperiodms", 0, minimum=0)
+    heartbeat = _int(opts, "heartbeatintervalms", None, minimum=1)
+    return SourceOptions(
+        kafka=kafka, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
+        starting=starting, starting_timestamp_ms=_int(opts, "startingtimestamp", None, minimum=0),
+        starting_by_timestamp=by_ts, by_timestamp_strategy=strategy, ending=ending,
+        max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", None, minimum=1),
+        min_partitions=_int(opts, "minpartitions", None, minimum=1),
+        fail_on_data_loss=_bool(opts, "failondataloss", True),
+        include_headers=_bool(opts, "includeheaders", False),
+        poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", 120_000, minimum=1),
+        event_time_field=opts.get("eventtimefield") or None,
+        grace_period_ms=grace, control_topic=opts.get("controltopic") or None,
+        heartbeat_interval_ms=heartbeat,
+    )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    kafka: dict[str, str]
+    topic: str | None
+    include_headers: bool
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    opts = _lower(options)
+    unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in _SINK_OPTIONS
+                     and k not in ("path", "checkpointlocation"))
+    if unknown:
+        raise OptionError(f"unknown option(s) {unknown} for the 'dataflow-kafka' sink; known: "
+                          f"{sorted(_SINK_OPTIONS)} and kafka.*")
+    for k in ("kafka.key.serializer", "kafka.value.serializer"):
+        if k in opts:
+            raise OptionError(f"option '{k}' is not supported: key and value are written as bytes")
+    return SinkOptions(_kafka_conf(opts, options), opts.get("topic"), _bool(opts, "includeheaders", False))

@@ -1,0 +1,364 @@
+"""The ``dataflow-kafka`` source: Kafka records plus timestamp and modification punctuations.
+
+Streaming (``spark.readStream.format("dataflow-kafka")``) and batch (``spark.read``) readers
+share one range reader (:mod:`datasource.kafka_read`), so a batch read of an offset range returns
+the same data rows as the streaming reads of that range.
+
+Punctuations (Enorm, section 6.2; data-trace types, section 4)
+-------------------------------------------------------------
+* **Timestamp punctuation**: for every Kafka partition and micro-batch one row of kind
+  ``punctuation`` after the partition's data: "no more records of this partition with event time
+  below ``punctuation``", where ``punctuation`` = newest event time this query has read from the
+  partition minus ``gracePeriodMs``. The newest event time is part of the offset Spark logs
+  (``e`` in the end offset), computed by the driver from the admitted offset range, so the value
+  is monotone per partition and a replayed batch emits the same one. Records that violate it
+  (older than the grace period allows) are still delivered as data: operators decide lateness.
+  Producers may write their own punctuation records (header ``dataflow.punctuation``); they are
+  passed through in offset order as ``punctuation`` rows.
+* **Modification punctuation**: commands from ``controlTopic`` are assigned to a micro-batch by
+  the driver and written into that batch's end offset; every Kafka partition's task emits each
+  command once, before its data, so all parallel instances see it at the same point of the
+  stream, and a replay sees it there again.
+* The batch's processing time is in the offset too (``processing_time`` column).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from datasource import kafka_read
+from datasource.offsets import (
+    TP, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
+)
+from datasource.options import SourceOptions, parse_source_options, parse_sink_options
+from datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, source_schema
+
+__all__ = ["DataflowKafkaDataSource", "OffsetRange"]
+
+
+@dataclass
+class OffsetRange(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of one topic-partition (picklable)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    max_event_ms: int | None        # newest event time before ``end`` (streaming), or None
+    processing_time_ms: int
+    mods: list = field(default_factory=list)   # modification records to emit first
+    emit_punctuation: bool = True
+    compute_punctuation: bool = False          # batch reads: derive from the range itself
+    notes: list = field(default_factory=list)  # error rows to emit (e.g. malformed control records)
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, None)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Rows of one task: [modifications] [data / producer punctuations / errors] [punctuation]."""
+    hdr = opts.include_headers
+    synthetic = []
+    for m in r.mods:
+        synthetic.append({"key": None if m.get("key") is None else m["key"].encode(),
+                          "value": None if m.get("value") is None else m["value"].encode(),
+                          "topic": r.topic, "partition": r.partition, "offset": r.start,
+                          "timestamp": m.get("ts"), "timestampType": 0, "kind": KIND_MODIFICATION,
+                          "modification": m.get("value"), "processing_time": r.processing_time_ms})
+    for note in r.notes:
+        synthetic.append({"topic": r.topic, "partition": r.partition, "offset": r.start, "kind": KIND_ERROR,
+                          "processing_time": r.processing_time_ms, "error": note})
+    if synthetic:
+        yield kafka_read.make_rows_batch(synthetic, hdr)
+    newest = r.max_event_ms
+    if r.end > r.start:
+        c = kafka_read.consumer(opts.kafka)
+        try:
+            for msgs, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
+                                                          opts.poll_timeout_ms, opts.fail_on_data_loss):
+                if loss_note:
+                    yield kafka_read.make_rows_batch(
+                        [{"topic": r.topic, "partition": r.partition, "offset": r.start, "kind": KIND_ERROR,
+                          "processing_time": r.processing_time_ms, "error": loss_note}], hdr)
+                if not msgs:
+                    continue
+                rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field)
+                if r.compute_punctuation:
+                    data_ev = rec.event_ms[rec.kinds == KIND_DATA]
+                    if len(data_ev):
+                        newest = int(data_ev.max()) if newest is None else max(newest, int(data_ev.max()))
+                yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
+        finally:
+            c.close()
+    if r.emit_punctuation:
+        yield kafka_read.make_rows_batch(
+            [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
+              "punctuation": None if newest is None else newest - opts.grace_period_ms,
+              "processing_time": r.processing_time_ms}], hdr)
+
+
+def _split(r: OffsetRange, pieces: int) -> list[OffsetRange]:
+    """Split a range for ``minPartitions``: modifications go first, the punctuation last."""
+    n = r.end - r.start
+    if pieces <= 1 or n <= 1:
+        return [r]
+    pieces = min(pieces, n)
+    bounds = [r.start + (n * i) // pieces for i in range(pieces + 1)]
+    out = []
+    for i in range(pieces):
+        out.append(OffsetRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.max_event_ms,
+                               r.processing_time_ms, r.mods if i == 0 else [], i == pieces - 1,
+                               r.compute_punctuation, r.notes if i == 0 else []))
+    return out
+
+
+def _apply_min_partitions(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges) or 1
+    out = []
+    for r in ranges:
+        out += _split(r, -(-(r.end - r.start) * min_partitions // total))
+    return out
+
+
+def _read_control(c, opts: SourceOptions, start: dict[TP, int], upto: dict[TP, int]) -> list[dict]:
+    """Control records in ``[start, upto)``, decoded; malformed ones carry an ``error``."""
+    mods = []
+    for (t, p), end in sorted(upto.items()):
+        for msgs, note in kafka_read.fetch_range(c, t, p, start.get((t, p), 0), end,
+                                                 opts.poll_timeout_ms, fail_on_data_loss=False):
+            if note:
+                mods.append({"error": note})
+            for m in msgs:
+                raw = m.value()
+                mod = {"ts": m.timestamp()[1], "offset": m.offset(), "partition": p,
+                       "key": None if m.key() is None else m.key().decode("utf-8", "replace")}
+                try:
+                    text = raw.decode("utf-8")
+                    if not isinstance(json.loads(text), dict):
+                        raise ValueError("not a JSON object")
+                    mod["value"] = text
+                except (AttributeError, UnicodeDecodeError, ValueError) as e:
+                    mod["error"] = (f"malformed control record {t}-{p}@{m.offset()}: a modification "
+                                    f"must be a JSON object, got {raw[:80]!r} ({e})")
+                mods.append(mod)
+    return mods
+
+
+def _mods_and_notes(mods: list[dict]) -> tuple[list[dict], list[str]]:
+    return [m for m in mods if "error" not in m], [m["error"] for m in mods if "error" in m]
+
+
+class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side of the streaming source; ``read`` runs on executors over a pickled copy."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._c = None
+        self._available_now: dict[TP, int] | None = None
+        self._available_now_control: dict[TP, int] | None = None
+        self._latest: dict[TP, int] | None = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_c"] = None
+        return state
+
+    def _consumer(self):
+        if self._c is None:
+            self._c = kafka_read.consumer(self.opts.kafka)
+        return self._c
+
+    def _high(self, tps: list[TP]) -> dict[TP, int]:
+        c = self._consumer()
+        return {tp: kafka_read.watermarks(c, *tp)[1] for tp in tps}
+
+    def _control_tps(self) -> list[TP]:
+        md = self._consumer().list_topics(self.opts.control_topic, timeout=30)
+        t = md.topics.get(self.opts.control_topic)
+        if t is None or t.error is not None:
+            raise RuntimeError(f"option 'controlTopic': topic {self.opts.control_topic!r} does not exist")
+        return [(self.opts.control_topic, p) for p in sorted(t.partitions)]
+
+    def initialOffset(self) -> dict:
+        c = self._consumer()
+        tps = resolve_partitions(c, self.opts)
+        start = starting_offsets(c, self.opts, tps, kafka_read.watermarks)
+        offset = {"v": 1, "batchTimeMs": _now_ms(),
+                  "partitions": to_json_partitions({tp: {"o": o} for tp, o in start.items()}),
+                  "control": {}, "mods": {}}
+        if self.opts.control_topic:  # commands written after the query starts
+            offset["control"] = to_json_partitions({tp: h for tp, h in self._high(self._control_tps()).items()})
+        return offset
+
+    def getDefaultReadLimit(self):
+        m = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(m) if m else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        c = self._consumer()
+        self._available_now = self._high(resolve_partitions(c, self.opts))
+        self._available_now_control = self._high(self._control_tps()) if self.opts.control_topic else {}
+
+    def reportLatestOffset(self):
+        if self._latest is None:
+            return None
+        return to_json_partitions(self._latest)
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        c = self._consumer()
+        now = _now_ms()
+        prev = from_json_partitions(start["partitions"])
+        tps = resolve_partitions(c, self.opts)
+        new_tps = [tp for tp in tps if tp not in prev]
+        low_of_new = {tp: kafka_read.watermarks(c, *tp)[0] for tp in new_tps}  # new partitions: earliest
+        begin = {tp: prev[tp]["o"] if tp in prev else low_of_new[tp] for tp in tps}
+        latest = self._high(tps)
+        self._latest = latest
+        if self._available_now is not None:
+            latest = {tp: min(h, self._available_now.get(tp, begin[tp])) for tp, h in latest.items()}
+        latest = {tp: max(h, begin[tp]) for tp, h in latest.items()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = rate_limit(begin, latest, max_rows)
+
+        control_start = from_json_partitions(start.get("control", {}))
+        mods: list[dict] = []
+        control_end = dict(control_start)
+        if self.opts.control_topic:
+            control_end = self._high(self._control_tps())
+            if self._available_now_control is not None:
+                control_end = {tp: max(control_start.get(tp, 0), min(h, self._available_now_control.get(tp, 0)))
+                               for tp, h in control_end.items()}
+            mods = _read_control(c, self.opts, control_start, control_end)
+
+        moved = any(end[tp] != begin[tp] for tp in tps) or bool(new_tps) or bool(mods)
+        hb = self.opts.heartbeat_interval_ms
+        if not moved and not (hb and self._available_now is None and now - start["batchTimeMs"] >= hb):
+            return start
+        parts: dict[TP, dict] = {}
+        for tp in tps:
+            entry: dict = {"o": end[tp]}
+            newest = prev.get(tp, {}).get("e")
+            if end[tp] > begin[tp]:
+                newest = self._scan_newest(c, tp, begin[tp], end[tp], newest)
+            if newest is not None:
+                entry["e"] = newest
+            if tp not in prev:
+                entry["s"] = begin[tp]
+            parts[tp] = entry
+        return {"v": 1, "batchTimeMs": now, "partitions": to_json_partitions(parts),
+                "control": to_json_partitions(control_end),
+                "mods": {str(i): m for i, m in enumerate(mods)}}
+
+    def _scan_newest(self, c, tp: TP, begin: int, end: int, newest: int | None) -> int | None:
+        """Newest data event time in ``[begin, end)`` (the punctuation's basis), scanned once."""
+        for msgs, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
+                                              fail_on_data_loss=False):
+            if not msgs:
+                continue
+            rec = kafka_read.decode(msgs, tp[0], tp[1], self.opts.event_time_field)
+            ev = rec.event_ms[rec.kinds == KIND_DATA]
+            if len(ev):
+                newest = int(ev.max()) if newest is None else max(newest, int(ev.max()))
+        return newest
+
+    def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
+        prev = from_json_partitions(start["partitions"])
+        cur = from_json_partitions(end["partitions"])
+        mods, notes = _mods_and_notes([end["mods"][k] for k in sorted(end.get("mods", {}), key=int)])
+        ranges = []
+        for i, (tp, e) in enumerate(sorted(cur.items())):
+            s = prev[tp]["o"] if tp in prev else e.get("s", e["o"])
+            ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e"), end["batchTimeMs"], mods,
+                                      notes=notes if i == 0 else []))
+        return _apply_min_partitions(ranges, self.opts.min_partitions)
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        return _read_range(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to commit: progress lives in Spark's checkpoint (as Spark's Kafka source)."""
+
+    def stop(self) -> None:
+        if self._c is not None:
+            self._c.close()
+            self._c = None
+
+
+class DataflowKafkaBatchReader(DataSourceReader):
+    """``spark.read``: one task per topic-partition range between starting and ending offsets."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[OffsetRange]:
+        c = kafka_read.consumer(self.opts.kafka)
+        try:
+            tps = resolve_partitions(c, self.opts)
+            start = starting_offsets(c, self.opts, tps, kafka_read.watermarks)
+            wm = {tp: kafka_read.watermarks(c, *tp) for tp in tps}
+            if self.opts.ending == "latest":
+                end = {tp: wm[tp][1] for tp in tps}
+            else:
+                end = {}
+                for tp in tps:
+                    o = self.opts.ending.get(tp[0], {}).get(tp[1], -1)
+                    end[tp] = wm[tp][1] if o == -1 else wm[tp][0] if o == -2 else o
+            mods, notes = [], []
+            if self.opts.control_topic:
+                md = c.list_topics(self.opts.control_topic, timeout=30).topics[self.opts.control_topic]
+                ctps = [(self.opts.control_topic, p) for p in sorted(md.partitions)]
+                cw = {tp: kafka_read.watermarks(c, *tp) for tp in ctps}
+                mods, notes = _mods_and_notes(_read_control(
+                    c, self.opts, {tp: w[0] for tp, w in cw.items()}, {tp: w[1] for tp, w in cw.items()}))
+        finally:
+            c.close()
+        now = _now_ms()
+        ranges = [OffsetRange(t, p, start[(t, p)], max(start[(t, p)], end[(t, p)]), None, now, mods,
+                              compute_punctuation=True, notes=notes if i == 0 else [])
+                  for i, (t, p) in enumerate(tps)]
+        return _apply_min_partitions(ranges, self.opts.min_partitions)
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        return _read_range(self.opts, partition)
+
+
+class DataflowKafkaDataSource(DataSource):
+    """``format("dataflow-kafka")``: register with ``spark.dataSource.register(DataflowKafkaDataSource)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dataflow-kafka"
+
+    def schema(self):
+        include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
+        return source_schema(include == "true")
+
+    def streamReader(self, schema) -> DataflowKafkaStreamReader:
+        return DataflowKafkaStreamReader(parse_source_options(self.options, streaming=True))
+
+    def reader(self, schema) -> DataflowKafkaBatchReader:
+        return DataflowKafkaBatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamWriter(self, schema, overwrite: bool):
+        from datasource.sink import DataflowKafkaStreamWriter
+
+        return DataflowKafkaStreamWriter(parse_sink_options(self.options), schema)
+
+    def writer(self, schema, overwrite: bool):
+        from datasource.sink import DataflowKafkaBatchWriter
+
+        return DataflowKafkaBatchWriter(parse_sink_options(self.options), schema)

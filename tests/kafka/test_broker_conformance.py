@@ -1,0 +1,139 @@
+"""Kafka behaviour the dataflow-kafka source and sink rely on, checked against the broker.
+
+Runs unchanged against any bootstrap address: ``KAFKA_BOOTSTRAP_SERVERS=host:9092 pytest
+tests/kafka`` (real Apache Kafka), or an embedded broker (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or
+``tansu``). ``make conformance`` runs it against every embedded candidate; the README records
+the results and the choice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.kafka
+
+
+def _consumer(bootstrap):
+    from datasource import kafka_read
+
+    return kafka_read.consumer({"bootstrap.servers": bootstrap})
+
+
+def _wm(c, topic, p):
+    from confluent_kafka import TopicPartition
+
+    return c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+
+
+def test_topic_creation_with_partitions(kafka):
+    topic = kafka.topic(partitions=4)
+    c = _consumer(kafka.bootstrap)
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        assert sorted(md.partitions) == [0, 1, 2, 3]
+    finally:
+        c.close()
+
+
+def test_high_watermarks_are_exact_after_each_produce(kafka):
+    """The source bounds every micro-batch by the high watermark: it must count the last record."""
+    topic = kafka.topic(partitions=2)
+    c = _consumer(kafka.bootstrap)
+    try:
+        sent = {0: 0, 1: 0}
+        for n in (1, 7, 250):
+            kafka.produce(topic, [{"value": b"x", "partition": i % 2} for i in range(n)])
+            for i in range(n):
+                sent[i % 2] += 1
+            assert {p: _wm(c, topic, p) for p in (0, 1)} == {p: (0, sent[p]) for p in (0, 1)}
+    finally:
+        c.close()
+
+
+def test_read_exact_offset_range(kafka):
+    from datasource import kafka_read
+
+    topic = kafka.topic(partitions=1)
+    kafka.produce(topic, [{"value": str(i).encode(), "partition": 0} for i in range(100)])
+    c = _consumer(kafka.bootstrap)
+    try:
+        got = [m for msgs, _ in kafka_read.fetch_range(c, topic, 0, 37, 64, 10_000, True) for m in msgs]
+    finally:
+        c.close()
+    assert [m.offset() for m in got] == list(range(37, 64))
+    assert [m.value() for m in got] == [str(i).encode() for i in range(37, 64)]
+
+
+def test_record_timestamps_keys_and_headers_round_trip(kafka):
+    topic = kafka.topic(partitions=1)
+    base = int(time.time() * 1000) - 60_000
+    recs = [{"value": b"v%d" % i, "key": None if i == 0 else b"k%d" % i, "partition": 0,
+             "timestamp": base + (7 - i) * 1000, "headers": [("h", b"%d" % i), ("dup", b"a"), ("dup", b"b")]}
+            for i in range(5)]
+    kafka.produce(topic, recs)
+    msgs = [m for m in kafka.consume_all(topic)]
+    assert [m.timestamp() for m in msgs] == [(1, base + (7 - i) * 1000) for i in range(5)]  # CreateTime
+    assert [m.key() for m in msgs] == [None] + [b"k%d" % i for i in range(1, 5)]
+    assert [m.headers() for m in msgs] == [[("h", b"%d" % i), ("dup", b"a"), ("dup", b"b")] for i in range(5)]
+
+
+def test_null_value_round_trips(kafka):
+    topic = kafka.topic(partitions=1)
+    kafka.produce(topic, [{"value": None, "key": b"k", "partition": 0}])
+    (m,) = kafka.consume_all(topic)
+    assert m.value() is None and m.key() == b"k"
+
+
+def test_offsets_for_times(kafka):
+    """startingTimestamp / startingOffsetsByTimestamp resolve through ListOffsets by time."""
+    from confluent_kafka import TopicPartition
+
+    topic = kafka.topic(partitions=1)
+    base = int(time.time() * 1000) - 100_000
+    kafka.produce(topic, [{"value": b"x", "partition": 0, "timestamp": base + i * 1000} for i in range(10)])
+    c = _consumer(kafka.bootstrap)
+    try:
+        for probe, expected in ((base - 5, 0), (base + 3500, 4), (base + 9000, 9), (base + 99_000, -1)):
+            (r,) = c.offsets_for_times([TopicPartition(topic, 0, probe)], timeout=10)
+            assert r.offset == expected, (probe, r.offset)
+    finally:
+        c.close()
+
+
+def test_delete_records_moves_log_start(kafka):
+    """How the tests simulate retention for failOnDataLoss."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = kafka.topic(partitions=1)
+    kafka.produce(topic, [{"value": b"x", "partition": 0} for _ in range(20)])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 12)]).values():
+        f.result(10)
+    c = _consumer(kafka.bootstrap)
+    try:
+        assert _wm(c, topic, 0) == (12, 20)
+    finally:
+        c.close()
+
+
+def test_idempotent_producer_acks_all(kafka):
+    """The sink's producer settings."""
+    topic = kafka.topic(partitions=1)
+    kafka.produce(topic, [{"value": b"%d" % i, "partition": 0} for i in range(50)],
+                  **{"enable.idempotence": True, "acks": "all"})
+    assert [m.value() for m in kafka.consume_all(topic)] == [b"%d" % i for i in range(50)]
+
+
+def test_data_survives_broker_restart(broker, kafka):
+    if not broker.persistent:
+        pytest.skip(f"{broker.kind} keeps data in memory only: nothing to persist")
+    if broker.kind != "noida-db" and broker.kind != "tansu":
+        pytest.skip("only brokers started here can be restarted by the test")
+    topic = kafka.topic(partitions=2)
+    kafka.produce(topic, [{"value": b"%d" % i, "partition": i % 2} for i in range(30)])
+    broker.restart()
+    got = sorted(int(m.value()) for m in kafka.consume_all(topic))
+    assert got == list(range(30))

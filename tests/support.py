@@ -1,0 +1,113 @@
+"""Test support: Kafka helpers and streaming-query helpers shared by the test packages."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+
+class KafkaHelper:
+    """Topic creation and producing for tests (recent timestamps: noida-db applies retention)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def topic(self, partitions: int = 4, prefix: str = "t") -> str:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            f.result(15)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            md = admin.list_topics(name, timeout=5).topics.get(name)
+            if md is not None and md.error is None and len(md.partitions) == partitions:
+                return name
+            time.sleep(0.1)
+        raise RuntimeError(f"topic {name} not visible")
+
+    def produce(self, topic: str, records, **conf) -> None:
+        """``records``: iterable of dicts with value, and optional key, partition, timestamp, headers."""
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **conf})
+        errors = []
+        for r in records:
+            kw = {k: r[k] for k in ("key", "partition", "timestamp", "headers") if r.get(k) is not None}
+            while True:
+                try:
+                    p.produce(topic, value=r.get("value"), on_delivery=lambda e, m: e and errors.append(e), **kw)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+        assert p.flush(30) == 0
+        assert not errors, errors
+
+    def consume_all(self, topic: str) -> list:
+        """Every record of ``topic`` from offset 0 to the high watermark."""
+        from datasource import kafka_read
+        from confluent_kafka import TopicPartition
+
+        c = kafka_read.consumer({"bootstrap.servers": self.bootstrap})
+        try:
+            md = c.list_topics(topic, timeout=10).topics[topic]
+            out = []
+            for p in sorted(md.partitions):
+                low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for msgs, _ in kafka_read.fetch_range(c, topic, p, low, high, 30_000, True):
+                    out += msgs
+            return out
+        finally:
+            c.close()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BatchCollector:
+    """foreachBatch sink keeping the latest attempt of every batch id (a replay overwrites)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[dict]] = {}
+
+    def __call__(self, df, batch_id: int) -> None:
+        self.batches[batch_id] = [r.asDict(recursive=True) for r in df.collect()]
+
+    def rows(self, kind: str | None = None) -> list[dict]:
+        return [dict(r, batch=b) for b in sorted(self.batches) for r in self.batches[b]
+                if kind is None or r["kind"] == kind]
+
+
+def run_available_now(spark, options: dict, checkpoint: str, collector: BatchCollector, timeout_s: int = 240):
+    reader = spark.readStream.format("dataflow-kafka")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = (reader.load().writeStream.foreachBatch(collector).option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    finished = q.awaitTermination(timeout_s)
+    if not finished:
+        q.stop()
+        raise AssertionError(f"query did not finish within {timeout_s}s")
+    if q.exception() is not None:
+        raise q.exception()
+    return q
+
+
+def forget_batches_from(checkpoint: str, batch_id: int) -> None:
+    """Simulate a crash during ``batch_id``: drop its commit and every later offset and commit."""
+    root = Path(checkpoint)
+    for sub in ("commits", "offsets"):
+        for f in (root / sub).iterdir():
+            if f.name.isdigit() and (int(f.name) > batch_id or (sub == "commits" and int(f.name) >= batch_id)):
+                f.unlink()
+        for f in (root / sub).glob(".*.crc"):
+            f.unlink()
+
+
+def offset_log(checkpoint: str, batch_id: int) -> dict:
+    text = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+    return json.loads(text[-1])
