@@ -45,6 +45,7 @@ class BarrierCounters:
     tombstones_in: int = 0
     released: int = 0
     max_buffer: int = 0
+    early_tombstones: int = 0  # tombstones that arrived before their item (overtook it)
     orphan_tombstones: int = 0  # retractions whose item never came before the punctuation
     late_items: int = 0  # arrived below a bound already released: dropped (punctuation broken)
     late_tombstones: int = 0  # cancel an item already released (punctuation broken)
@@ -102,6 +103,8 @@ class Barrier:
             if slot.count == 0:
                 del slots[i]
         else:
+            if sign < 0:
+                c.early_tombstones += 1
             slots.insert(i, _Slot(item.meta, item.payload, sign, now))
             c.max_buffer = max(c.max_buffer, len(slots))
 

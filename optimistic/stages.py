@@ -112,7 +112,7 @@ class _Replaying:
 
 def _window_step(window: int, state: tuple, payload: Any) -> tuple[tuple, tuple]:
     group = state + (payload,)
-    return (group[len(group) - window + 1:] if window > 1 else ()), (group,)
+    return (group[-(window - 1):] if window > 1 else ()), (group,)
 
 
 @dataclass(frozen=True)
