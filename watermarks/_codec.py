@@ -1,0 +1,122 @@
+"""Compact, deterministic binary encoding of driver state (plain values; pickle as fallback).
+
+One tag byte per value; integers as zig-zag varints, so small counters and millisecond
+timestamps take 1 to 7 bytes. ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes`` and exact
+``list`` / ``tuple`` / ``dict`` are encoded natively; any other object (including subclasses of
+those types, such as named tuples) is pickled, so that it decodes to the same type.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+__all__ = ["encode", "decode"]
+
+_NONE, _FALSE, _TRUE, _INT, _FLOAT, _STR, _BYTES, _LIST, _TUPLE, _DICT, _PICKLE = range(11)
+_F64 = struct.Struct("<d")
+
+
+def _varint(out: bytearray, n: int) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _enc(out: bytearray, v: Any) -> None:
+    t = type(v)
+    if v is None:
+        out.append(_NONE)
+    elif t is bool:
+        out.append(_TRUE if v else _FALSE)
+    elif t is int:
+        out.append(_INT)
+        _varint(out, (v << 1) if v >= 0 else ((-v << 1) - 1))
+    elif t is float:
+        out.append(_FLOAT)
+        out += _F64.pack(v)
+    elif t is str:
+        b = v.encode("utf-8")
+        out.append(_STR)
+        _varint(out, len(b))
+        out += b
+    elif t is bytes:
+        out.append(_BYTES)
+        _varint(out, len(v))
+        out += v
+    elif t is list or t is tuple:
+        out.append(_LIST if t is list else _TUPLE)
+        _varint(out, len(v))
+        for x in v:
+            _enc(out, x)
+    elif t is dict:
+        out.append(_DICT)
+        _varint(out, len(v))
+        for k, x in v.items():
+            _enc(out, k)
+            _enc(out, x)
+    else:
+        b = pickle.dumps(v, protocol=5)
+        out.append(_PICKLE)
+        _varint(out, len(b))
+        out += b
+
+
+def encode(value: Any) -> bytes:
+    out = bytearray()
+    _enc(out, value)
+    return bytes(out)
+
+
+def _read_varint(b: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        byte = b[i]
+        i += 1
+        n |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return n, i
+        shift += 7
+
+
+def _dec(b: bytes, i: int) -> tuple[Any, int]:
+    tag = b[i]
+    i += 1
+    if tag == _NONE:
+        return None, i
+    if tag == _FALSE or tag == _TRUE:
+        return tag == _TRUE, i
+    if tag == _INT:
+        z, i = _read_varint(b, i)
+        return (z >> 1) if not z & 1 else -((z + 1) >> 1), i
+    if tag == _FLOAT:
+        return _F64.unpack_from(b, i)[0], i + 8
+    n, i = _read_varint(b, i)
+    if tag == _STR:
+        return b[i : i + n].decode("utf-8"), i + n
+    if tag == _BYTES:
+        return bytes(b[i : i + n]), i + n
+    if tag == _PICKLE:
+        return pickle.loads(b[i : i + n]), i + n
+    if tag == _DICT:
+        d = {}
+        for _ in range(n):
+            k, i = _dec(b, i)
+            d[k], i = _dec(b, i)
+        return d, i
+    if tag in (_LIST, _TUPLE):
+        items = []
+        for _ in range(n):
+            x, i = _dec(b, i)
+            items.append(x)
+        return (items if tag == _LIST else tuple(items)), i
+    raise ValueError(f"corrupt driver state: unknown tag {tag} at byte {i - 1}")
+
+
+def decode(data: bytes) -> Any:
+    value, end = _dec(data, 0)
+    if end != len(data):
+        raise ValueError(f"corrupt driver state: {len(data) - end} trailing bytes")
+    return value

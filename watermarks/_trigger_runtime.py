@@ -1,0 +1,291 @@
+"""Runtime of trigger trees: the state machines the driver runs per window.
+
+``build(trigger)`` compiles an immutable trigger spec into a tree of nodes plus a *slot layout*:
+each node owns a few positions in a flat per-window list (its ``done`` bit and its own state).
+The list is the trigger's entire per-window state, so it merges slot by slot when windows merge
+and serialises as a short list. Every slot declares its merge:
+
+* ``done`` bits and AfterWatermark's on-time bit: a merged window has it only if every merged
+  window had it (a merged session that extends past the watermark must fire again);
+* counts add; processing-time deadlines take the earliest; a sequence's step takes the least.
+
+Node protocol (``s`` is the window's slot list, ``ctx`` has ``watermark``, ``now``, ``end``):
+``on_element(s, ctx)``, ``should_fire(s, ctx)``, ``fire(s, ctx) -> finished``, ``reset(s)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from watermarks import triggers as T
+
+__all__ = ["build", "Layout"]
+
+
+def _all(values: list) -> bool:
+    return all(values)
+
+
+def _sum(values: list) -> int:
+    return sum(values)
+
+
+def _min(values: list) -> Any:
+    return min(values)
+
+
+def _min_present(values: list) -> Any:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+class Layout:
+    """Slot defaults and merge functions, filled while building the tree."""
+
+    def __init__(self) -> None:
+        self.defaults: list[Any] = []
+        self.merges: list[Callable[[list], Any]] = []
+
+    def slot(self, default: Any, merge: Callable[[list], Any]) -> int:
+        self.defaults.append(default)
+        self.merges.append(merge)
+        return len(self.defaults) - 1
+
+    def fresh(self) -> list:
+        return list(self.defaults)
+
+    def merge(self, states: list[list]) -> list:
+        return [m([s[i] for s in states]) for i, m in enumerate(self.merges)]
+
+
+class _Node:
+    __slots__ = ("done", "children")
+
+    def __init__(self, layout: Layout, children: tuple = ()) -> None:
+        self.done = layout.slot(False, _all)
+        self.children = children
+
+    def on_element(self, s: list, ctx: Any) -> None:
+        for c in self.children:
+            if not s[c.done]:
+                c.on_element(s, ctx)
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        raise NotImplementedError
+
+    def fire(self, s: list, ctx: Any) -> bool:
+        finished = self._on_fire(s, ctx)
+        if finished:
+            s[self.done] = True
+        return finished
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        raise NotImplementedError
+
+    def reset(self, s: list) -> None:
+        s[self.done] = False
+        for c in self.children:
+            c.reset(s)
+
+
+class _Count(_Node):
+    __slots__ = ("n", "count")
+
+    def __init__(self, layout: Layout, n: int) -> None:
+        super().__init__(layout)
+        self.n = n
+        self.count = layout.slot(0, _sum)
+
+    def on_element(self, s: list, ctx: Any) -> None:
+        s[self.count] += 1
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        return s[self.count] >= self.n
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        return True
+
+    def reset(self, s: list) -> None:
+        s[self.done] = False
+        s[self.count] = 0
+
+
+class _ProcessingTime(_Node):
+    __slots__ = ("delay", "align", "deadline")
+
+    def __init__(self, layout: Layout, delay: int, align: int | None) -> None:
+        super().__init__(layout)
+        self.delay, self.align = delay, align
+        self.deadline = layout.slot(None, _min_present)
+
+    def on_element(self, s: list, ctx: Any) -> None:
+        if s[self.deadline] is None:
+            t = ctx.now + self.delay
+            if self.align is not None:
+                t = (t // self.align + 1) * self.align
+            s[self.deadline] = t
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        d = s[self.deadline]
+        return d is not None and ctx.now >= d
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        return True
+
+    def reset(self, s: list) -> None:
+        s[self.done] = False
+        s[self.deadline] = None
+
+
+class _Watermark(_Node):
+    """AfterWatermark: early children before the end, one on-time firing, late children after."""
+
+    __slots__ = ("early", "late", "on_time")
+
+    def __init__(self, layout: Layout, early: _Node | None, late: _Node | None) -> None:
+        super().__init__(layout, tuple(c for c in (early, late) if c is not None))
+        self.early, self.late = early, late
+        self.on_time = layout.slot(False, _all)
+
+    def on_element(self, s: list, ctx: Any) -> None:
+        if ctx.watermark < ctx.end:
+            if self.early is not None:
+                self.early.on_element(s, ctx)
+        elif s[self.on_time] and self.late is not None:
+            self.late.on_element(s, ctx)
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        if ctx.watermark < ctx.end:
+            return self.early is not None and self.early.should_fire(s, ctx)
+        if not s[self.on_time]:
+            return True
+        return self.late is not None and self.late.should_fire(s, ctx)
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        if ctx.watermark < ctx.end:
+            self.early.fire(s, ctx)  # type: ignore[union-attr]  (repeated: never finishes)
+            return False
+        if not s[self.on_time]:
+            s[self.on_time] = True
+            for c in self.children:
+                c.reset(s)
+            return self.late is None
+        self.late.fire(s, ctx)  # type: ignore[union-attr]
+        return False
+
+    def reset(self, s: list) -> None:
+        super().reset(s)
+        s[self.on_time] = False
+
+
+class _Default(_Node):
+    __slots__ = ()
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        return ctx.watermark >= ctx.end
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        return False
+
+
+class _Repeatedly(_Node):
+    __slots__ = ()
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        return self.children[0].should_fire(s, ctx)
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        if self.children[0].fire(s, ctx):
+            self.children[0].reset(s)
+        return False
+
+
+class _Each(_Node):
+    __slots__ = ("step",)
+
+    def __init__(self, layout: Layout, children: tuple) -> None:
+        super().__init__(layout, children)
+        self.step = layout.slot(0, _min)
+
+    def on_element(self, s: list, ctx: Any) -> None:
+        if s[self.step] < len(self.children):
+            self.children[s[self.step]].on_element(s, ctx)
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        i = s[self.step]
+        return i < len(self.children) and self.children[i].should_fire(s, ctx)
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        if self.children[s[self.step]].fire(s, ctx):
+            s[self.step] += 1
+        return s[self.step] >= len(self.children)
+
+    def reset(self, s: list) -> None:
+        super().reset(s)
+        s[self.step] = 0
+
+
+class _Any(_Node):
+    __slots__ = ()
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        return any(not s[c.done] and c.should_fire(s, ctx) for c in self.children)
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        finished = False
+        for c in self.children:
+            if not s[c.done] and c.should_fire(s, ctx) and c.fire(s, ctx):
+                finished = True
+        return finished
+
+
+class _All(_Node):
+    __slots__ = ()
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        pending = [c for c in self.children if not s[c.done]]
+        return bool(pending) and all(c.should_fire(s, ctx) for c in pending)
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        for c in self.children:
+            if not s[c.done]:
+                c.fire(s, ctx)
+        return all(s[c.done] for c in self.children)
+
+
+class _OrFinally(_Node):
+    __slots__ = ()
+
+    def should_fire(self, s: list, ctx: Any) -> bool:
+        main, until = self.children
+        return (not s[main.done] and main.should_fire(s, ctx)) or until.should_fire(s, ctx)
+
+    def _on_fire(self, s: list, ctx: Any) -> bool:
+        main, until = self.children
+        if until.should_fire(s, ctx):
+            until.fire(s, ctx)
+            return True
+        return main.fire(s, ctx)
+
+
+def build(trigger: T.Trigger, layout: Layout) -> _Node:
+    """Compile a trigger spec into runtime nodes, allocating their slots in ``layout``."""
+    if isinstance(trigger, T.AfterWatermark):
+        early = build(T.Repeatedly(trigger.early), layout) if trigger.early is not None else None
+        late = build(T.Repeatedly(trigger.late), layout) if trigger.late is not None else None
+        return _Watermark(layout, early, late)
+    if isinstance(trigger, T.AfterCount):
+        return _Count(layout, trigger.count)
+    if isinstance(trigger, T.AfterProcessingTime):
+        return _ProcessingTime(layout, trigger.delay_ms, trigger.align_ms)
+    if isinstance(trigger, T.DefaultTrigger):
+        return _Default(layout)
+    if isinstance(trigger, T.Repeatedly):
+        return _Repeatedly(layout, (build(trigger.trigger, layout),))
+    if isinstance(trigger, T.OrFinally):
+        return _OrFinally(layout, (build(trigger.trigger, layout), build(trigger.until, layout)))
+    kinds = {T.AfterEach: _Each, T.AfterAny: _Any, T.AfterAll: _All}
+    if type(trigger) in kinds:
+        return kinds[type(trigger)](layout, tuple(build(t, layout) for t in trigger.triggers))
+    raise TypeError(f"no runtime for trigger {trigger!r}")

@@ -1,0 +1,374 @@
+"""The trigger driver: GroupAlsoByWindow with triggers, panes, lateness and accumulation.
+
+``TriggerDriver`` runs the Dataflow Model (seed ``dataflow-model.txt`` §2.2 to §2.4) for one
+window function, trigger and accumulation mode over keyed elements, without Spark. It is both
+the tool for reasoning about semantics (feed it a transcript, read the panes) and the core that
+the Spark operator runs inside a stateful processor.
+
+Per element (``add``): AssignWindows; drop copies whose window is past the allowed lateness
+(counted in ``dropped_late``); MergeWindows for merging window functions (the merged windows'
+state merges: accumulators via the combiner, trigger slots by their declared merge, emitted panes
+are kept to be retracted); fold the value into the window with the combiner; tell the trigger;
+fire if it says so. ``advance_watermark`` and ``advance_processing_time`` move time forward and
+fire every window whose trigger is ready; when the watermark passes ``end + allowed_lateness``
+a window is garbage collected, with a final pane if it holds data not yet emitted.
+
+A firing emits a pane only when the window received data (or merged) since its previous pane,
+except the first firing after the watermark passed the end of the window under
+``OnTimeBehavior.FIRE_ALWAYS``. A trigger that finishes closes its window: later data for it
+(or data whose session would merge into it) are dropped and counted in ``dropped_closed``.
+
+Times are integer milliseconds. Processing time and watermark only move forward (smaller values
+are ignored). Advance processing time before adding the elements that arrive at it.
+
+Example: fixed two-minute windows with the default trigger, one late datum (Figure 12)
+
+>>> from watermarks import FixedWindows, DefaultTrigger, AccumulationMode, SumCombiner
+>>> d = TriggerDriver(FixedWindows(120_000), DefaultTrigger(), AccumulationMode.ACCUMULATING,
+...                   allowed_lateness=300_000, combiner=SumCombiner())
+>>> d.add([(5, 70_000)])
+[]
+>>> d.advance_watermark(120_000)
+[Pane([0, 120000) value=5 ON_TIME #0 first ts=119999)]
+>>> d.add([(9, 100_000)])
+[Pane([0, 120000) value=14 LATE #1 ts=119999)]
+>>> restored = TriggerDriver.from_bytes(d.to_bytes(), FixedWindows(120_000), DefaultTrigger(),
+...     AccumulationMode.ACCUMULATING, allowed_lateness=300_000, combiner=SumCombiner())
+>>> restored.advance_watermark(420_000)  # end + allowed lateness: state garbage collected
+[]
+>>> restored.windows(), restored.add([(1, 60_000)]), restored.dropped_late
+([], [], 1)
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from watermarks import _codec
+from watermarks._trigger_runtime import Layout, build
+from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
+from watermarks.combiners import Combiner, ToListCombiner
+from watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
+from watermarks.windows import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn
+
+__all__ = ["TriggerDriver"]
+
+_FORMAT = 1
+_EARLY, _ON_TIME, _LATE = PaneTiming.EARLY, PaneTiming.ON_TIME, PaneTiming.LATE
+
+
+class _Ctx:
+    __slots__ = ("watermark", "now", "end")
+
+
+class _WindowState:
+    """Everything the driver keeps for one live window of one key."""
+
+    __slots__ = ("acc", "t_min", "t_max", "dirty", "after_end", "closed", "next_index", "trig", "emitted")
+
+    def __init__(self, acc: Any, trig: list) -> None:
+        self.acc, self.trig = acc, trig
+        self.t_min = self.t_max = None
+        self.dirty = self.after_end = self.closed = False
+        self.next_index = 0
+        self.emitted: list[Pane] = []
+
+
+class TriggerDriver:
+    """Windows, triggers and accumulation for keyed elements; returns panes as they fire.
+
+    Parameters
+    ----------
+    window_fn : WindowFn
+        Where in event time elements are grouped (``FixedWindows``, ``Sessions``, ...).
+    trigger : Trigger
+        When panes are emitted (``AfterWatermark(early=..., late=...)``, ...).
+    accumulation_mode : AccumulationMode or str
+        How panes of a window relate: discarding, accumulating, accumulating and retracting.
+    allowed_lateness : int
+        Milliseconds after the end of a window during which late data are still accepted.
+    timestamp_combiner : TimestampCombiner or str
+        Output timestamp of a pane: end of window (``end_ms - 1``), earliest or latest event time.
+    combiner : Combiner
+        The aggregation; default ``ToListCombiner()`` (panes list their values).
+    on_time_behavior : OnTimeBehavior or str
+        ``FIRE_ALWAYS`` (default, as Beam) or ``FIRE_IF_NON_EMPTY``.
+    """
+
+    def __init__(
+        self,
+        window_fn: WindowFn,
+        trigger: Trigger,
+        accumulation_mode: AccumulationMode | str = AccumulationMode.DISCARDING,
+        allowed_lateness: int = 0,
+        timestamp_combiner: TimestampCombiner | str = TimestampCombiner.END_OF_WINDOW,
+        combiner: Combiner | None = None,
+        on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
+    ) -> None:
+        if not isinstance(window_fn, WindowFn):
+            raise TypeError(f"window_fn must be a WindowFn, got {window_fn!r}")
+        if not isinstance(trigger, Trigger):
+            raise TypeError(f"trigger must be a Trigger, got {trigger!r}")
+        if not isinstance(allowed_lateness, int) or allowed_lateness < 0:
+            raise ValueError(f"allowed_lateness must be an integer >= 0 (ms), got {allowed_lateness!r}")
+        self.window_fn, self.trigger, self.allowed_lateness = window_fn, trigger, allowed_lateness
+        self.accumulation_mode = AccumulationMode.parse(accumulation_mode, "accumulation_mode")
+        self.timestamp_combiner = TimestampCombiner.parse(timestamp_combiner, "timestamp_combiner")
+        self.on_time_behavior = OnTimeBehavior.parse(on_time_behavior, "on_time_behavior")
+        self.combiner = combiner if combiner is not None else ToListCombiner()
+        self._layout = Layout()
+        self._root = build(trigger, self._layout)
+        self._discarding = self.accumulation_mode is AccumulationMode.DISCARDING
+        self._retracting = self.accumulation_mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+        self._fire_always = self.on_time_behavior is OnTimeBehavior.FIRE_ALWAYS
+        self._ctx = _Ctx()
+        self._ctx.watermark = self._ctx.now = BEGINNING_OF_TIME_MS
+        self._keys: dict[Any, dict[IntervalWindow, _WindowState]] = {}
+        #: Element copies dropped because their window was past the allowed lateness.
+        self.dropped_late = 0
+        #: Element copies dropped because their window's trigger had finished (window closed).
+        self.dropped_closed = 0
+        self._warn_if_lossy()
+
+    def _warn_if_lossy(self) -> None:
+        kind = finishes(self.trigger)
+        if kind == ANYTIME:
+            warnings.warn(
+                f"trigger {self.trigger!r} can finish before the watermark passes the end of the "
+                "window; data arriving for a window after its trigger finished are dropped "
+                "(counted in dropped_closed). Wrap it in Repeatedly(...) to keep windows open.",
+                stacklevel=3,
+            )
+        elif kind == AT_WATERMARK and self.allowed_lateness > 0:
+            warnings.warn(
+                f"trigger {self.trigger!r} finishes when the watermark passes the end of the window, "
+                f"so allowed_lateness={self.allowed_lateness} ms is never used: late data are "
+                "dropped (counted in dropped_closed). Add late firings, e.g. "
+                "AfterWatermark(late=AfterCount(1)).",
+                stacklevel=3,
+            )
+
+    # -- public surface -----------------------------------------------------------------------
+
+    @property
+    def watermark_ms(self) -> int:
+        return self._ctx.watermark
+
+    @property
+    def processing_time_ms(self) -> int:
+        return self._ctx.now
+
+    def keys(self) -> list:
+        """Keys with live window state."""
+        return list(self._keys)
+
+    def windows(self, key: Any = None) -> list[IntervalWindow]:
+        """Live windows of ``key`` (not yet garbage collected), by start."""
+        return sorted(self._keys.get(key, ()))
+
+    def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
+        """Add ``(value, event_time_ms)`` pairs for ``key``; returns the panes that fired."""
+        return self._ingest(elements, key, self.combiner.add_input)
+
+    def add_retractions(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
+        """Take back earlier ``(value, event_time_ms)`` inputs with the combiner's ``uncombine``.
+
+        For consuming the retractions of an upstream ACCUMULATING_AND_RETRACTING stage (§2.3).
+        Merged sessions do not shrink when an element is retracted.
+        """
+        if getattr(self.combiner, "uncombine", None) is None:
+            raise TypeError(f"combiner {self.combiner!r} has no uncombine; it cannot apply retractions")
+        return self._ingest(elements, key, self.combiner.uncombine)
+
+    def advance_watermark(self, watermark_ms: int) -> list[Pane]:
+        """Move the event-time watermark forward; fire and garbage collect windows."""
+        if watermark_ms <= self._ctx.watermark:
+            return []
+        self._ctx.watermark = watermark_ms
+        return self._check_all(gc=True)
+
+    def advance_processing_time(self, now_ms: int) -> list[Pane]:
+        """Move processing time forward; fire windows whose processing-time triggers are due."""
+        if now_ms <= self._ctx.now:
+            return []
+        self._ctx.now = now_ms
+        return self._check_all(gc=False)
+
+    # -- GroupAlsoByWindow --------------------------------------------------------------------
+
+    def _gc_time(self, window: IntervalWindow) -> int:
+        return min(window.end_ms + self.allowed_lateness, END_OF_TIME_MS)
+
+    def _fresh(self) -> _WindowState:
+        return _WindowState(self.combiner.create_accumulator(), self._layout.fresh())
+
+    def _ingest(self, elements: Iterable[tuple[Any, int]], key: Any, fold: Callable) -> list[Pane]:
+        ws = self._keys.get(key)
+        if ws is None:
+            ws = self._keys[key] = {}
+        out: list[Pane] = []
+        ctx, root = self._ctx, self._root
+        for value, t in elements:
+            for w in self.window_fn.assign_windows(t):
+                if ctx.watermark >= self._gc_time(w):
+                    self.dropped_late += 1
+                    continue
+                st = ws.get(w)
+                if st is None:
+                    if self.window_fn.is_merging:
+                        w = self._merge_new(ws, w)
+                        if w is None:
+                            self.dropped_closed += 1
+                            continue
+                        st = ws[w]
+                    else:
+                        st = ws[w] = self._fresh()
+                if st.closed:
+                    self.dropped_closed += 1
+                    continue
+                st.acc = fold(st.acc, value)
+                if st.t_min is None or t < st.t_min:
+                    st.t_min = t
+                if st.t_max is None or t > st.t_max:
+                    st.t_max = t
+                st.dirty = True
+                ctx.end = w.end_ms
+                root.on_element(st.trig, ctx)
+                if root.should_fire(st.trig, ctx):
+                    out += self._check(key, ws, w, st, gc=False)
+        if not ws:
+            del self._keys[key]
+        return out
+
+    def _merge_new(self, ws: dict, new: IntervalWindow) -> IntervalWindow | None:
+        """MergeWindows with a new window; returns the window it ended up in, None if closed."""
+        target = new
+        for group, result in self.window_fn.merge_windows([*ws, new]):
+            if any(g != new and ws[g].closed for g in group):
+                if new in group:
+                    return None
+                continue  # closed windows are final; never merge them
+            states = [ws.pop(g) for g in group if g != new]
+            if new in group:
+                states.append(self._fresh())
+                target = result
+            ws[result] = self._merge_states(states)
+        if target not in ws:
+            ws[target] = self._fresh()
+        return target
+
+    def _merge_states(self, states: list[_WindowState]) -> _WindowState:
+        merged = _WindowState(
+            self.combiner.merge_accumulators([s.acc for s in states]),
+            self._layout.merge([s.trig for s in states]),
+        )
+        mins = [s.t_min for s in states if s.t_min is not None]
+        maxs = [s.t_max for s in states if s.t_max is not None]
+        merged.t_min = min(mins) if mins else None
+        merged.t_max = max(maxs) if maxs else None
+        merged.dirty = any(s.dirty for s in states)
+        merged.after_end = any(s.after_end for s in states)
+        merged.next_index = max(s.next_index for s in states)
+        merged.emitted = sorted((p for s in states for p in s.emitted), key=lambda p: (p.window, p.index))
+        return merged
+
+    def _check_all(self, gc: bool) -> list[Pane]:
+        out: list[Pane] = []
+        wm = self._ctx.watermark
+        for key in list(self._keys):
+            ws = self._keys[key]
+            for w in sorted(ws, key=lambda w: (w.end_ms, w.start_ms)):
+                out += self._check(key, ws, w, ws[w], gc and wm >= self._gc_time(w))
+            if not ws:
+                del self._keys[key]
+        return out
+
+    def _check(self, key: Any, ws: dict, w: IntervalWindow, st: _WindowState, gc: bool) -> list[Pane]:
+        """Fire the window if its trigger is ready; garbage collect it if ``gc``."""
+        ctx, root = self._ctx, self._root
+        ctx.end = w.end_ms
+        fired = not st.closed and root.should_fire(st.trig, ctx)
+        finished = fired and root.fire(st.trig, ctx)
+        out: list[Pane] = []
+        if fired or (gc and not st.closed):
+            past_end = ctx.watermark >= w.end_ms
+            timing = _EARLY if not past_end else (_LATE if st.after_end else _ON_TIME)
+            st.after_end = st.after_end or past_end
+            if st.dirty or (fired and timing is _ON_TIME and self._fire_always):
+                out = self._emit(key, w, st, timing, last=finished or gc)
+        if gc:
+            del ws[w]
+        elif finished:
+            st.closed, st.acc, st.emitted, st.dirty = True, None, [], False
+        return out
+
+    def _emit(self, key: Any, w: IntervalWindow, st: _WindowState, timing: PaneTiming, last: bool) -> list[Pane]:
+        tc = self.timestamp_combiner
+        if tc is TimestampCombiner.END_OF_WINDOW or st.t_min is None:
+            ts = w.end_ms - 1
+        else:
+            ts = st.t_min if tc is TimestampCombiner.EARLIEST else st.t_max
+        pane = Pane(key, w, self.combiner.extract_output(st.acc), ts, timing, st.next_index,
+                    st.next_index == 0, last)
+        st.next_index += 1
+        st.dirty = False
+        out = []
+        if self._retracting:
+            out = [p.retraction() for p in st.emitted]
+            st.emitted = [pane]
+        out.append(pane)
+        if self._discarding:
+            st.acc = self.combiner.create_accumulator()
+            st.t_min = st.t_max = None
+        return out
+
+    # -- state as bytes -----------------------------------------------------------------------
+
+    def _fingerprint(self) -> int:
+        config = (self.window_fn, self.trigger, self.accumulation_mode, self.allowed_lateness,
+                  self.timestamp_combiner, self.on_time_behavior, type(self.combiner).__qualname__)
+        return zlib.crc32(repr(config).encode())
+
+    def to_bytes(self) -> bytes:
+        """All state (every key's windows, times, counters) as compact deterministic bytes."""
+        keys = []
+        for key, ws in self._keys.items():
+            rows = []
+            for w, st in ws.items():
+                flags = st.dirty | st.after_end << 1 | st.closed << 2
+                panes = [(p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
+                          p.is_first, p.is_last) for p in st.emitted]
+                rows.append((w.start_ms, w.end_ms, st.acc, st.t_min, st.t_max, flags,
+                             st.next_index, st.trig, panes))
+            keys.append((key, rows))
+        return _codec.encode((_FORMAT, self._fingerprint(), self._ctx.watermark, self._ctx.now,
+                              self.dropped_late, self.dropped_closed, keys))
+
+    def load_bytes(self, data: bytes) -> None:
+        """Replace this driver's state with state written by ``to_bytes`` of an equal driver."""
+        fmt, fingerprint, wm, now, dropped_late, dropped_closed, keys = _codec.decode(data)
+        if fmt != _FORMAT or fingerprint != self._fingerprint():
+            raise ValueError("driver state was written by a driver with a different format or "
+                             "configuration (window_fn, trigger, mode, lateness, combiner)")
+        self._ctx.watermark, self._ctx.now = wm, now
+        self.dropped_late, self.dropped_closed = dropped_late, dropped_closed
+        self._keys = {}
+        for key, rows in keys:
+            ws = self._keys[key] = {}
+            for start, end, acc, t_min, t_max, flags, next_index, trig, panes in rows:
+                st = _WindowState(acc, trig)
+                st.t_min, st.t_max, st.next_index = t_min, t_max, next_index
+                st.dirty, st.after_end, st.closed = bool(flags & 1), bool(flags & 2), bool(flags & 4)
+                st.emitted = [Pane(key, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la)
+                              for s, e, v, ts, tv, i, f, la in panes]
+                ws[IntervalWindow(start, end)] = st
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *args: Any, **kwargs: Any) -> TriggerDriver:
+        """A driver built from the same arguments as the writer, with the written state."""
+        driver = cls(*args, **kwargs)
+        driver.load_bytes(data)
+        return driver
