@@ -1,0 +1,111 @@
+"""AssignWindows and MergeWindows (§2.2), and a custom window function through the driver."""
+
+from __future__ import annotations
+
+import pytest
+
+from watermarks import (
+    GLOBAL_WINDOW,
+    DefaultTrigger,
+    FixedWindows,
+    GlobalWindows,
+    IntervalWindow,
+    Sessions,
+    SlidingWindows,
+    SumCombiner,
+    TriggerDriver,
+    WindowFn,
+)
+from watermarks.transcript import run_transcript
+from watermarks.windows import windows_of
+
+W = IntervalWindow
+
+
+def test_global_windows():
+    assert GlobalWindows().assign_windows(-5) == [GLOBAL_WINDOW]
+    assert GlobalWindows() == GlobalWindows()
+
+
+@pytest.mark.parametrize(
+    "t, expected", [(0, W(0, 10)), (9, W(0, 10)), (10, W(10, 20)), (-1, W(-10, 0))]
+)
+def test_fixed_windows(t, expected):
+    assert FixedWindows(10).assign_windows(t) == [expected]
+
+
+def test_fixed_windows_offset():
+    assert FixedWindows(10, 3).assign_windows(2) == [W(-7, 3)]
+    assert FixedWindows(10, 3).assign_windows(3) == [W(3, 13)]
+
+
+def test_sliding_windows_copy_each_element_into_every_overlapping_window():
+    # Figure 3: two-minute windows every minute; an element at 12:01:30 is in two windows
+    assert SlidingWindows(120, 60).assign_windows(90) == [W(0, 120), W(60, 180)]
+    assert SlidingWindows(10, 5, 2).assign_windows(7) == [W(2, 12), W(7, 17)]
+    assert SlidingWindows(3, 5).assign_windows(4) == []  # in the gap between windows
+    assert SlidingWindows(3, 5).assign_windows(6) == [W(5, 8)]
+
+
+def test_sessions_merge_overlapping_not_touching():
+    s = Sessions(10)
+    assert s.assign_windows(5) == [W(5, 15)]
+    assert s.merge_windows([W(0, 10), W(10, 20)]) == []
+    assert s.merge_windows([W(20, 30), W(0, 10), W(9, 19), W(40, 50)]) == [
+        ([W(0, 10), W(9, 19)], W(0, 19))
+    ]
+    assert s.merge_windows([W(0, 10), W(5, 15), W(14, 24), W(30, 40), W(35, 45)]) == [
+        ([W(0, 10), W(5, 15), W(14, 24)], W(0, 24)),
+        ([W(30, 40), W(35, 45)], W(30, 45)),
+    ]
+
+
+def test_windows_of_is_the_batch_reference():
+    assert windows_of(Sessions(60), [70, 130, 100]) == [W(70, 190)]
+    assert windows_of(FixedWindows(10), [1, 2, 15]) == [W(0, 10), W(10, 20)]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: FixedWindows(0), "size_ms must be a positive integer of milliseconds, got 0"),
+        (lambda: FixedWindows(10, 10), "offset_ms must be an integer in [0, size_ms=10), got 10"),
+        (lambda: SlidingWindows(10, -5), "period_ms must be a positive integer of milliseconds, got -5"),
+        (lambda: Sessions(1.5), "gap_ms must be a positive integer of milliseconds, got 1.5"),
+    ],
+)
+def test_bad_window_specs_name_the_value(make, message):
+    with pytest.raises(ValueError) as err:
+        make()
+    assert str(err.value) == message
+
+
+def test_window_functions_are_values():
+    assert FixedWindows(10, 2) == FixedWindows(10, 2) != FixedWindows(10, 3)
+    assert hash(Sessions(5)) == hash(Sessions(5))
+    assert repr(SlidingWindows(10, 5)) == "SlidingWindows(size_ms=10, period_ms=5, offset_ms=0)"
+
+
+class HourActivity(WindowFn):
+    """Custom merging windows: each element is [t, t+1); all windows within one 100 ms 'hour'
+    merge into their span (unlike sessions, regardless of gaps)."""
+
+    is_merging = True
+
+    def assign_windows(self, timestamp_ms):
+        return [W(timestamp_ms, timestamp_ms + 1)]
+
+    def merge_windows(self, windows):
+        by_hour = {}
+        for w in windows:
+            by_hour.setdefault(w.start_ms // 100, []).append(w)
+        return [
+            (ws, W(min(w.start_ms for w in ws), max(w.end_ms for w in ws)))
+            for ws in by_hour.values() if len(ws) > 1
+        ]
+
+
+def test_custom_merging_window_function_through_the_driver():
+    d = TriggerDriver(HourActivity(), DefaultTrigger(), "accumulating", combiner=SumCombiner())
+    out = run_transcript(d, [("add", [(1, 10), (2, 90), (4, 150), (8, 40)]), ("watermark", 1000)])
+    assert [p.brief() for _, p in out] == [(10, 91, 11, "ON_TIME", 0, "FL"), (150, 151, 4, "ON_TIME", 0, "FL")]
