@@ -255,12 +255,12 @@ class TriggerDriver:
             if new in group:
                 states.append(self._fresh())
                 target = result
-            ws[result] = self._merge_states(states)
+            ws[result] = self._merge_states(states, result)
         if target not in ws:
             ws[target] = self._fresh()
         return target
 
-    def _merge_states(self, states: list[_WindowState]) -> _WindowState:
+    def _merge_states(self, states: list[_WindowState], result: IntervalWindow) -> _WindowState:
         merged = _WindowState(
             self.combiner.merge_accumulators([s.acc for s in states]),
             self._layout.merge([s.trig for s in states]),
@@ -270,7 +270,9 @@ class TriggerDriver:
         merged.t_min = min(mins) if mins else None
         merged.t_max = max(maxs) if maxs else None
         merged.dirty = any(s.dirty for s in states)
-        merged.after_end = any(s.after_end for s in states)
+        # fired after the end only if it fired after the end of the *merged* window: all earlier
+        # firings happened at or before the current watermark
+        merged.after_end = any(s.after_end for s in states) and self._ctx.watermark >= result.end_ms
         merged.next_index = max(s.next_index for s in states)
         merged.emitted = sorted((p for s in states for p in s.emitted), key=lambda p: (p.window, p.index))
         return merged

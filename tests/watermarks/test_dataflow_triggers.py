@@ -206,8 +206,21 @@ def test_counts_merge_when_sessions_merge():
 
 def test_a_processing_time_deadline_merges_to_the_earliest():
     d = driver(Repeatedly(AfterProcessingTime(10)), window_fn=Sessions(10))
-    steps = [("processing", 0), add((1, 0)), ("processing", 5), add((2, 8)), ("processing", 10)]
-    assert _per_step(d, steps) == [[], [], [], [], [(0, 18, 3, "EARLY", 0, "F")]]
+    steps = [("processing", 0), add((1, 0)), ("processing", 5), add((2, 15)),  # deadlines 10, 15
+             ("processing", 6), add((4, 7)),  # bridges [0,10) and [15,25): deadline min(10, 15)
+             ("processing", 10)]
+    assert _per_step(d, steps) == [[], [], [], [], [], [], [(0, 25, 7, "EARLY", 0, "F")]]
+
+
+def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_end():
+    d = driver(AfterWatermark(early=AfterCount(5), late=AfterCount(5)), window_fn=Sessions(10),
+               allowed_lateness=100)
+    steps = [add((1, 0)), ("watermark", 10), add((2, 8)), ("watermark", 17), ("watermark", 18)]
+    assert _per_step(d, steps) == [
+        [], [(0, 10, 1, "ON_TIME", 0, "F")],
+        [],  # [8,18) merges into [0,18): its end is ahead of the watermark again
+        [], [(0, 18, 3, "ON_TIME", 1, "")],
+    ]
 
 
 def test_paper_aliases_are_the_beam_triggers():
