@@ -1,1 +1,64 @@
-"""slicer"""
+"""General stream slicing for window aggregation (Scotty, ``seeds/scotty-slicing.txt`` §4-9).
+
+Many concurrent window queries over one stream share one set of *slices*: non-overlapping
+chunks of the stream with one partial aggregate each. Every record updates exactly one
+slice, whatever the number of windows; a window's aggregate combines its slices when it is
+emitted. This package is the pure engine (numpy, no Spark):
+
+* :class:`SlicingWindowOperator` - the facade: ``add_window``, ``add_aggregation``,
+  ``process_element(s)``, ``process_watermark``, ``set_max_lateness``, ``to_bytes``.
+* Windows (:mod:`slicer.windows`, :mod:`slicer.context_windows`): tumbling, sliding, fixed
+  band, session, punctuation, slide-by-tuple, on the :data:`Time` (ms) or :data:`Count`
+  measure; user-defined types via :class:`ContextFreeWindow`,
+  :class:`ForwardContextFreeWindow`, :class:`ForwardContextAwareWindow`.
+* Aggregations (:mod:`slicer.aggregates`): sum, count, min, max, mean, M4, median,
+  quantiles, user-defined lift / combine / lower (+ invert, commutativity).
+
+Conventions: windows are ``[start, end)`` (start inclusive, end exclusive); times are
+integer milliseconds; a window is emitted by the first watermark at or after its end, and
+emitted again (``update=True``) when records within the allowed lateness change it.
+
+Example
+-------
+>>> import numpy as np
+>>> op = SlicingWindowOperator(max_lateness_ms=500)
+>>> _ = op.add_window(SlidingWindow(Time, size=1000, slide=500))
+>>> _ = op.add_window(SessionWindow(Time, gap=300))
+>>> op.add_aggregation(Sum()); op.add_aggregation(M4())
+>>> op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 900]))
+>>> [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(1500)]
+[(0, -500, 500, 3.0), (1, 100, 500, 3.0), (0, 0, 1000, 6.0), (1, 900, 1200, 3.0), (0, 500, 1500, 3.0)]
+
+Notes for a Spark adapter (``slicer/spark.py``, not part of the engine)
+--------------------------------------------------------------------------
+* Keep one configured operator as a template per processor; per key (or key group) store
+  ``op.to_bytes(include_config=False)`` in state and restore with
+  ``SlicingWindowOperator.from_bytes(blob, like=template)`` - one state read and write per
+  key per micro-batch.
+* Feed each key's rows of a micro-batch with one ``process_elements(values, event_time_ms)``
+  call, then ``process_watermark_columns(wm)`` (columnar results turn into a pandas frame
+  without a row loop). Event-time progress: the source's punctuations (or Spark's watermark).
+* ``dropped_late`` counts records later than the allowed lateness; surface it as a metric.
+* State size: slices (not records) unless ``stores_records`` (see :mod:`slicer.decision`).
+"""
+
+from slicer.aggregates import (
+    M4, AggregateFunction, Count as CountAgg, Max, Mean, Median, Min, Quantile, Sum,
+)
+from slicer.context_windows import (
+    ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow,
+    SessionWindow, SlideByTupleWindow, WindowContext,
+)
+from slicer.operator import SlicingWindowOperator, StreamOrder
+from slicer.results import WindowResult, WindowResults
+from slicer.windows import (
+    ContextFreeWindow, Count, FixedBandWindow, Measure, SlidingWindow, Time, TumblingWindow, Window,
+)
+
+__all__ = [
+    "SlicingWindowOperator", "StreamOrder", "WindowResult", "WindowResults",
+    "Measure", "Time", "Count", "Window", "ContextFreeWindow", "TumblingWindow", "SlidingWindow",
+    "FixedBandWindow", "ContextAwareWindow", "ForwardContextFreeWindow", "ForwardContextAwareWindow",
+    "WindowContext", "SessionWindow", "PunctuationWindow", "SlideByTupleWindow",
+    "AggregateFunction", "Sum", "CountAgg", "Min", "Max", "Mean", "M4", "Median", "Quantile",
+]

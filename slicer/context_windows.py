@@ -1,0 +1,249 @@
+"""Context-aware windows: sessions, punctuations, slide-by-tuple (Scotty sections 4.4, 5.4.2, 6).
+
+A context-aware window keeps a :class:`WindowContext` next to the shared slices. After
+each batch the context names the *flexible* slice separators it needs (section 7.1.3);
+the slice manager then splits and merges slices to match (section 8). Contexts read the
+slices (and, where the decision tree of section 5.1 keeps them, the records) through a
+read-only view instead of copying them, as the paper does with its pointer to the
+aggregate store.
+
+Time measure only. Boundary conventions as in :mod:`slicer.windows`:
+
+* :class:`SessionWindow` ``[first, last + gap)``: consecutive records (event-time order)
+  closer than ``gap`` share a session.
+* :class:`PunctuationWindow` ``[p_i + 1, p_{i+1} + 1)`` between consecutive punctuation
+  records ``p``: a punctuation record closes the window it belongs to, so in-order
+  punctuations never split a slice that already holds records.
+* :class:`SlideByTupleWindow` every ``slide``-th record ``k`` (event-time order) ends a
+  window ``[t_k + 1 - size, t_k + 1)``, the last ``size`` ms up to and including ``t_k``.
+
+User-defined types subclass :class:`ForwardContextFreeWindow` or
+:class:`ForwardContextAwareWindow` and return a :class:`WindowContext` from
+``create_context``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from slicer.windows import Measure, Time, Window, _positive_int
+
+__all__ = [
+    "WindowContext", "ContextAwareWindow", "ForwardContextFreeWindow",
+    "ForwardContextAwareWindow", "SessionWindow", "PunctuationWindow", "SlideByTupleWindow",
+]
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+class WindowContext:
+    """Per-query state of a context-aware window.
+
+    ``view`` has ``starts``, ``tmin``, ``tmax``, ``count`` (one entry per slice) and
+    ``tuples`` (the record buffer with ``ts`` and ``base``, or ``None``).
+    """
+
+    def update(self, view: Any, values: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Take a batch (before it is added to the slices); return every flexible edge."""
+        raise NotImplementedError
+
+    def windows_ending_between(self, view: Any, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def earliest_open_start(self, view: Any, horizon: int) -> int:
+        raise NotImplementedError
+
+    def evict(self, before: int) -> None:
+        """Forget context older than ``before`` (the first retained slice start)."""
+
+    def get_state(self) -> Any:
+        return None
+
+    def set_state(self, state: Any) -> None:
+        pass
+
+
+class ContextAwareWindow(Window):
+    forward_context_free: bool = False
+
+    def create_context(self) -> WindowContext:
+        raise NotImplementedError
+
+    def slicing_group(self) -> tuple[str, int] | None:
+        """(group, rank): of contexts in one group only the lowest rank cuts slices (7.3.1)."""
+        return None
+
+    def _check_time(self) -> None:
+        self._init_measure()
+        if self.measure is not Time:
+            raise ValueError(f"{type(self).__name__} measure={self.measure.value!r}: only 'time' is supported")
+
+
+class ForwardContextFreeWindow(ContextAwareWindow):
+    """Edges up to ``t`` are known once all records up to ``t`` are processed."""
+
+    forward_context_free = True
+
+
+class ForwardContextAwareWindow(ContextAwareWindow):
+    """Edges before ``t`` may depend on records after ``t``; keeps records (Figure 4)."""
+
+    forward_context_free = False
+
+
+# --------------------------------------------------------------------------- sessions
+@dataclass(frozen=True)
+class SessionWindow(ContextAwareWindow):
+    """Session windows (section 6); the paper's exception: no records kept, no slice splits
+    that need them (Algorithms 3 to 6 only split inside gaps)."""
+
+    measure: Measure
+    gap: int
+
+    def __post_init__(self) -> None:
+        self._check_time()
+        _positive_int("gap", self.gap)
+
+    def create_context(self) -> WindowContext:
+        return _SessionContext(int(self.gap))
+
+    def slicing_group(self):
+        return ("session", int(self.gap))
+
+
+def _sessions(view: Any, gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) record time of each session, from slice extents (one session per slice)."""
+    ne = view.count > 0
+    lo, hi = view.tmin[ne], view.tmax[ne]
+    if lo.size == 0:
+        return _EMPTY, _EMPTY
+    brk = np.flatnonzero(lo[1:] - hi[:-1] >= gap)
+    return lo[np.concatenate(([0], brk + 1))], hi[np.append(brk, lo.size - 1)]
+
+
+class _SessionContext(WindowContext):
+    def __init__(self, gap: int):
+        self.gap = gap
+
+    def update(self, view, values, ts):
+        # Slices never hold records of two sessions: each slice is the interval [tmin, tmax]
+        # without inner gaps; a session starts where an interval begins a gap >= gap after
+        # everything before it.
+        ne = view.count > 0
+        lo = np.concatenate((view.tmin[ne], ts))
+        hi = np.concatenate((view.tmax[ne], ts))
+        order = np.argsort(lo, kind="stable")
+        lo, reach = lo[order], np.maximum.accumulate(hi[order])
+        return lo[np.concatenate(([0], np.flatnonzero(lo[1:] - reach[:-1] >= self.gap) + 1))]
+
+    def windows_ending_between(self, view, lo, hi):
+        first, last = _sessions(view, self.gap)
+        ends = last + self.gap
+        m = (ends > lo) & (ends <= hi)
+        return first[m], ends[m]
+
+    def earliest_open_start(self, view, horizon):
+        first, last = _sessions(view, self.gap)
+        open_ = first[last + self.gap > horizon]
+        return int(min(open_[0], horizon)) if open_.size else int(horizon)
+
+
+# --------------------------------------------------------------------------- punctuations
+@dataclass(frozen=True)
+class PunctuationWindow(ForwardContextFreeWindow):
+    """Windows between punctuation records: ``value`` equal to ``punctuation`` or, if given,
+    ``predicate(values) -> bool array`` (vectorised; must be picklable)."""
+
+    measure: Measure = Time
+    punctuation: Any = None
+    predicate: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        self._check_time()
+        if self.punctuation is None and self.predicate is None:
+            raise ValueError("PunctuationWindow: give punctuation=<value> or predicate=<callable>")
+
+    def is_punctuation(self, values: np.ndarray) -> np.ndarray:
+        if self.predicate is not None:
+            return np.asarray(self.predicate(values), bool)
+        return np.asarray(values == self.punctuation, bool)
+
+    def create_context(self) -> WindowContext:
+        return _PunctuationContext(self)
+
+
+class _PunctuationContext(WindowContext):
+    def __init__(self, window: PunctuationWindow):
+        self.window = window
+        self.edges = _EMPTY
+
+    def update(self, view, values, ts):
+        new = ts[self.window.is_punctuation(values)] + 1
+        if new.size:
+            self.edges = np.union1d(self.edges, new)
+        return self.edges
+
+    def windows_ending_between(self, view, lo, hi):
+        s, e = self.edges[:-1], self.edges[1:]
+        m = (e > lo) & (e <= hi)
+        return s[m], e[m]
+
+    def earliest_open_start(self, view, horizon):
+        i = int(np.searchsorted(self.edges, horizon, "right"))  # edges[i] is the first end > horizon
+        return int(min(self.edges[i - 1], horizon)) if i >= 1 else int(horizon)
+
+    def evict(self, before):
+        i = int(np.searchsorted(self.edges, before, "right"))
+        self.edges = self.edges[max(i - 1, 0):]
+
+    def get_state(self):
+        return self.edges
+
+    def set_state(self, state):
+        self.edges = np.asarray(state, np.int64)
+
+
+# --------------------------------------------------------------------------- slide-by-tuple
+@dataclass(frozen=True)
+class SlideByTupleWindow(ForwardContextAwareWindow):
+    """Every ``slide`` records, the last ``size`` ms (Li et al.'s slide-by-tuple windows).
+
+    Forward context aware: a window start is known only after the record ``size`` ms later.
+    """
+
+    measure: Measure
+    size: int
+    slide: int = 1
+
+    def __post_init__(self) -> None:
+        self._check_time()
+        _positive_int("size", self.size)
+        _positive_int("slide", self.slide)
+
+    def create_context(self) -> WindowContext:
+        return _SlideByTupleContext(int(self.size), int(self.slide))
+
+
+class _SlideByTupleContext(WindowContext):
+    def __init__(self, size: int, slide: int):
+        self.size, self.slide = size, slide
+
+    def _ends(self, all_ts: np.ndarray, base: int) -> np.ndarray:
+        k = np.arange(base, base + all_ts.size)
+        return np.unique(all_ts[(k + 1) % self.slide == 0] + 1)
+
+    def update(self, view, values, ts):
+        buf = view.tuples
+        ends = self._ends(np.sort(np.concatenate((buf.ts, ts))), buf.base)
+        return np.union1d(ends, ends - self.size)
+
+    def windows_ending_between(self, view, lo, hi):
+        ends = self._ends(view.tuples.ts, view.tuples.base)
+        ends = ends[(ends > lo) & (ends <= hi)]
+        return ends - self.size, ends
+
+    def earliest_open_start(self, view, horizon):
+        return int(horizon + 1 - self.size)

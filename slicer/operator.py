@@ -1,0 +1,257 @@
+"""The facade users talk to: :class:`SlicingWindowOperator` (Scotty section 9.1, Listing 1).
+
+It wires the :class:`~slicer.stream_slicer.StreamSlicer` (fixed separators), the slice
+managers (records into slices, splits, merges), the :class:`~slicer.window_manager.WindowManager`
+(queries, lateness, emission) and the :class:`~slicer.store.AggregationStore`.
+
+Example
+-------
+>>> import numpy as np
+>>> from slicer import Sum, Time, TumblingWindow
+>>> op = SlicingWindowOperator(max_lateness_ms=1000)
+>>> q = op.add_window(TumblingWindow(Time, 1000))
+>>> op.add_aggregation(Sum())
+>>> op.process_elements(np.array([1.0, 2.0, 4.0]), np.array([100, 1500, 900]))
+>>> [(r.start, r.end, r.value) for r in op.process_watermark(2000)]
+[(0, 1000, 5.0), (1000, 2000, 2.0)]
+>>> op.process_element(8.0, 1200)          # late, within the allowed lateness: an update
+>>> [(r.start, r.end, r.value, r.update) for r in op.process_watermark(2100)]
+[(1000, 2000, 10.0, True)]
+>>> op.process_element(1.0, 500); op.dropped_late   # later than 2100 - 1000: dropped, counted
+1
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+from typing import Any
+
+import numpy as np
+
+from slicer.aggregates import AggregateFunction
+from slicer.context_windows import ContextAwareWindow
+from slicer.decision import record_reasons
+from slicer.results import WindowResult, WindowResults
+from slicer.slice_manager import CountSliceManager, SliceManager
+from slicer.window_manager import Query, WindowManager
+from slicer.windows import ContextFreeWindow, Count, Time, Window
+
+__all__ = ["SlicingWindowOperator", "StreamOrder"]
+
+_MAGIC = b"SLC1"
+
+
+class StreamOrder(enum.Enum):
+    IN_ORDER = "in_order"
+    OUT_OF_ORDER = "out_of_order"
+
+    @classmethod
+    def parse(cls, value: "StreamOrder | str") -> "StreamOrder":
+        try:
+            return value if isinstance(value, StreamOrder) else cls(str(value).lower())
+        except ValueError:
+            raise ValueError(f"stream_order={value!r}: expected 'in_order' or 'out_of_order'") from None
+
+
+class SlicingWindowOperator:
+    """General stream slicing for many concurrent window queries over one stream (one key).
+
+    Parameters
+    ----------
+    max_lateness_ms : int
+        Allowed lateness: after watermark ``w`` records with time below ``w - max_lateness_ms``
+        are dropped and counted in :attr:`dropped_late`; later records update windows.
+    stream_order : {"out_of_order", "in_order"}
+        ``in_order`` promises non-decreasing times (a violation raises ``ValueError``) and
+        lets the decision tree drop records more often.
+    store : {"lazy", "eager"}
+        Lazy or eager aggregate store (see :mod:`slicer.store`).
+    keep_records : bool, optional
+        Force keeping records; by default the decision tree of section 5.1 decides.
+    """
+
+    def __init__(self, max_lateness_ms: int = 1000, stream_order: StreamOrder | str = "out_of_order",
+                 store: str = "lazy", keep_records: bool | None = None):
+        if store not in ("lazy", "eager"):
+            raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
+        self.set_max_lateness(max_lateness_ms)
+        self.stream_order = StreamOrder.parse(stream_order)
+        self.store_kind = store
+        self.keep_records = keep_records
+        self.aggregations: list[AggregateFunction] = []
+        self.windows = WindowManager(self.max_lateness)
+        self.dropped_late = 0
+        self._next_id = 0
+        self._seq = 0
+        self._max_ts: int | None = None
+        self._time: SliceManager | None = None
+        self._count: CountSliceManager | None = None
+
+    # ------------------------------------------------------------------ configuration
+    def set_max_lateness(self, ms: int) -> None:
+        if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)) or ms < 0:
+            raise ValueError(f"max_lateness_ms={ms!r}: expected an integer >= 0")
+        self.max_lateness = int(ms)
+        if hasattr(self, "windows"):
+            self.windows.max_lateness = self.max_lateness
+
+    def add_aggregation(self, fn: AggregateFunction) -> None:
+        if not isinstance(fn, AggregateFunction):
+            raise TypeError(f"add_aggregation({fn!r}): expected an AggregateFunction")
+        if self._time is not None:
+            raise ValueError("add_aggregation: aggregations are fixed once records were processed")
+        self.aggregations.append(fn)
+
+    def add_window(self, window: Window) -> int:
+        """Add a query; returns its id. Added while running, it reports windows that start
+        after the latest record seen (count: after the records seen)."""
+        if not isinstance(window, (ContextFreeWindow, ContextAwareWindow)):
+            raise TypeError(f"add_window({window!r}): expected a window definition")
+        qid, self._next_id = self._next_id, self._next_id + 1
+        start_at = np.iinfo(np.int64).min
+        if self._time is not None:
+            start_at = self._count.total if window.measure is Count else (self._max_ts or 0) + 1
+        ctx = window.create_context() if isinstance(window, ContextAwareWindow) else None
+        self.windows.queries[qid] = Query(qid, window, int(start_at), ctx)
+        if self._time is not None:
+            if bool(self.record_reasons()) and self._time.tuples is None:
+                del self.windows.queries[qid]
+                raise ValueError(f"add_window({window!r}) while running needs records that were not "
+                                 "kept; construct the operator with keep_records=True")
+            self._configure()
+        return qid
+
+    def remove_window(self, query_id: int) -> None:
+        self.windows.queries.pop(query_id)
+        if self._time is not None:
+            self._configure()
+
+    def record_reasons(self) -> list[str]:
+        """Why time-measure slices keep records (empty: partial aggregates only)."""
+        ws = [q.window for q in self.windows.queries.values()]
+        reasons = record_reasons(ws, self.aggregations, self.stream_order is StreamOrder.IN_ORDER)
+        return reasons + (["keep_records=True"] if self.keep_records else [])
+
+    @property
+    def stores_records(self) -> bool:
+        return bool(self.record_reasons()) if self.keep_records is None else self.keep_records
+
+    def _value_dtype(self):
+        builtin = all(type(a).kernel is not AggregateFunction.kernel for a in self.aggregations)
+        return np.float64 if builtin else object
+
+    def _start(self) -> None:
+        if not self.aggregations:
+            raise ValueError("add_aggregation() before processing records")
+        kernels = lambda: [a.kernel() for a in self.aggregations]  # noqa: E731
+        eager = self.store_kind == "eager"
+        self._time = SliceManager(kernels(), eager, self.stores_records, self._value_dtype())
+        self._count = CountSliceManager(kernels(), eager, self._value_dtype())
+        self._configure()
+
+    def _configure(self) -> None:
+        qs = list(self.windows.queries.values())
+        for mgr, measure in ((self._time, Time), (self._count, Count)):
+            mgr.slicer.set_windows(q.window for q in qs if q.context is None and q.window.measure is measure)
+        best: dict[str, Query] = {}
+        contexts = []
+        for q in qs:
+            if q.context is None:
+                continue
+            group = q.window.slicing_group()
+            if group is None:
+                contexts.append(q.context)
+            elif group[0] not in best or group[1] < best[group[0]].window.slicing_group()[1]:
+                best[group[0]] = q
+        self._time.contexts = contexts + [q.context for q in best.values()]
+
+    # ------------------------------------------------------------------ processing
+    def process_element(self, value: Any, ts: int) -> None:
+        """Process one record with event time ``ts`` (ms)."""
+        arr = np.empty(1, self._value_dtype())
+        arr[0] = value
+        self.process_elements(arr, np.array([ts], np.int64))
+
+    def process_elements(self, values, timestamps) -> None:
+        """Process a batch (numpy or Arrow arrays, any order); the hot path is vectorised."""
+        ts = np.asarray(timestamps, np.int64)
+        values = np.asarray(values, dtype=self._value_dtype())
+        if ts.shape != values.shape or ts.ndim != 1:
+            raise ValueError(f"values {values.shape} and timestamps {ts.shape}: expected equal 1-d shapes")
+        if self._time is None:
+            self._start()
+        wm = self.windows.watermark
+        if wm is not None:
+            ok = ts >= wm - self.max_lateness
+            if not ok.all():
+                self.dropped_late += int(ts.size - ok.sum())
+                ts, values = ts[ok], values[ok]
+        if ts.size == 0:
+            return
+        if self.stream_order is StreamOrder.IN_ORDER:
+            floor = self._max_ts if self._max_ts is not None else ts[0]
+            if ts[0] < floor or np.any(ts[1:] < ts[:-1]):
+                raise ValueError("stream_order='in_order' but a record arrived out of order")
+        seq = np.arange(self._seq, self._seq + ts.size, dtype=np.int64)
+        self._seq += ts.size
+        top = int(ts.max())
+        self._max_ts = top if self._max_ts is None else max(self._max_ts, top)
+        if self.windows.of_measure(Time):
+            self._time.process(values, ts, seq)
+        if self.windows.of_measure(Count):
+            self._count.process(values, ts, seq)
+
+    def process_watermark_columns(self, ts: int) -> WindowResults:
+        """Like :meth:`process_watermark`, as a columnar :class:`WindowResults`."""
+        names = [a.name for a in self.aggregations]
+        if self._time is None:
+            self.windows.watermark = int(ts) if self.windows.watermark is None else max(self.windows.watermark, int(ts))
+            return WindowResults.concat(names, [])
+        return self.windows.emit(int(ts), self._time, self._count, names)
+
+    def process_watermark(self, ts: int) -> list[WindowResult]:
+        """Windows that ended since the last watermark plus updates of emitted windows changed
+        by late records, ordered by (end, query id, start)."""
+        return self.process_watermark_columns(ts).rows()
+
+    # ------------------------------------------------------------------ state
+    def _config(self) -> dict:
+        return {"lateness": self.max_lateness, "order": self.stream_order.value, "store": self.store_kind,
+                "keep": self.keep_records, "aggs": self.aggregations,
+                "windows": {i: q.window for i, q in self.windows.queries.items()}}
+
+    def to_bytes(self, include_config: bool = True) -> bytes:
+        """Serialise the state (and, by default, the configuration) to bytes.
+
+        A Spark processor keeps one configured operator and stores only
+        ``to_bytes(include_config=False)`` per key, restoring with ``from_bytes(data, like=op)``.
+        """
+        state = {"next": self._next_id, "seq": self._seq, "max": self._max_ts, "dropped": self.dropped_late,
+                 "time": None if self._time is None else self._time.get_state(),
+                 "count": None if self._count is None else self._count.get_state(),
+                 "wm": self.windows.get_state()}
+        payload = {"config": self._config() if include_config else None, "state": state}
+        return _MAGIC + pickle.dumps(payload, protocol=5)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, like: "SlicingWindowOperator | None" = None) -> "SlicingWindowOperator":
+        if data[:4] != _MAGIC:
+            raise ValueError("from_bytes: not a slicer state (bad header)")
+        payload = pickle.loads(data[4:])
+        cfg = payload["config"] or (like._config() if like is not None else None)
+        if cfg is None:
+            raise ValueError("from_bytes: state has no configuration; pass like=<configured operator>")
+        op = cls(cfg["lateness"], cfg["order"], cfg["store"], cfg["keep"])
+        op.aggregations = list(cfg["aggs"])
+        for i, w in cfg["windows"].items():
+            ctx = w.create_context() if isinstance(w, ContextAwareWindow) else None
+            op.windows.queries[i] = Query(i, w, 0, ctx)
+        st = payload["state"]
+        op._next_id, op._seq, op._max_ts, op.dropped_late = st["next"], st["seq"], st["max"], st["dropped"]
+        if st["time"] is not None:
+            op._start()
+            op._time.set_state(st["time"])
+            op._count.set_state(st["count"])
+        op.windows.set_state(st["wm"])
+        return op

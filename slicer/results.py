@@ -1,0 +1,87 @@
+"""Window results: one row per emitted window, or a columnar batch of them.
+
+``update`` is ``True`` for a window that ended at or before the previous watermark and is
+emitted again because records that arrived since (within the allowed lateness) changed it,
+or because context changed its extent (a late record fused sessions, a late punctuation cut
+a window). Earlier panes are not retracted: a consumer keeps the latest pane per
+``(query_id, start, end)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["WindowResult", "WindowResults"]
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """One window aggregate: ``[start, end)`` of query ``query_id``, one value per aggregation."""
+
+    query_id: int
+    measure: str
+    start: int
+    end: int
+    values: tuple
+    update: bool = False
+
+    @property
+    def value(self) -> Any:
+        """The value of the first aggregation."""
+        return self.values[0]
+
+
+@dataclass
+class WindowResults:
+    """Columnar results (what a Spark adapter turns into a pandas frame without a row loop).
+
+    ``values[i]`` holds aggregation ``names[i]`` for all rows: a numpy array (an ``(n, 4)``
+    array for M4) or a list (holistic and user-defined functions).
+    """
+
+    names: list[str]
+    query_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    measure: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    update: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    values: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    def rows(self) -> list[WindowResult]:
+        cols = [v.tolist() if isinstance(v, np.ndarray) else list(v) for v in self.values]
+        cols = [[tuple(x) if isinstance(x, list) else x for x in c] for c in cols]
+        return [
+            WindowResult(int(q), str(m), int(s), int(e), tuple(c[i] for c in cols), bool(u))
+            for i, (q, m, s, e, u) in enumerate(zip(self.query_id.tolist(), self.measure.tolist(),
+                                                    self.start.tolist(), self.end.tolist(),
+                                                    self.update.tolist()))
+        ]
+
+    @staticmethod
+    def concat(names: list[str], parts: list["WindowResults"]) -> "WindowResults":
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return WindowResults(names, values=[np.zeros(0) for _ in names])
+        out = WindowResults(
+            names,
+            np.concatenate([p.query_id for p in parts]), np.concatenate([p.measure for p in parts]),
+            np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
+            np.concatenate([p.update for p in parts]), [],
+        )
+        for i in range(len(names)):
+            cols = [p.values[i] for p in parts]
+            out.values.append(np.concatenate(cols) if isinstance(cols[0], np.ndarray)
+                              else [x for c in cols for x in c])
+        order = np.lexsort((out.start, out.query_id, out.end))
+        return out.take(order)
+
+    def take(self, idx: np.ndarray) -> "WindowResults":
+        vals = [v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()] for v in self.values]
+        return WindowResults(self.names, self.query_id[idx], self.measure[idx], self.start[idx],
+                             self.end[idx], self.update[idx], vals)

@@ -1,0 +1,172 @@
+"""Slice managers: records into slices, splits and merges (Scotty sections 5.3 and 8).
+
+:class:`SliceManager` serves the time measure. Per batch it (1) lets the stream slicer add
+fixed separators up to the batch's latest record (Algorithm 1), (2) asks context-aware
+windows for their flexible separators and reconciles the slices with them - the update,
+split, fuse and extend cases of Algorithms 3 to 6 all reduce to adding or removing
+separators, and a split happens only where the paper needs one - and (3) adds every record
+to the slice that covers its time in one vectorised step (in-order records to the active
+slice, out-of-order ones to a past slice, Algorithm 3 lines 8-11). A non-commutative
+function on a slice that received an out-of-order record is recomputed from records
+(section 5.3, step 2).
+
+:class:`CountSliceManager` serves the count measure: an out-of-order record shifts the
+position of every later record (section 4.3), so it keeps records and recomputes the slices
+from the first shifted position on, in one vectorised pass (section 5.2, Figure 6).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from slicer._kernels import Kernel
+from slicer._tuples import TupleBuffer
+from slicer.context_windows import WindowContext
+from slicer.store import AggregationStore
+from slicer.stream_slicer import StreamSlicer
+
+__all__ = ["SliceManager", "CountSliceManager"]
+
+
+class _Manager:
+    def __init__(self, kernels: Sequence[Kernel], eager: bool, keep_tuples: bool, value_dtype):
+        self.store = AggregationStore(kernels, eager)
+        self.tuples = TupleBuffer(value_dtype) if keep_tuples else None
+        self.slicer = StreamSlicer()
+        self.frontier: int | None = None
+
+    # read-only view used by window contexts
+    @property
+    def starts(self) -> np.ndarray:
+        return self.store.starts
+
+    @property
+    def tmin(self) -> np.ndarray:
+        return self.store.tmin
+
+    @property
+    def tmax(self) -> np.ndarray:
+        return self.store.tmax
+
+    @property
+    def count(self) -> np.ndarray:
+        return self.store.count
+
+    def get_state(self) -> dict:
+        return {"store": self.store.get_state(), "frontier": self.frontier,
+                "tuples": None if self.tuples is None else self.tuples.get_state()}
+
+    def set_state(self, state: dict) -> None:
+        self.store.set_state(state["store"])
+        self.frontier = state["frontier"]
+        if self.tuples is not None and state["tuples"] is not None:
+            self.tuples.set_state(state["tuples"])
+
+
+class SliceManager(_Manager):
+    """Time-measure slices shared by all time queries."""
+
+    def __init__(self, kernels, eager, keep_tuples, value_dtype):
+        super().__init__(kernels, eager, keep_tuples, value_dtype)
+        self.contexts: list[WindowContext] = []
+        self.reorder = [i for i, k in enumerate(kernels) if not k.commutative] if keep_tuples else []
+
+    def process(self, values: np.ndarray, ts: np.ndarray, seq: np.ndarray) -> None:
+        st = self.store
+        bmin, bmax = int(ts.min()), int(ts.max())
+        if st.n == 0:
+            st.add_empty(np.concatenate(([bmin], self.slicer.edges_between(bmin, bmax))))
+            self.frontier = bmax
+        else:
+            if bmin < st.starts[0]:
+                front = self.slicer.edges_between(bmin, int(st.starts[0]) - 1)
+                st.add_empty(np.concatenate(([bmin], front)), front=True)
+            if bmax > self.frontier:
+                st.add_empty(self.slicer.edges_between(self.frontier, bmax))
+                self.frontier = bmax
+        if self.contexts:
+            flex = [c.update(self, values, ts) for c in self.contexts]
+            st.reconcile(np.unique(np.concatenate(flex)), self.tuples)
+        idx = st.slice_of(ts)
+        late = None
+        if self.reorder:
+            first = np.full(st.n, np.iinfo(np.int64).max)
+            np.minimum.at(first, idx, ts)
+            late = np.flatnonzero(first < st.tmax)
+        st.add(idx, values, ts, seq)
+        if self.tuples is not None:
+            self.tuples.insert(values, ts, seq)
+        if late is not None and late.size:
+            self._recompute(late, self.reorder)
+        st.refresh()
+
+    def _recompute(self, ids: np.ndarray, kernels: Sequence[int] | None = None) -> None:
+        st, buf = self.store, self.tuples
+        ends = np.append(st.starts[1:], np.iinfo(np.int64).max)
+        lo = np.searchsorted(buf.ts, st.starts[ids], "left")
+        hi = np.searchsorted(buf.ts, ends[ids], "left")
+        st.recompute(ids, lo, hi, buf.values, buf.ts, buf.seq, kernels)
+
+    def evict_before(self, cutoff: int) -> None:
+        st = self.store
+        if st.n == 0:
+            return
+        st.drop_first(int(np.searchsorted(st.starts, cutoff, "right")) - 1)
+        st.fixed[0] = True
+        first = int(st.starts[0])
+        if self.tuples is not None:
+            self.tuples.drop_first(int(np.searchsorted(self.tuples.ts, first, "left")))
+        for c in self.contexts:
+            c.evict(first)
+
+
+class CountSliceManager(_Manager):
+    """Count-measure slices; keys are global record positions in event-time order."""
+
+    def __init__(self, kernels, eager, value_dtype):
+        super().__init__(kernels, eager, True, value_dtype)
+        self.first_change: int | None = None  # smallest shifted position since the last watermark
+
+    @property
+    def total(self) -> int:
+        return self.tuples.base + len(self.tuples)
+
+    def process(self, values: np.ndarray, ts: np.ndarray, seq: np.ndarray) -> None:
+        st, buf = self.store, self.tuples
+        pos = buf.base + buf.insert(values, ts, seq)
+        self.first_change = pos if self.first_change is None else min(self.first_change, pos)
+        last = self.total - 1
+        if st.n == 0:
+            st.add_empty(np.concatenate(([buf.base], self.slicer.edges_between(buf.base, last))))
+            self.frontier = last
+        elif last > self.frontier:
+            st.add_empty(self.slicer.edges_between(self.frontier, last))
+            self.frontier = last
+        k0 = max(int(st.slice_of(np.array([pos]))[0]), 0)
+        ids = np.arange(k0, st.n)
+        ends = np.append(st.starts[1:], self.total)
+        lo = np.clip(st.starts[ids] - buf.base, 0, None)
+        hi = np.clip(ends[ids] - buf.base, 0, len(buf))
+        st.truncate_from(k0)
+        st.recompute(ids, lo, hi, buf.values, buf.ts, buf.seq)
+        st.refresh()
+
+    def position_of_time(self, t: int) -> int:
+        """Number of records with event time below ``t``."""
+        return self.tuples.base + int(np.searchsorted(self.tuples.ts, t, "left"))
+
+    def evict_before(self, cutoff: int) -> None:
+        st = self.store
+        if st.n == 0:
+            return
+        st.drop_first(int(np.searchsorted(st.starts, cutoff, "right")) - 1)
+        self.tuples.drop_first(int(st.starts[0]) - self.tuples.base)
+
+    def get_state(self) -> dict:
+        return {**super().get_state(), "first_change": self.first_change}
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self.first_change = state["first_change"]

@@ -1,0 +1,74 @@
+"""Stream slicer: fixed slice separators of context-free windows (Scotty section 7).
+
+Algorithm 1 keeps the next window edge and emits a separator whenever a record passes it;
+Algorithm 2 advances per-query edge times and fuses tumbling windows whose edges are
+covered by another's (section 7.3.2; a sliding window counts as two tumbling ones,
+section 7.1.2). Here the same happens per batch: the edges in ``(frontier, max time]`` of
+all fused progressions are generated at once with numpy, so the per-record cost is one
+comparison in a vectorised ``searchsorted``, independent of the number of queries.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from slicer.windows import ContextFreeWindow
+
+__all__ = ["StreamSlicer", "fuse_progressions"]
+
+
+def fuse_progressions(progs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Drop every progression ``(period, offset)`` whose edges another one covers (Alg. 2)."""
+    uniq = sorted(set(progs))
+    kept = []
+    for p, o in uniq:
+        covered = any(q != (p, o) and p % q[0] == 0 and (o - q[1]) % q[0] == 0 for q in uniq)
+        if not covered:
+            kept.append((p, o))
+    return kept
+
+
+class StreamSlicer:
+    """Edges of a set of context-free windows, fused once per query change."""
+
+    def __init__(self) -> None:
+        self.windows: list[ContextFreeWindow] = []
+        self._rebuild()
+
+    def set_windows(self, windows: Iterable[ContextFreeWindow]) -> None:
+        self.windows = list(windows)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        progs, points, other = [], [], []
+        for w in self.windows:
+            pr = w.progressions()
+            if pr is not None:
+                progs.extend(pr)
+            elif w.points():
+                points.extend(w.points())
+            else:
+                other.append(w)
+        fused = fuse_progressions(progs)
+        self.periods = np.array([p for p, _ in fused], np.int64)
+        self.offsets = np.array([o for _, o in fused], np.int64)
+        self.points = np.unique(np.array(points, np.int64))
+        self.generic = other
+
+    def edges_between(self, lo: int, hi: int) -> np.ndarray:
+        """Sorted unique edges ``e`` with ``lo < e <= hi``."""
+        if hi <= lo:
+            return np.zeros(0, np.int64)
+        parts = [self.points[(self.points > lo) & (self.points <= hi)]]
+        if self.periods.size:
+            first = lo + 1 + (self.offsets - lo - 1) % self.periods
+            n = np.maximum((hi - first) // self.periods + 1, 0)
+            total = int(n.sum())
+            if total:
+                grp = np.repeat(np.arange(n.size), n)
+                k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+                parts.append(first[grp] + k * self.periods[grp])
+        parts.extend(w.edges_between(lo, hi) for w in self.generic)
+        return np.unique(np.concatenate(parts))

@@ -1,0 +1,191 @@
+"""Window definitions: measures and context-free windows (Scotty sections 4.3, 4.4, 5.4.2).
+
+A window definition is a small immutable value that users write; the engine asks it for
+*window edges* (where slices must be cut) and for the windows that ended between two
+watermarks. Conventions, for every window type:
+
+* A window ``[start, end)`` contains the records with ``start <= t < end``: ``start``
+  inclusive, ``end`` exclusive. ``t`` is the event time in integer milliseconds for
+  :data:`Time`, and the record's position in event-time order (ties by arrival, 0-based)
+  for :data:`Count`.
+* A time window is emitted by the first watermark ``w`` with ``end <= w``; a count window
+  once ``end`` records with event time below the watermark exist.
+
+Context-free windows (tumbling, sliding, fixed band and user-defined subclasses of
+:class:`ContextFreeWindow`) know all their edges up front; context-aware ones live in
+:mod:`slicer.context_windows`.
+
+Example
+-------
+>>> TumblingWindow(Time, 1000).next_edge(1500)
+2000
+>>> SlidingWindow("time", 1000, 250).windows_ending_between(0, 500)
+(array([-750, -500]), array([250, 500]))
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Measure", "Time", "Count", "Window", "ContextFreeWindow",
+    "TumblingWindow", "SlidingWindow", "FixedBandWindow",
+]
+
+
+class Measure(enum.Enum):
+    """What a window's bounds count: event time in milliseconds or records."""
+
+    TIME = "time"
+    COUNT = "count"
+
+    @classmethod
+    def parse(cls, value: "Measure | str") -> "Measure":
+        if isinstance(value, Measure):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise ValueError(f"measure={value!r}: expected 'time' or 'count'") from None
+
+
+Time = Measure.TIME
+Count = Measure.COUNT
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name}={value!r}: expected a positive integer")
+    return int(value)
+
+
+class Window:
+    """Base of all window definitions. ``measure`` is :data:`Time` or :data:`Count`."""
+
+    measure: Measure
+
+    def _init_measure(self) -> None:
+        object.__setattr__(self, "measure", Measure.parse(self.measure))
+
+
+class ContextFreeWindow(Window):
+    """All edges known a priori (section 4.4). Subclass for a user-defined CF window.
+
+    Implement ``next_edge`` (the ``getNextEdge`` of section 5.4.2), ``windows_ending_between``
+    (``triggerWin``) and ``earliest_open_start``. Built-ins also expose
+    ``progressions()`` - arithmetic progressions ``(period, offset)`` of their edges - so the
+    stream slicer can fuse them (section 7.3.2) and generate edges without a Python loop.
+    """
+
+    def next_edge(self, ts: int) -> int:
+        """The smallest window edge (start or end) strictly after ``ts``."""
+        raise NotImplementedError
+
+    def windows_ending_between(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of all windows with ``lo < end <= hi``."""
+        raise NotImplementedError
+
+    def earliest_open_start(self, horizon: int) -> int:
+        """The smallest start of any window with ``end > horizon`` (for eviction)."""
+        raise NotImplementedError
+
+    def progressions(self) -> list[tuple[int, int]] | None:
+        return None
+
+    def points(self) -> list[int]:
+        return []
+
+    def edges_between(self, lo: int, hi: int) -> np.ndarray:
+        """All edges ``e`` with ``lo < e <= hi`` (generic loop over ``next_edge``)."""
+        out, e = [], self.next_edge(lo)
+        while e <= hi:
+            out.append(e)
+            e = self.next_edge(e)
+        return np.asarray(out, np.int64)
+
+
+@dataclass(frozen=True)
+class SlidingWindow(ContextFreeWindow):
+    """Windows ``[k*slide + offset, k*slide + offset + size)`` for every integer ``k``."""
+
+    measure: Measure
+    size: int
+    slide: int
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        self._init_measure()
+        _positive_int("size", self.size)
+        _positive_int("slide", self.slide)
+        if not isinstance(self.offset, (int, np.integer)):
+            raise ValueError(f"offset={self.offset!r}: expected an integer")
+
+    def progressions(self):
+        return [(self.slide, self.offset % self.slide), (self.slide, (self.offset + self.size) % self.slide)]
+
+    def next_edge(self, ts):
+        return int(min(_next_in(p, o, ts) for p, o in self.progressions()))
+
+    def windows_ending_between(self, lo, hi):
+        first = _next_in(self.slide, (self.offset + self.size) % self.slide, lo)
+        ends = np.arange(first, hi + 1, self.slide, dtype=np.int64)
+        return ends - self.size, ends
+
+    def earliest_open_start(self, horizon):
+        return int(_next_in(self.slide, self.offset % self.slide, horizon - self.size))
+
+
+@dataclass(frozen=True)
+class TumblingWindow(SlidingWindow):
+    """Non-overlapping windows ``[k*size + offset, (k+1)*size + offset)``."""
+
+    measure: Measure
+    size: int
+    slide: int = 0
+    offset: int = 0
+
+    def __init__(self, measure: Measure | str, size: int, offset: int = 0):
+        object.__setattr__(self, "measure", measure)
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "slide", size)
+        object.__setattr__(self, "offset", offset)
+        self.__post_init__()
+
+    def __repr__(self) -> str:
+        return f"TumblingWindow({self.measure.value!r}, size={self.size}, offset={self.offset})"
+
+
+@dataclass(frozen=True)
+class FixedBandWindow(ContextFreeWindow):
+    """One window ``[start, start + size)`` (a fixed band, e.g. a business day)."""
+
+    measure: Measure
+    start: int
+    size: int
+
+    def __post_init__(self) -> None:
+        self._init_measure()
+        _positive_int("size", self.size)
+
+    def points(self):
+        return [int(self.start), int(self.start + self.size)]
+
+    def next_edge(self, ts):
+        later = [p for p in self.points() if p > ts]
+        return min(later) if later else np.iinfo(np.int64).max
+
+    def windows_ending_between(self, lo, hi):
+        end = self.start + self.size
+        hit = lo < end <= hi
+        return (np.array([self.start] if hit else [], np.int64), np.array([end] if hit else [], np.int64))
+
+    def earliest_open_start(self, horizon):
+        return int(self.start) if self.start + self.size > horizon else np.iinfo(np.int64).max
+
+
+def _next_in(period: int, offset: int, ts) -> int:
+    """Smallest ``e > ts`` with ``e = offset (mod period)``."""
+    return ts + 1 + ((offset - ts - 1) % period)

@@ -1,0 +1,169 @@
+"""Brute-force reference for the slicing engine, shared by the slicer tests (not a test module).
+
+The reference keeps every accepted record and, at each watermark, enumerates each query's
+windows from the records alone (``start <= t < end``; count windows by position in
+(event time, arrival) order), with none of the engine's slices, contexts or eviction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from slicer import (
+    M4, AggregateFunction, CountAgg, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow,
+    Quantile, SessionWindow, SlideByTupleWindow, SlidingWindow, Sum, TumblingWindow,
+)
+from slicer.windows import Count, Time
+
+
+class Concat(AggregateFunction):
+    """Non-commutative: concatenation in event-time order."""
+
+    commutative = False
+
+    def lift(self, v):
+        return str(int(v))
+
+    def combine(self, a, b):
+        return a + b
+
+
+def is_seven(values):
+    return np.asarray(values) == 7
+
+
+BUILTINS = [Sum(), CountAgg(), Min(), Max(), Mean(), M4(), Median(), Quantile((0.25, 0.9))]
+
+
+def ref_aggregate(fn, recs):
+    """recs: list of (value, ts, seq) in (ts, seq) order."""
+    v = [float(r[0]) for r in recs]
+    name = type(fn).__name__
+    if name == "Sum":
+        return float(sum(v))
+    if name == "Count":
+        return len(v)
+    if name == "Min":
+        return min(v)
+    if name == "Max":
+        return max(v)
+    if name == "Mean":
+        return sum(v) / len(v)
+    if name == "M4":
+        return (min(v), max(v), v[0], v[-1])
+    if name in ("Median", "Quantile"):
+        q = np.quantile(np.array(v), fn.q)
+        return tuple(q.tolist()) if np.ndim(q) else float(q)
+    if name == "Concat":
+        return "".join(str(int(x)) for x in v)
+    raise AssertionError(name)
+
+
+def _cf_windows(w, keys):
+    out = set()
+    if isinstance(w, FixedBandWindow):
+        return {(w.start, w.start + w.size)}
+    for t in keys:
+        k_hi = (t - w.offset) // w.slide
+        k_lo = -((-(t - w.offset - w.size + 1)) // w.slide)
+        out.update((k * w.slide + w.offset, k * w.slide + w.offset + w.size) for k in range(k_lo, k_hi + 1))
+    return out
+
+
+def ref_windows(w, recs):
+    """All windows of ``w`` over records sorted by (ts, seq): list of (start, end, members)."""
+    if w.measure is Count:
+        idx = list(range(len(recs)))
+        return [(s, e, recs[max(s, 0):max(e, 0)]) for s, e in _cf_windows(w, idx)]
+    ts = [r[1] for r in recs]
+    if isinstance(w, SessionWindow):
+        spans, cur = [], None
+        for t in ts:
+            if cur is not None and t - cur[1] < w.gap:
+                cur[1] = t
+            else:
+                cur = [t, t]
+                spans.append(cur)
+        spans = [(a, b + w.gap) for a, b in spans]
+    elif isinstance(w, PunctuationWindow):
+        p = sorted({r[1] + 1 for r in recs if r[0] == 7})
+        spans = list(zip(p[:-1], p[1:]))
+    elif isinstance(w, SlideByTupleWindow):
+        spans = {(ts[k] + 1 - w.size, ts[k] + 1) for k in range(len(ts)) if (k + 1) % w.slide == 0}
+    else:
+        spans = _cf_windows(w, ts)
+    return [(s, e, [r for r in recs if s <= r[1] < e]) for s, e in set(spans)]
+
+
+@dataclass
+class RefQuery:
+    window: object
+    emitted: dict  # (start, end) -> tuple of seqs last emitted
+
+
+class Reference:
+    def __init__(self, windows, aggs, lateness):
+        self.queries = [RefQuery(w, {}) for w in windows]
+        self.aggs, self.lateness = aggs, lateness
+        self.recs, self.wm, self.cfront, self.dropped, self.since = [], None, None, 0, set()
+
+    def records(self, values, ts):
+        for v, t in zip(values, ts):
+            if self.wm is not None and t < self.wm - self.lateness:
+                self.dropped += 1
+                continue
+            seq = len(self.recs) + self.dropped
+            self.recs.append((v, int(t), seq))
+            self.since.add(seq)
+
+    def watermark(self, wm):
+        prev = self.wm
+        wm = wm if prev is None else max(prev, wm)
+        recs = sorted(self.recs, key=lambda r: (r[1], r[2]))
+        n_now = sum(1 for r in recs if r[1] < wm)
+        out = []
+        for qi, q in enumerate(self.queries):
+            for s, e, mem in ref_windows(q.window, recs):
+                if not mem:
+                    continue
+                ids = tuple(r[2] for r in mem)
+                if q.window.measure is Count:
+                    new = e <= n_now and (self.cfront is None or e > self.cfront)
+                    upd = self.cfront is not None and e <= self.cfront and q.emitted.get((s, e)) != ids
+                else:
+                    new = e <= wm and (prev is None or e > prev)
+                    upd = prev is not None and prev - self.lateness < e <= prev and (
+                        any(i in self.since for i in ids)
+                        or (isinstance(q.window, (SessionWindow, PunctuationWindow, SlideByTupleWindow))
+                            and (s, e) not in q.emitted))
+                if new or upd:
+                    q.emitted[(s, e)] = ids
+                    out.append((qi, s, e, bool(upd), tuple(ref_aggregate(a, mem) for a in self.aggs)))
+        self.wm, self.since = wm, set()
+        self.cfront = n_now
+        return sorted(out, key=lambda r: (r[2], r[0], r[1]))
+
+
+def close(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+
+
+def rows_of(results, qmap=None):
+    out = []
+    for r in results:
+        qi = r.query_id if qmap is None else qmap[r.query_id]
+        out.append((qi, r.start, r.end, r.update, tuple(v.tolist() if isinstance(v, np.ndarray) else v
+                                                        for v in r.values)))
+    return sorted(out, key=lambda r: (r[2], r[0], r[1]))
+
+
+def same_rows(got, want) -> bool:
+    return len(got) == len(want) and all(
+        g[:4] == w[:4] and close(g[4], w[4]) for g, w in zip(got, want))

@@ -1,0 +1,185 @@
+"""Property tests: the slicing engine against the brute-force reference in conftest.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from slicer import (
+    M4, CountAgg, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow, Quantile,
+    SessionWindow, SlideByTupleWindow, SlidingWindow, SlicingWindowOperator, Sum, TumblingWindow,
+)
+from slicer.windows import Count, Time
+
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helper importable
+from slicer_reference import Concat, Reference, is_seven, rows_of, same_rows  # noqa: E402
+
+settings.register_profile("slicer-noshrink", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+if os.environ.get("SLICER_NO_SHRINK"):  # debugging aid: fail fast without shrinking
+    settings.load_profile("slicer-noshrink")
+SCALE = int(os.environ.get("SLICER_EXAMPLES_SCALE", "1"))  # raise for a longer hunt
+SETTINGS = settings(max_examples=45 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def time_windows(draw):
+    kind = draw(st.sampled_from(["tumbling", "sliding", "band", "session", "punct", "sbt"]))
+    if kind == "tumbling":
+        size = draw(st.integers(5, 120))
+        return TumblingWindow(Time, size, draw(st.integers(0, size - 1)))
+    if kind == "sliding":
+        size = draw(st.integers(10, 150))
+        return SlidingWindow(Time, size, draw(st.integers(5, size)))
+    if kind == "band":
+        return FixedBandWindow(Time, draw(st.integers(0, 300)), draw(st.integers(10, 300)))
+    if kind == "session":
+        return SessionWindow(Time, draw(st.integers(5, 60)))
+    if kind == "punct":
+        return PunctuationWindow(Time, punctuation=7)
+    return SlideByTupleWindow(Time, draw(st.integers(5, 100)), draw(st.integers(1, 4)))
+
+
+@st.composite
+def count_windows(draw):
+    kind = draw(st.sampled_from(["tumbling", "sliding", "band"]))
+    if kind == "tumbling":
+        return TumblingWindow(Count, draw(st.integers(1, 8)))
+    if kind == "sliding":
+        size = draw(st.integers(2, 10))
+        return SlidingWindow(Count, size, draw(st.integers(1, size)))
+    return FixedBandWindow(Count, draw(st.integers(0, 10)), draw(st.integers(1, 10)))
+
+
+AGGS = st.lists(st.sampled_from(["sum", "count", "min", "max", "mean", "m4", "median", "q", "concat"]),
+                min_size=1, max_size=4, unique=True)
+
+
+def make_aggs(names):
+    table = {"sum": Sum, "count": CountAgg, "min": Min, "max": Max, "mean": Mean, "m4": M4,
+             "median": Median, "q": lambda: Quantile((0.25, 0.9)), "concat": Concat}
+    return [table[n]() for n in names]
+
+
+@st.composite
+def streams(draw, in_order=False):
+    """A list of ('rec', values, ts) batches and ('wm', t) watermarks, ending with a flush."""
+    events, now = [], 0
+    for _ in range(draw(st.integers(1, 8))):
+        n = draw(st.integers(0, 25))
+        ts, vals = [], []
+        for _ in range(n):
+            now += draw(st.integers(0, 40))
+            late = 0 if in_order or draw(st.integers(0, 9)) < 7 else draw(st.integers(0, 150))
+            ts.append(now - late)
+            vals.append(draw(st.integers(0, 9)))
+        if n:
+            events.append(("rec", vals, ts))
+        if draw(st.booleans()):
+            events.append(("wm", now - draw(st.integers(0, 100))))
+    events.append(("wm", now + 2000))
+    return events
+
+
+def run(op, events, one_by_one=False):
+    out = []
+    for ev in events:
+        if ev[0] == "wm":
+            out.append(op.process_watermark(ev[1]))
+        elif one_by_one:
+            for v, t in zip(ev[1], ev[2]):
+                op.process_element(v, t)
+        else:
+            op.process_elements(np.array(ev[1]), np.array(ev[2]))
+    return out
+
+
+def run_reference(windows, aggs, lateness, events):
+    ref, out = Reference(windows, aggs, lateness), []
+    for ev in events:
+        if ev[0] == "wm":
+            out.append(ref.watermark(ev[1]))
+        else:
+            ref.records(ev[1], ev[2])
+    return out, ref.dropped
+
+
+def operator(windows, aggs, lateness, store="lazy", order="out_of_order"):
+    op = SlicingWindowOperator(max_lateness_ms=lateness, stream_order=order, store=store)
+    ids = [op.add_window(w) for w in windows]
+    for a in aggs:
+        op.add_aggregation(a)
+    return op, ids
+
+
+def check_against_reference(windows, names, lateness, store, events, order="out_of_order", one_by_one=False):
+    aggs = make_aggs(names)
+    op, _ = operator(windows, aggs, lateness, store, order)
+    got = run(op, events, one_by_one)
+    want, dropped = run_reference(windows, make_aggs(names), lateness, events)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert same_rows(rows_of(g), w), f"watermark #{i}:\n engine {rows_of(g)}\n reference {w}"
+    assert op.dropped_late == dropped
+
+
+@SETTINGS
+@given(st.lists(time_windows(), min_size=1, max_size=4), AGGS, st.sampled_from([0, 40, 200]),
+       st.sampled_from(["lazy", "eager"]), streams())
+def test_time_windows_out_of_order_match_reference(windows, names, lateness, store, events):
+    check_against_reference(windows, names, lateness, store, events)
+
+
+@SETTINGS
+@given(st.lists(time_windows(), min_size=1, max_size=3), AGGS, st.sampled_from(["lazy", "eager"]),
+       streams(in_order=True), st.booleans())
+def test_time_windows_in_order_match_reference(windows, names, store, events, one_by_one):
+    check_against_reference(windows, names, 100, store, events, "in_order", one_by_one)
+
+
+@SETTINGS
+@given(st.lists(count_windows(), min_size=1, max_size=3), st.lists(time_windows(), max_size=2), AGGS,
+       st.sampled_from([0, 60, 300]), st.sampled_from(["lazy", "eager"]), streams())
+def test_count_windows_match_reference(cwindows, twindows, names, lateness, store, events):
+    check_against_reference(cwindows + twindows, names, lateness, store, events)
+
+
+@settings(max_examples=30 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(time_windows(), count_windows()), min_size=2, max_size=4), AGGS,
+       st.sampled_from([0, 100]), streams())
+def test_shared_operator_equals_one_operator_per_query(windows, names, lateness, events):
+    shared, ids = operator(windows, make_aggs(names), lateness)
+    got = [rows_of(r, {q: i for i, q in enumerate(ids)}) for r in run(shared, events)]
+    per_query = []
+    for i, w in enumerate(windows):
+        single, _ = operator([w], make_aggs(names), lateness)
+        per_query.append([rows_of(r, {0: i}) for r in run(single, events)])
+    for k, rows in enumerate(got):
+        merged = sorted((r for p in per_query for r in p[k]), key=lambda r: (r[2], r[0], r[1]))
+        assert same_rows(rows, merged)
+
+
+@settings(max_examples=30 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(time_windows(), count_windows()), min_size=1, max_size=3), AGGS,
+       st.sampled_from([0, 100]), streams(), st.integers(0, 20), st.booleans())
+def test_serialisation_round_trip_mid_stream(windows, names, lateness, events, cut, with_config):
+    op, _ = operator(windows, make_aggs(names), lateness)
+    cut = min(cut, len(events))
+    run(op, events[:cut])
+    blob = op.to_bytes(include_config=with_config)
+    template, _ = operator(windows, make_aggs(names), lateness)
+    restored = SlicingWindowOperator.from_bytes(blob, like=None if with_config else template)
+    a = [rows_of(r) for r in run(op, events[cut:])]
+    b = [rows_of(r) for r in run(restored, events[cut:])]
+    assert all(same_rows(x, y) for x, y in zip(a, b)) and len(a) == len(b)
+    assert restored.dropped_late == op.dropped_late
+
+
+def test_is_seven_predicate_form_matches_value_form():
+    events = [("rec", [1, 7, 2, 3, 7, 4], [0, 10, 20, 30, 40, 50]), ("wm", 1000)]
+    a, _ = operator([PunctuationWindow(Time, punctuation=7)], [Sum()], 0)
+    b, _ = operator([PunctuationWindow(Time, predicate=is_seven)], [Sum()], 0)
+    assert rows_of(run(a, events)[0]) == rows_of(run(b, events)[0]) != []
