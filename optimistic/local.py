@@ -206,8 +206,9 @@ def run_local(
         if restart_every is not None and (b + 1) % restart_every == 0:
             stages = pickle.loads(pickle.dumps(list(stages)))
             pipeline = kind.from_bytes(stages, pipeline.to_bytes())
-    if flush:
-        release(pipeline.punctuate(math.inf, n_batches, rng), n_batches)
+    if flush:  # the end of input is known after the last batch, like a punctuation then
+        end = max(n_batches - 1, 0)
+        release(pipeline.punctuate(math.inf, end, rng), end)
     return RunResult(
         released=released,
         counters=pipeline.counters,

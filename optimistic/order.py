@@ -41,7 +41,10 @@ class Meta(NamedTuple):
 
     def child(self, index: int) -> "Meta":
         """The meta of the ``index``-th output derived from this item."""
-        return Meta(self.time_ms, self.source, self.offset, self.path + (index,))
+        return _new_tuple(Meta, (self[0], self[1], self[2], self[3] + (index,)))
+
+
+_new_tuple = tuple.__new__  # builds a Meta without NamedTuple's argument handling (hot path)
 
 
 class Item(NamedTuple):

@@ -137,6 +137,7 @@ class KeyedState:
     def __init__(self, initial_state: Any) -> None:
         self.initial_state = initial_state
         self._logs: dict[Hashable, _KeyLog] = {}
+        self._busy: set[Hashable] = set()  # keys whose log has entries: what GC has to visit
 
     def apply(self, key: Hashable, item: Item, step: Step, out: list[Item]) -> None:
         """Insert or retract ``item`` in the log of ``key``; append emitted items to ``out``."""
@@ -144,17 +145,25 @@ class KeyedState:
         if log is None:
             log = self._logs[key] = _KeyLog(self.initial_state)
         log.apply(item, step, out)
+        if log.entries:
+            self._busy.add(key)
 
     def collect_garbage(self, bound_ms: int) -> int:
         """Forget entries with event time below ``bound_ms``; returns how many were dropped."""
-        return sum(log.collect_garbage(bound_ms) for log in self._logs.values())
+        dropped = 0
+        for key in list(self._busy):
+            log = self._logs[key]
+            dropped += log.collect_garbage(bound_ms)
+            if not log.entries:
+                self._busy.discard(key)
+        return dropped
 
     def keys(self) -> list[Hashable]:
         return list(self._logs)
 
     def entry_count(self) -> int:
         """Entries held over all keys (present ones and pending retractions)."""
-        return sum(len(log.entries) for log in self._logs.values())
+        return sum(len(self._logs[key].entries) for key in self._busy)
 
     def base_state(self, key: Hashable) -> Any:
         """The state of ``key`` after all entries collected so far."""
@@ -178,4 +187,5 @@ class KeyedState:
             key: _KeyLog(base, [_Entry(Meta(*m), p, c, s, o) for m, p, c, s, o in entries])
             for key, (base, entries) in logs.items()
         }
+        state._busy = {key for key, log in state._logs.items() if log.entries}
         return state

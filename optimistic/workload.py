@@ -12,10 +12,13 @@ Pipeline (Figure 8) with 1 to 3 order-sensitive stages (:func:`inverted_index_st
    per distinct word, in order of first occurrence.
 2. ``StatefulMap(update_postings, key=word)``: each word's posting list; emits the change log
    record ``("add", word, doc_id, positions, document_frequency)``.
-3. (two stages) ``StatefulMap(document_novelty, key=doc_id)``: per document, the running count of
-   its words and of its rare words (document frequency at most ``RARE_DF`` when it arrived).
-4. (three stages) ``StatefulMap(top_novel, key=doc_id % TOP_GROUPS)``: per group, the ``TOP_K``
-   documents with most rare words; emits the list when it changes.
+3. (two stages) ``StatefulMap(df_milestones, key=word)``: emits ``(word, milestone, doc_id)``
+   when a word's document frequency reaches a power of two.
+4. (three stages) ``Grouping(window=2, key=milestone)``: pairs of words that reached the same
+   milestone one after the other (re-keyed, so another shuffle).
+
+Stages 2 and 3 are keyed by word, stage 4 by milestone. Stage 3 could be fused with stage 2
+(same key); it is kept apart so that the number of order-sensitive stages is what varies.
 
 Example
 -------
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimistic.stages import Map, Stage, StatefulMap
+from optimistic.stages import Grouping, Map, Stage, StatefulMap
 
 __all__ = [
     "synthetic_vocabulary",
@@ -39,14 +42,9 @@ __all__ = [
     "document_arrivals",
     "split_document",
     "update_postings",
-    "document_novelty",
-    "top_novel",
+    "df_milestones",
     "inverted_index_stages",
 ]
-
-RARE_DF = 2
-TOP_K = 3
-TOP_GROUPS = 4
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
@@ -138,27 +136,23 @@ def update_postings(postings: tuple, posting: Posting) -> tuple[tuple, list[tupl
     return postings, [("add", word, doc_id, positions, len(postings))]
 
 
-def _doc_of_change(change: tuple) -> int:
-    return change[2]
+def _word_of_change(change: tuple) -> str:
+    return change[1]
 
 
-def document_novelty(state: tuple[int, int], change: tuple) -> tuple[tuple[int, int], list[tuple]]:
-    """Per document: words indexed so far and how many were rare (df <= RARE_DF) on arrival."""
-    words, rare = state
-    words, rare = words + 1, rare + (change[4] <= RARE_DF)
-    return (words, rare), [(change[2], words, rare)]
+def df_milestones(reached: int, change: tuple) -> tuple[int, list[tuple]]:
+    """Per word: when its document frequency reaches a power of two, emit
+    ``(word, milestone, doc_id)``. The output changes only at crossings, so a late document
+    shifts at most the crossing it moves, not every later record."""
+    df = change[4]
+    milestone = 1 << (df.bit_length() - 1)
+    if milestone > reached:
+        return milestone, [(change[1], milestone, change[2])]
+    return reached, []
 
 
-def _novelty_group(novelty: tuple) -> int:
-    return novelty[0] % TOP_GROUPS
-
-
-def top_novel(top: tuple, novelty: tuple) -> tuple[tuple, list[tuple]]:
-    """The TOP_K documents with most rare words in a group; emits the ranking when it changes."""
-    doc_id, _, rare = novelty
-    ranked = sorted([e for e in top if e[1] != doc_id] + [(-rare, doc_id)])[:TOP_K]
-    new = tuple(ranked)
-    return new, ([new] if new != top else [])
+def _milestone_of(record: tuple) -> int:
+    return record[1]
 
 
 def inverted_index_stages(order_sensitive: int = 1) -> list[Stage]:
@@ -167,7 +161,7 @@ def inverted_index_stages(order_sensitive: int = 1) -> list[Stage]:
         raise ValueError(f"order_sensitive must be 1, 2 or 3, got {order_sensitive!r}")
     stages: list[Stage] = [Map(split_document), StatefulMap(update_postings, key=_word, initial=())]
     if order_sensitive >= 2:
-        stages.append(StatefulMap(document_novelty, key=_doc_of_change, initial=(0, 0)))
+        stages.append(StatefulMap(df_milestones, key=_word_of_change, initial=0))
     if order_sensitive >= 3:
-        stages.append(StatefulMap(top_novel, key=_novelty_group, initial=()))
+        stages.append(Grouping(window=2, key=_milestone_of))
     return stages
