@@ -5,9 +5,16 @@ each node owns a few positions in a flat per-window list (its ``done`` bit and i
 The list is the trigger's entire per-window state, so it merges slot by slot when windows merge
 and serialises as a short list. Every slot declares its merge:
 
-* ``done`` bits and AfterWatermark's on-time bit: a merged window has it only if every merged
-  window had it (a merged session that extends past the watermark must fire again);
-* counts add; processing-time deadlines take the earliest; a sequence's step takes the least.
+* ``done`` bits: a merged window has it only if every merged window had it, and a sequence's
+  step takes the least: a merged window is as far along as its least advanced part (the new
+  element's own window is fresh, so a session that grows restarts its sequences, as in Beam);
+* AfterWatermark's on-time bit survives only if the watermark is past the end of the *merged*
+  window (phase by watermark, as Beam): a session that grows past the watermark fires on time
+  again, one that stays behind it remains in its late phase;
+* counts add; processing-time deadlines take the earliest.
+
+Merge functions receive the merged values and the context (``ctx.end`` is the merged window's
+end).
 
 Node protocol (``s`` is the window's slot list, ``ctx`` has ``watermark``, ``now``, ``end``):
 ``on_element(s, ctx)``, ``should_fire(s, ctx)``, ``fire(s, ctx) -> finished``, ``reset(s)``.
@@ -23,21 +30,25 @@ from watermarks import triggers as T
 __all__ = ["build", "Layout"]
 
 
-def _all(values: list) -> bool:
+def _all(values: list, ctx: Any) -> bool:
     return all(values)
 
 
-def _sum(values: list) -> int:
+def _sum(values: list, ctx: Any) -> int:
     return sum(values)
 
 
-def _min(values: list) -> Any:
+def _min(values: list, ctx: Any) -> Any:
     return min(values)
 
 
-def _min_present(values: list) -> Any:
+def _min_present(values: list, ctx: Any) -> Any:
     present = [v for v in values if v is not None]
     return min(present) if present else None
+
+
+def _any_if_past_end(values: list, ctx: Any) -> bool:
+    return any(values) and ctx.watermark >= ctx.end
 
 
 class Layout:
@@ -45,9 +56,9 @@ class Layout:
 
     def __init__(self) -> None:
         self.defaults: list[Any] = []
-        self.merges: list[Callable[[list], Any]] = []
+        self.merges: list[Callable[[list, Any], Any]] = []
 
-    def slot(self, default: Any, merge: Callable[[list], Any]) -> int:
+    def slot(self, default: Any, merge: Callable[[list, Any], Any]) -> int:
         self.defaults.append(default)
         self.merges.append(merge)
         return len(self.defaults) - 1
@@ -55,8 +66,8 @@ class Layout:
     def fresh(self) -> list:
         return list(self.defaults)
 
-    def merge(self, states: list[list]) -> list:
-        return [m([s[i] for s in states]) for i, m in enumerate(self.merges)]
+    def merge(self, states: list[list], ctx: Any) -> list:
+        return [m(values, ctx) for m, values in zip(self.merges, zip(*states))]
 
 
 class _Node:
@@ -146,7 +157,7 @@ class _Watermark(_Node):
     def __init__(self, layout: Layout, early: _Node | None, late: _Node | None) -> None:
         super().__init__(layout, tuple(c for c in (early, late) if c is not None))
         self.early, self.late = early, late
-        self.on_time = layout.slot(False, _all)
+        self.on_time = layout.slot(False, _any_if_past_end)
 
     def on_element(self, s: list, ctx: Any) -> None:
         if ctx.watermark < ctx.end:

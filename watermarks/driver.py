@@ -246,35 +246,44 @@ class TriggerDriver:
     def _merge_new(self, ws: dict, new: IntervalWindow) -> IntervalWindow | None:
         """MergeWindows with a new window; returns the window it ended up in, None if closed."""
         target = new
-        for group, result in self.window_fn.merge_windows([*ws, new]):
+        existing = ws.keys()
+        if self.window_fn.merges_overlapping_only:
+            existing = [w for w in existing if w.start_ms < new.end_ms and new.start_ms < w.end_ms]
+        for group, result in self.window_fn.merge_windows([*existing, new]) if existing else ():
             if any(g != new and ws[g].closed for g in group):
                 if new in group:
                     return None
                 continue  # closed windows are final; never merge them
             states = [ws.pop(g) for g in group if g != new]
             if new in group:
-                states.append(self._fresh())
                 target = result
-            ws[result] = self._merge_states(states, result)
+            ws[result] = self._merge_states(states, result, with_new=new in group)
         if target not in ws:
             ws[target] = self._fresh()
         return target
 
-    def _merge_states(self, states: list[_WindowState], result: IntervalWindow) -> _WindowState:
-        merged = _WindowState(
-            self.combiner.merge_accumulators([s.acc for s in states]),
-            self._layout.merge([s.trig for s in states]),
-        )
-        mins = [s.t_min for s in states if s.t_min is not None]
-        maxs = [s.t_max for s in states if s.t_max is not None]
-        merged.t_min = min(mins) if mins else None
-        merged.t_max = max(maxs) if maxs else None
-        merged.dirty = any(s.dirty for s in states)
-        # fired after the end only if it fired after the end of the *merged* window: all earlier
-        # firings happened at or before the current watermark
-        merged.after_end = any(s.after_end for s in states) and self._ctx.watermark >= result.end_ms
-        merged.next_index = max(s.next_index for s in states)
-        merged.emitted = sorted((p for s in states for p in s.emitted), key=lambda p: (p.window, p.index))
+    def _merge_states(self, states: list[_WindowState], result: IntervalWindow, with_new: bool) -> _WindowState:
+        """GroupAlsoByWindow's state merge; ``with_new``: the new element's (empty) window joins."""
+        ctx = self._ctx
+        ctx.end = result.end_ms
+        trigs = [s.trig for s in states] + ([self._layout.defaults] if with_new else [])
+        if len(states) == 1:  # one window grows by the new element's window: keep its state
+            merged = states[0]
+            merged.trig = self._layout.merge(trigs, ctx)
+        else:
+            merged = _WindowState(self.combiner.merge_accumulators([s.acc for s in states]),
+                                  self._layout.merge(trigs, ctx))
+            mins = [s.t_min for s in states if s.t_min is not None]
+            maxs = [s.t_max for s in states if s.t_max is not None]
+            merged.t_min = min(mins) if mins else None
+            merged.t_max = max(maxs) if maxs else None
+            merged.dirty = any(s.dirty for s in states)
+            merged.next_index = max(s.next_index for s in states)
+            merged.emitted = sorted((p for s in states for p in s.emitted), key=lambda p: (p.window, p.index))
+            merged.after_end = any(s.after_end for s in states)
+        # it fired after the end of the *merged* window only if that end is behind the watermark
+        # (every earlier firing happened at or before the current watermark)
+        merged.after_end = merged.after_end and ctx.watermark >= result.end_ms
         return merged
 
     def _check_all(self, gc: bool) -> list[Pane]:

@@ -91,6 +91,9 @@ class WindowFn:
 
     #: True when windows can merge (sessions); the driver then calls ``merge_windows``.
     is_merging: bool = False
+    #: True when only overlapping windows ever merge: the driver then passes a new window's
+    #: overlapping neighbours only to ``merge_windows`` (sessions; a custom fn may set it).
+    merges_overlapping_only: bool = False
 
     def assign_windows(self, timestamp_ms: int) -> list[IntervalWindow]:
         """The windows an element with this event time belongs to (may be empty)."""
@@ -183,6 +186,7 @@ class Sessions(WindowFn):
     """
 
     is_merging = True
+    merges_overlapping_only = True
 
     def __init__(self, gap_ms: int) -> None:
         self.gap_ms = _positive_ms("gap_ms", gap_ms)

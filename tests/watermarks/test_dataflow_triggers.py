@@ -223,6 +223,16 @@ def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_en
     ]
 
 
+def test_late_data_merging_into_a_session_behind_the_watermark_stay_in_the_late_phase():
+    d = driver(AfterWatermark(late=AfterCount(2)), window_fn=Sessions(10), allowed_lateness=100)
+    steps = [add((1, 0)), ("watermark", 20), add((2, 5)), add((4, 3))]
+    assert _per_step(d, steps) == [
+        [], [(0, 10, 1, "ON_TIME", 0, "F")],
+        [],  # [0,15) is still behind the watermark: the late count (1 of 2) decides
+        [(0, 15, 7, "LATE", 1, "")],
+    ]
+
+
 def test_paper_aliases_are_the_beam_triggers():
     assert AtWatermark() == AfterWatermark()
     assert AtCount(2) == AfterCount(2)
