@@ -159,3 +159,14 @@ def test_the_streaming_timeline_ends_the_input():
     steps = streaming_steps()
     assert steps[-1] == ("watermark", END_OF_TIME_MS)
     assert sum(1 for s in steps if s[0] == "add") == 10
+
+
+def test_the_docs_show_the_panes_the_driver_prints():
+    from pathlib import Path
+
+    from watermarks.running_example import format_pane
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "dataflow_running_example.md").read_text()
+    for name, (_, make, steps) in EXAMPLES.items():
+        printed = "\n".join(format_pane(seen, p) for seen, p in run_transcript(make(), steps()))
+        assert printed in doc, name
