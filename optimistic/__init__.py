@@ -15,6 +15,24 @@ punctuations and releases only valid items, in order.
 - :mod:`optimistic.local` -- :func:`run_local`, :func:`run_buffered`
 - :mod:`optimistic.workload` -- the inverted-index workload with Zipf-distributed words
 
+Running inside Spark (what a ``transformWithStateInPandas`` processor should do)
+--------------------------------------------------------------------------------
+- Stages are frozen dataclasses holding only user functions: ship them to executors pickled.
+- An order-sensitive stage is one processor grouped by key group (of ``stage.key(payload)``). Keep
+  one value state per key group holding ``KeyedState.to_bytes()``: all keys of the group are
+  inside, so a micro-batch costs one read and one write per key group. Per batch:
+  ``state = KeyedState.from_bytes(b) if b else stage.open_state()``;
+  ``out = stage.process(state, items)`` (items and tombstones of the batch, any order);
+  after the batch's punctuation rows give a low watermark ``w`` (min over sources),
+  ``stage.collect_garbage(state, w)``; write ``state.to_bytes()`` back.
+- The barrier is the only processor that waits. One :class:`Barrier` per key group (any
+  partitioning of the last stage's output), stored with ``to_bytes()``;
+  ``insert_all(items, now=processing_time_ms)``, then ``punctuate(w, now)`` returns what the
+  sink may write, in order within that key group; ``counters`` carries the replay ratio.
+- A row form of an item: ``meta.sort_key()`` (binary, sorts as the total order; decode with
+  ``Meta.from_sort_key``), the payload (pickled or encoded), and the ``tombstone`` flag.
+- Do not drive time with Spark's event-time watermark: it drops the late rows this scheme repairs.
+
 Example
 -------
 >>> from optimistic import Grouping, run_local

@@ -25,10 +25,15 @@ False
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left
 from typing import Any, NamedTuple, Protocol, Sequence
 
 __all__ = ["Meta", "Item"]
+
+_HEAD = struct.Struct(">QIQ")  # time_ms, source, offset
+_PART = struct.Struct(">I")  # one child index
+_SIGN64, _SIGN32 = 1 << 63, 1 << 31  # time and offset are signed 64-bit, source and path 32-bit
 
 
 class Meta(NamedTuple):
@@ -38,6 +43,20 @@ class Meta(NamedTuple):
     source: int
     offset: int
     path: tuple[int, ...] = ()
+
+    def sort_key(self) -> bytes:
+        """Bytes whose lexicographic (unsigned) order is this order: a single binary column a
+        Spark or Kafka consumer can sort by. Fixed-width big-endian fields offset by half their
+        range (so negative values sort first); a path that is a prefix of another sorts first, as in tuple comparison."""
+        head = _HEAD.pack(self[0] + _SIGN64, self[1] + _SIGN32, self[2] + _SIGN64)
+        return head + b"".join(_PART.pack(i + _SIGN32) for i in self[3])
+
+    @classmethod
+    def from_sort_key(cls, key: bytes) -> "Meta":
+        """The meta encoded by :meth:`sort_key`."""
+        t, s, o = _HEAD.unpack_from(key)
+        path = tuple(p - _SIGN32 for (p,) in _PART.iter_unpack(key[_HEAD.size:]))
+        return cls(t - _SIGN64, s - _SIGN32, o - _SIGN64, path)
 
     def child(self, index: int) -> "Meta":
         """The meta of the ``index``-th output derived from this item."""

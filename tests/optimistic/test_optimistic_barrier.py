@@ -98,3 +98,17 @@ def test_round_trip_keeps_pending_retractions_and_counters():
     c.insert(x)
     assert c.punctuate(10) == [y]
     assert len(c) == 0
+
+
+def test_barrier_partitioned_by_key_group_releases_the_same_items():
+    """One barrier per key group: each releases its share in order; together, the same items."""
+    items = [item(t % 7, o, payload=o % 3) for o, t in enumerate(range(40, 0, -1))]
+    events = items + [items[5].retraction(), items[9].retraction()]
+    whole = Barrier()
+    whole.insert_all(events)
+    parts = [Barrier() for _ in range(3)]
+    for ev in events:
+        parts[ev.payload % 3].insert(ev)
+    per_part = [p.punctuate(4) + p.punctuate(100) for p in parts]
+    assert all(out == sorted(out) for out in per_part)
+    assert sorted(i for out in per_part for i in out) == whole.punctuate(4) + whole.punctuate(100)
