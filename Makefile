@@ -1,0 +1,44 @@
+# Two commands on a fresh machine (Python >= 3.11 and Java 17 on PATH):
+#   make demo   set up .venv and run the main job on the embedded broker
+#   make test   set up .venv and run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: setup demo test test-engines conformance bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17 is required by Spark (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: setup
+	$(PY) -m demo
+
+test: setup
+	$(PY) -m pytest -q --durations=15
+
+# Engines only: no JVM, no broker (seconds).
+test-engines: setup
+	$(PY) -m pytest -q -m "not spark and not kafka"
+
+# Broker conformance against every embedded candidate (README "Brokers").
+conformance: setup
+	@for b in noida-db tansu; do \
+	  echo "== $$b"; DATAFLOW_KAFKA_EMBEDDED=$$b $(PY) -m pytest tests/kafka -q -rA -p no:cacheprovider \
+	    | grep -E "^(PASSED|FAILED|SKIPPED)|passed|failed"; \
+	done
+
+bench: setup
+	$(PY) -m bench.source_throughput
+	$(PY) -m bench.slicer_engine --quick
+	$(PY) -m bench.dataflow_engine --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

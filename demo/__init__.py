@@ -1,0 +1,1 @@
+"""The main job: ``python -m demo`` (or ``make demo``)."""
