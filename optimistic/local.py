@@ -1,7 +1,8 @@
 """Local runners: drive a pipeline over items given in arrival order, for tests and reasoning.
 
 :func:`run_local` runs the optimistic pipeline (stages at once, one barrier at the sink);
-:func:`run_buffered` runs the buffered baseline with the same stage objects. Both return a
+:func:`run_buffered` (``run_local(..., mode="buffered")``) runs the buffered baseline with the
+same stage objects. Both return a
 :class:`RunResult`: what left the pipeline in release order, and counters.
 
 Arrivals are ``(event_time_ms, source, offset, payload)`` tuples in arrival order; ``(source,
@@ -14,9 +15,10 @@ buffered is released (a final punctuation at infinity) unless ``flush=False``.
 
 Example: the paper's grouping example (section V.B) under reordering
 ------------------------------------------------------------------
->>> from optimistic.stages import Grouping, _parity
+>>> from optimistic.stages import Grouping
+>>> def parity(x): return x % 2
 >>> arrivals = [(t, 0, t, t) for t in (3, 1, 4, 2, 6, 5, 8, 7)]
->>> r = run_local([Grouping(window=3, key=_parity)], arrivals, safe_punctuations(arrivals, 2))
+>>> r = run_local([Grouping(window=3, key=parity)], arrivals, safe_punctuations(arrivals, 2))
 >>> [i.payload for i in r.released]
 [(1,), (2,), (1, 3), (2, 4), (1, 3, 5), (2, 4, 6), (3, 5, 7), (4, 6, 8)]
 >>> r.tombstones_in, r.replay_ratio  # (3) and (4) were emitted, then cancelled
