@@ -27,6 +27,7 @@ Example
 from __future__ import annotations
 
 import pickle
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
@@ -93,6 +94,13 @@ class Barrier:
                 c.late_tombstones += 1
             else:
                 c.late_items += 1
+            warnings.warn(
+                f"barrier: {'tombstone' if item.tombstone else 'item'} at event time {item.meta.time_ms} "
+                f"arrived below the released bound {self.released_below_ms}; dropped (a punctuation "
+                "was broken, so the output may be wrong)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return
         slots = self._slots
         i, found = locate(slots, item)
