@@ -133,10 +133,10 @@ class _SessionContext(WindowContext):
         # without inner gaps; a session starts where an interval begins a gap >= gap after
         # everything before it.
         ne = view.count > 0
-        lo = np.concatenate((view.tmin[ne], ts))
-        hi = np.concatenate((view.tmax[ne], ts))
-        order = np.argsort(lo, kind="stable")
-        lo, reach = lo[order], np.maximum.accumulate(hi[order])
+        pts = np.sort(ts)
+        at = np.searchsorted(pts, view.tmin[ne])
+        lo = np.insert(pts, at, view.tmin[ne])
+        reach = np.maximum.accumulate(np.insert(pts, at, view.tmax[ne]))
         return lo[np.concatenate(([0], np.flatnonzero(lo[1:] - reach[:-1] >= self.gap) + 1))]
 
     def windows_ending_between(self, view, lo, hi):

@@ -14,20 +14,20 @@ from typing import Iterable
 
 import numpy as np
 
-from slicer.windows import ContextFreeWindow
+from slicer.windows import ContextFreeWindow, progression_points
 
 __all__ = ["StreamSlicer", "fuse_progressions"]
 
 
 def fuse_progressions(progs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Drop every progression ``(period, offset)`` whose edges another one covers (Alg. 2)."""
-    uniq = sorted(set(progs))
-    kept = []
-    for p, o in uniq:
-        covered = any(q != (p, o) and p % q[0] == 0 and (o - q[1]) % q[0] == 0 for q in uniq)
-        if not covered:
-            kept.append((p, o))
-    return kept
+    uniq = np.array(sorted(set(progs)), np.int64).reshape(-1, 2)
+    if uniq.shape[0] < 2:
+        return [tuple(map(int, r)) for r in uniq]
+    p, o = uniq[:, 0], uniq[:, 1]
+    covers = (p[:, None] % p[None, :] == 0) & ((o[:, None] - o[None, :]) % p[None, :] == 0)
+    np.fill_diagonal(covers, False)
+    return [tuple(map(int, r)) for r in uniq[~covers.any(axis=1)]]
 
 
 class StreamSlicer:
@@ -63,12 +63,6 @@ class StreamSlicer:
             return np.zeros(0, np.int64)
         parts = [self.points[(self.points > lo) & (self.points <= hi)]]
         if self.periods.size:
-            first = lo + 1 + (self.offsets - lo - 1) % self.periods
-            n = np.maximum((hi - first) // self.periods + 1, 0)
-            total = int(n.sum())
-            if total:
-                grp = np.repeat(np.arange(n.size), n)
-                k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-                parts.append(first[grp] + k * self.periods[grp])
+            parts.append(progression_points(self.periods, self.offsets, lo, hi)[1])
         parts.extend(w.edges_between(lo, hi) for w in self.generic)
         return np.unique(np.concatenate(parts))

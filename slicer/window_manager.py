@@ -20,12 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from slicer.context_windows import ContextAwareWindow, WindowContext
+from slicer.context_windows import WindowContext
 from slicer.results import WindowResults
 from slicer.slice_manager import CountSliceManager, SliceManager
-from slicer.windows import ContextFreeWindow, Count, Time, Window
+from slicer.windows import Count, SlidingWindow, Time, Window, progression_points
 
 __all__ = ["Query", "WindowManager"]
+
+
+def _dirty(store, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Which windows ``[s, e)`` hold a slice that received records since the last watermark."""
+    cd = np.concatenate(([0], np.cumsum(store.dirty)))
+    return cd[np.searchsorted(store.starts, e, "left")] - cd[np.searchsorted(store.starts, s, "left")] > 0
 
 _NO_LIMIT = np.iinfo(np.int64).max
 
@@ -70,31 +76,64 @@ class WindowManager:
         return WindowResults.concat(names, [p for p in parts if p is not None])
 
     def _emit_measure(self, queries, mgr, prev, now, first_change, names) -> WindowResults | None:
-        st = mgr.store
-        base = int(st.starts[0])
-        limit = mgr.frontier + 1
-        rows = []
-        for q in queries:
-            new_lo = base if prev is None else max(prev, base)
-            s, e = self._windows(q, mgr, new_lo, now, limit)
-            upd = np.zeros(s.size, bool)
-            if prev is not None:
-                us, ue = self._changed(q, mgr, prev, base, limit, first_change)
-                s, e = np.concatenate((s, us)), np.concatenate((e, ue))
-                upd = np.concatenate((upd, np.ones(us.size, bool)))
-            m = s >= q.start_at
-            s, e, upd = s[m], e[m], upd[m]
-            lo = np.searchsorted(st.starts, s, "left")
-            hi = np.searchsorted(st.starts, e, "left")
-            ok = st.counts(lo, hi) > 0
-            if q.context is not None:
-                q.emitted.update(dict.fromkeys(zip(s[ok].tolist(), e[ok].tolist())))
-            rows.append((np.full(int(ok.sum()), q.id), s[ok], e[ok], upd[ok], lo[ok], hi[ok], q.window.measure.value))
-        if not rows:
+        if not queries:
             return None
-        qid, s, e, upd, lo, hi = (np.concatenate([r[i] for r in rows]) for i in range(6))
-        measure = np.concatenate([np.full(r[0].size, r[6], object) for r in rows])
-        return WindowResults(names, qid.astype(np.int64), measure, s, e, upd, st.query(lo, hi))
+        st = mgr.store
+        span = (int(st.starts[0]), mgr.frontier + 1)
+        fam = [i for i, q in enumerate(queries) if isinstance(q.window, SlidingWindow)]
+        rest = [i for i, q in enumerate(queries) if not isinstance(q.window, SlidingWindow)]
+        blocks = [self._sliding_block([queries[i] for i in fam], mgr, prev, now, first_change, span)] if fam else []
+        blocks += [self._query_block(queries[i], mgr, prev, now, first_change, span) for i in rest]
+        pos = np.concatenate([np.asarray(fam + rest, np.int64)[b[0]] if j == 0 and fam else
+                              np.full(b[1].size, rest[j - bool(fam)], np.int64)
+                              for j, b in enumerate(blocks)])
+        s, e, upd = (np.concatenate([b[k] for b in blocks]) for k in (1, 2, 3))
+        start_at = np.array([q.start_at for q in queries], np.int64)
+        lo = np.searchsorted(st.starts, s, "left")
+        hi = np.searchsorted(st.starts, e, "left")
+        ok = (s >= start_at[pos]) & (st.counts(lo, hi) > 0)
+        pos, s, e, upd, lo, hi = pos[ok], s[ok], e[ok], upd[ok], lo[ok], hi[ok]
+        for i in rest:
+            if queries[i].context is not None:
+                m = pos == i
+                queries[i].emitted.update(dict.fromkeys(zip(s[m].tolist(), e[m].tolist())))
+        qid = np.array([q.id for q in queries], np.int64)[pos]
+        measure = np.array([q.window.measure.value for q in queries], object)[pos]
+        return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi))
+
+    def _sliding_block(self, qs, mgr, prev, now, first_change, span):
+        """Tumbling and sliding queries, all at once: (query index, starts, ends, update)."""
+        size = np.array([q.window.size for q in qs], np.int64)
+        slide = np.array([q.window.slide for q in qs], np.int64)
+        phase = np.array([(q.window.offset + q.window.size) % q.window.slide for q in qs], np.int64)
+        cap = span[1] + size
+
+        def ends_in(lo, hi):
+            grp, ends = progression_points(slide, phase, lo, np.minimum(hi, cap))
+            return grp, ends - size[grp], ends
+
+        g, s, e = ends_in(span[0] if prev is None else max(prev, span[0]), now)
+        upd = np.zeros(s.size, bool)
+        if prev is not None:
+            if qs[0].window.measure is Count:
+                ug, us, ue = ends_in(max(first_change, span[0]), prev) if first_change is not None else (g[:0], s[:0], e[:0])
+            else:
+                ug, us, ue = ends_in(max(prev - self.max_lateness, span[0]), prev)
+                keep = _dirty(mgr.store, us, ue)
+                ug, us, ue = ug[keep], us[keep], ue[keep]
+            g, s, e = np.concatenate((g, ug)), np.concatenate((s, us)), np.concatenate((e, ue))
+            upd = np.concatenate((upd, np.ones(us.size, bool)))
+        return g, s, e, upd
+
+    def _query_block(self, q, mgr, prev, now, first_change, span):
+        """Any other query: (None, starts, ends, update)."""
+        s, e = self._windows(q, mgr, span[0] if prev is None else max(prev, span[0]), now, span[1])
+        upd = np.zeros(s.size, bool)
+        if prev is not None:
+            us, ue = self._changed(q, mgr, prev, span[0], span[1], first_change)
+            s, e = np.concatenate((s, us)), np.concatenate((e, ue))
+            upd = np.concatenate((upd, np.ones(us.size, bool)))
+        return None, s, e, upd
 
     def _changed(self, q: Query, mgr, prev: int, base: int, limit: int, first_change):
         """Already emitted windows to emit again (see the module docstring)."""
@@ -102,10 +141,8 @@ class WindowManager:
             if first_change is None:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64)
             return self._windows(q, mgr, max(first_change, base), prev, limit)
-        st = mgr.store
         s, e = self._windows(q, mgr, max(prev - self.max_lateness, base), prev, limit)
-        cd = np.concatenate(([0], np.cumsum(st.dirty)))
-        keep = cd[np.searchsorted(st.starts, e, "left")] - cd[np.searchsorted(st.starts, s, "left")] > 0
+        keep = _dirty(mgr.store, s, e)
         if q.context is not None:
             keep |= np.array([k not in q.emitted for k in zip(s.tolist(), e.tolist())], bool)
         return s[keep], e[keep]
@@ -123,14 +160,25 @@ class WindowManager:
     # ------------------------------------------------------------------ eviction
     def _evict(self, horizon: int, time_mgr: SliceManager, count_mgr: CountSliceManager) -> None:
         if time_mgr.store.n:
-            cut = min([horizon] + [self._open_start(q, time_mgr, horizon) for q in self.of_measure(Time)])
-            time_mgr.evict_before(cut)
+            time_mgr.evict_before(self._cutoff(self.of_measure(Time), time_mgr, horizon))
             for q in self.of_measure(Time):
-                q.emitted = {k: None for k in q.emitted if k[1] > horizon}
+                if q.emitted:
+                    q.emitted = {k: None for k in q.emitted if k[1] > horizon}
         if count_mgr.store.n:
             final = count_mgr.position_of_time(horizon)
-            cut = min([final] + [self._open_start(q, count_mgr, final) for q in self.of_measure(Count)])
-            count_mgr.evict_before(cut)
+            count_mgr.evict_before(self._cutoff(self.of_measure(Count), count_mgr, final))
+
+    def _cutoff(self, queries: list[Query], mgr, horizon: int) -> int:
+        """Smallest start of any window that can still be emitted or updated."""
+        fam = [q.window for q in queries if isinstance(q.window, SlidingWindow)]
+        cut = [horizon] + [self._open_start(q, mgr, horizon) for q in queries
+                           if not isinstance(q.window, SlidingWindow)]
+        if fam:
+            size = np.array([w.size for w in fam], np.int64)
+            slide = np.array([w.slide for w in fam], np.int64)
+            lo = horizon - size
+            cut.append(int((lo + 1 + (np.array([w.offset for w in fam]) - lo - 1) % slide).min()))
+        return min(cut)
 
     @staticmethod
     def _open_start(q: Query, mgr: Any, horizon: int) -> int:

@@ -186,6 +186,17 @@ class FixedBandWindow(ContextFreeWindow):
         return int(self.start) if self.start + self.size > horizon else np.iinfo(np.int64).max
 
 
+def progression_points(periods: np.ndarray, offsets: np.ndarray, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """All ``e = offsets[i] (mod periods[i])`` with ``lo < e <= hi`` (``lo``/``hi`` scalars or
+    per-progression arrays), as (progression index, e) - vectorised over progressions."""
+    first = lo + 1 + (offsets - lo - 1) % periods
+    n = np.maximum((hi - first) // periods + 1, 0)
+    total = int(n.sum())
+    grp = np.repeat(np.arange(n.size), n)
+    k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    return grp, (np.broadcast_to(first, n.shape)[grp] + k * periods[grp]).astype(np.int64)
+
+
 def _next_in(period: int, offset: int, ts) -> int:
     """Smallest ``e > ts`` with ``e = offset (mod period)``."""
     return ts + 1 + ((offset - ts - 1) % period)
