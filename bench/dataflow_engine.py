@@ -122,7 +122,8 @@ def run_spark(elements, repeats: int = 3) -> dict[str, tuple[float, dict]]:
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-dataflow-engine")
              .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+             .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     import pandas as pd
 
@@ -170,6 +171,11 @@ def main() -> None:
         same = sum(1 for k, v in sums.items() if final.get(k) == v)
         print(f"spark   {name:<16} {n / best:>10,.0f} elements/s  ({len(sums)} windows; engine finals equal on "
               f"{same}/{len(sums)})   engine/spark = {best / elapsed:.2f}")
+        if same != len(sums):
+            ends = {(k, e) for k, s, e in final}
+            touching = sum(1 for k, s, e in final if (k, s) in ends)
+            print(f"        {touching} engine sessions merely touch the next one (end == next start): Spark "
+                  "merges those, Beam and this engine keep them apart")
 
 
 if __name__ == "__main__":
