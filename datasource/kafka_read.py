@@ -133,14 +133,18 @@ def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
     try:
-        if any(v is None or not v or b"\n" in v for v in values):
+        try:
+            buf = b"\n".join(values)
+        except TypeError:  # a null value
+            raise ValueError("needs per-record parsing") from None
+        if buf.count(b"\n") != n - 1:  # a value spans lines
             raise ValueError("needs per-record parsing")
         table = pajson.read_json(
-            io.BytesIO(b"\n".join(values)),
+            io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
             parse_options=pajson.ParseOptions(
                 explicit_schema=pa.schema([(field, pa.int64())]), unexpected_field_behavior="ignore"),
         )
-        if table.num_rows != n:
+        if table.num_rows != n:  # empty values are skipped by the JSON reader
             raise ValueError("row count mismatch")
         col = table.column(field)
         valid = col.is_valid().to_numpy(zero_copy_only=False)
@@ -177,15 +181,19 @@ class RangeRecords:
     errors: list
 
 
+# confluent-kafka timestamp type (0 none, 1 create, 2 log-append) -> Spark code (-1, 0, 1).
+_SPARK_TS_TYPE = np.array([spark_timestamp_type(i) for i in range(4)], dtype=np.int32)
+
+
 def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRecords:
     """Column-wise decode of consumed messages; classify data / punctuation / error rows."""
     n = len(msgs)
     keys = [m.key() for m in msgs]
     values = [m.value() for m in msgs]
-    offsets = np.fromiter((m.offset() for m in msgs), np.int64, n)
-    ts = [m.timestamp() for m in msgs]
-    ts_ms = np.fromiter((t[1] for t in ts), np.int64, n)
-    ts_types = np.fromiter((spark_timestamp_type(t[0]) for t in ts), np.int32, n)
+    offsets = np.array([m.offset() for m in msgs], dtype=np.int64)
+    ts = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
+    ts_ms = ts[:, 1].copy()
+    ts_types = _SPARK_TS_TYPE[np.clip(ts[:, 0], 0, 3)]
     headers = [m.headers() for m in msgs]
     kinds = np.full(n, KIND_DATA, dtype=object)
     punct = np.zeros(n, np.int64)
@@ -226,22 +234,31 @@ def _ts(ms: np.ndarray, mask: np.ndarray | None = None) -> pa.Array:
     return pa.array(ms.astype(np.int64) * 1000, type=_TS, mask=mask)
 
 
+def _constant(value, n: int, type_: pa.DataType) -> pa.Array:
+    """An array of ``n`` copies of ``value``, built in C++."""
+    return pa.nulls(n, type_).fill_null(pa.scalar(value, type_))
+
+
 def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms: int) -> pa.RecordBatch:
     n = len(r.offsets)
     is_data = r.kinds == KIND_DATA
     is_punct = r.kinds == KIND_PUNCTUATION
     cols: list[pa.Array] = [
         pa.array(r.keys, pa.binary()), pa.array(r.values, pa.binary()),
-        pa.array([r.topic] * n, pa.string()), pa.array(np.full(n, r.partition, np.int32)),
+        _constant(r.topic, n, pa.string()), _constant(r.partition, n, pa.int32()),
         pa.array(r.offsets), _ts(r.timestamps_ms), pa.array(r.timestamp_types),
     ]
     if include_headers:
         cols.append(pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in r.headers],
                              pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
+    all_data = bool(is_data.all())
     cols += [
-        pa.array(r.kinds.tolist(), pa.string()), _ts(r.event_ms, ~is_data),
-        _ts(r.punctuation_ms, ~is_punct), pa.nulls(n, pa.string()),
-        _ts(np.full(n, processing_time_ms, np.int64)), pa.array(r.errors, pa.string()),
+        _constant(KIND_DATA, n, pa.string()) if all_data else pa.array(r.kinds.tolist(), pa.string()),
+        _ts(r.event_ms, None if all_data else ~is_data),
+        pa.nulls(n, _TS) if not is_punct.any() else _ts(r.punctuation_ms, ~is_punct),
+        pa.nulls(n, pa.string()),
+        _constant(processing_time_ms * 1000, n, _TS),
+        pa.nulls(n, pa.string()) if all_data else pa.array(r.errors, pa.string()),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=arrow_schema(include_headers))
 
