@@ -1,0 +1,112 @@
+"""Base ``transformWithStateInPandas`` processor for one key group, driven by punctuations.
+
+Every order-aware Spark operator of this project (slicer, watermarks, optimistic) is a subclass:
+the base reads the key group's state once, splits the micro-batch's rows by kind, applies
+modifications first (Enorm §6.2: they travel ahead of the timestamp punctuation), then data, then
+folds the partitions' timestamp punctuations into the group's low watermark
+(:class:`watermarks.PunctuationTracker`, min over Kafka partitions), calls the subclass, and
+writes the state once. Time comes only from rows (punctuations and the processing time recorded
+in the source's offsets), so a replayed micro-batch produces the same output.
+
+Use with ``timeMode="None"``: Spark's own event-time mode would drop rows behind Spark's
+watermark before the processor sees them, and our late-data policies need them.
+
+Subclass contract::
+
+    class MyOperator(PunctuatedKeyGroupProcessor):
+        def load(self, blob: bytes | None): ...          # engine state for this key group
+        def dump(self, engine) -> bytes: ...
+        def on_batch(self, engine, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]: ...
+
+``df`` must come from :func:`keygroups.with_key_groups` (it adds ``key_group`` and epoch-ms
+columns)::
+
+    with_key_groups(source, "key", 8).groupBy("key_group").transformWithStateInPandas(
+        MyOperator(), output_schema, "Append", "None")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from watermarks.punctuation import PunctuationTracker
+
+__all__ = ["PunctuatedKeyGroupProcessor", "KeyGroupBatch"]
+
+_STATE = StructType([StructField("engine", BinaryType()), StructField("tracker", BinaryType()),
+                     StructField("errors", LongType())])
+
+
+@dataclass
+class KeyGroupBatch:
+    """What one micro-batch brings to one key group."""
+
+    key_group: int
+    data: pd.DataFrame                  # kind == "data" rows (all input columns)
+    modifications: list[str]            # command texts, in control-topic order, deduplicated
+    low_watermark_ms: int | None        # after this batch's punctuations
+    previous_low_watermark_ms: int | None
+    processing_time_ms: int | None      # recorded in the source offset
+
+
+class PunctuatedKeyGroupProcessor(StatefulProcessor):
+    """See module docstring. ``idle_timeout_ms``: :class:`PunctuationTracker` idle policy."""
+
+    def __init__(self, idle_timeout_ms: int | None = None) -> None:
+        self.idle_timeout_ms = idle_timeout_ms
+
+    # -- subclass hooks ---------------------------------------------------------------------------
+    def load(self, blob: bytes | None) -> Any:
+        raise NotImplementedError
+
+    def dump(self, engine: Any) -> bytes:
+        raise NotImplementedError
+
+    def on_batch(self, engine: Any, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
+        raise NotImplementedError
+
+    # -- Spark side -------------------------------------------------------------------------------
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self._state = handle.getValueState("key_group_state", _STATE)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        pdf = pd.concat(list(rows), ignore_index=True)
+        blob, tracker_blob, errors = self._state.get() if self._state.exists() else (None, None, 0)
+        tracker = (PunctuationTracker.from_bytes(bytes(tracker_blob)) if tracker_blob is not None
+                   else PunctuationTracker(self.idle_timeout_ms))
+        engine = self.load(None if blob is None else bytes(blob))
+        batch = split_batch(int(key[0]), pdf, tracker)
+        errors = int(errors or 0) + int((pdf["kind"] == "error").sum())
+        yield from self.on_batch(engine, batch)
+        self._state.update((self.dump(engine), tracker.to_bytes(), errors))
+
+    def close(self) -> None:
+        pass
+
+
+def split_batch(key_group: int, pdf: pd.DataFrame, tracker: PunctuationTracker) -> KeyGroupBatch:
+    """Split rows by kind and advance ``tracker`` with the batch's punctuations (pure, testable)."""
+    kinds = pdf["kind"]
+    data = pdf[kinds == "data"].sort_values(["topic", "partition", "offset"], kind="stable")
+    # One copy per Kafka partition arrives; a command is identified by its text and the control
+    # record's timestamp (two identical commands in the same millisecond count as one).
+    mods_rows = pdf[kinds == "modification"]
+    seen, mods = set(), []
+    for text, ts in zip(mods_rows["modification"], mods_rows["timestamp"]):
+        if (text, ts) not in seen:
+            seen.add((text, ts))
+            mods.append(text)
+    previous = tracker.low_watermark_ms
+    pt = pdf["processing_time_ms"].max() if len(pdf) else None
+    processing_time = None if pt is None or pd.isna(pt) else int(pt)
+    puncts = pdf[(kinds == "punctuation")]
+    for topic, part, value, offset in zip(puncts["topic"], puncts["partition"], puncts["punctuation_ms"],
+                                          puncts["offset"]):
+        tracker.update(f"{topic}-{part}", None if pd.isna(value) else int(value),
+                       None if pd.isna(offset) else int(offset), processing_time or 0)
+    return KeyGroupBatch(key_group, data, mods, tracker.low_watermark_ms, previous, processing_time)
