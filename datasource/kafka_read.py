@@ -81,16 +81,16 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
     try:
         while position < end:
             msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
-            good = []
+            errors = [m.error() for m in msgs]
             reached_eof = False
-            for m in msgs:
-                err = m.error()
-                if err is None:
-                    good.append(m)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    reached_eof = True
-                else:
-                    raise RuntimeError(f"Kafka error reading {topic}-{partition} at offset {position}: {err}")
+            if any(e is not None for e in errors):
+                for e in errors:
+                    if e is not None and e.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
+                reached_eof = True
+                good = [m for m, e in zip(msgs, errors) if e is None]
+            else:
+                good = msgs
             if good and good[-1].offset() >= end:
                 good = [m for m in good if m.offset() < end]
                 if not good:
@@ -163,6 +163,23 @@ def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms
         return out, valid
 
 
+def newest_event_time(msgs: list, field: str | None) -> int | None:
+    """Newest event time among data records of ``msgs`` (the driver's punctuation scan): same
+    classification as :func:`decode`, without building the other columns."""
+    if not msgs:
+        return None
+    headers = [m.headers() for m in msgs]
+    marked = [i for i, h in enumerate(headers) if h and any(k == PUNCTUATION_HEADER for k, _ in h)]
+    if marked:
+        drop = set(marked)
+        msgs = [m for i, m in enumerate(msgs) if i not in drop]
+        if not msgs:
+            return None
+    ts_ms = np.array([m.timestamp()[1] for m in msgs], dtype=np.int64)
+    ev, valid = event_times([m.value() for m in msgs] if field else msgs, field, ts_ms)
+    return int(ev[valid].max()) if valid.any() else None
+
+
 @dataclass
 class RangeRecords:
     """Columns of a chunk of consumed records (plain Python / numpy)."""
@@ -190,7 +207,9 @@ def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRe
     n = len(msgs)
     keys = [m.key() for m in msgs]
     values = [m.value() for m in msgs]
-    offsets = np.array([m.offset() for m in msgs], dtype=np.int64)
+    first, last = (msgs[0].offset(), msgs[-1].offset()) if n else (0, -1)
+    offsets = (np.arange(first, last + 1, dtype=np.int64) if last - first + 1 == n
+               else np.array([m.offset() for m in msgs], dtype=np.int64))
     ts = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
     ts_ms = ts[:, 1].copy()
     ts_types = _SPARK_TS_TYPE[np.clip(ts[:, 0], 0, 3)]

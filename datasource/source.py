@@ -267,12 +267,9 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """Newest data event time in ``[begin, end)`` (the punctuation's basis), scanned once."""
         for msgs, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
                                               fail_on_data_loss=False):
-            if not msgs:
-                continue
-            rec = kafka_read.decode(msgs, tp[0], tp[1], self.opts.event_time_field)
-            ev = rec.event_ms[rec.kinds == KIND_DATA]
-            if len(ev):
-                newest = int(ev.max()) if newest is None else max(newest, int(ev.max()))
+            batch_newest = kafka_read.newest_event_time(msgs, self.opts.event_time_field)
+            if batch_newest is not None:
+                newest = batch_newest if newest is None else max(newest, batch_newest)
         return newest
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
