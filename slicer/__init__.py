@@ -62,3 +62,12 @@ __all__ = [
     "WindowContext", "SessionWindow", "PunctuationWindow", "SlideByTupleWindow",
     "AggregateFunction", "Sum", "CountAgg", "Min", "Max", "Mean", "M4", "Median", "Quantile",
 ]
+
+
+def __getattr__(name):
+    # The Spark operator imports pyspark; load it only when asked for (``import slicer`` stays Spark-free).
+    if name in ("slice_windows", "SlicingProcessor"):
+        from slicer import spark
+
+        return getattr(spark, name)
+    raise AttributeError(f"module 'slicer' has no attribute {name!r}")

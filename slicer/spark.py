@@ -1,0 +1,344 @@
+"""The slicing engine as a Spark Structured Streaming operator (issue 3, Scotty §4-9 on Spark).
+
+:func:`slice_windows` turns a streaming DataFrame from ``format("dataflow-kafka")`` into a
+streaming DataFrame of window aggregates, for many concurrent window queries per key at the
+cost of one slice update per record::
+
+    from slicer import M4, SlidingWindow, Sum, Time, TumblingWindow
+    from slicer.spark import slice_windows
+
+    src = spark.readStream.format("dataflow-kafka").option("subscribe", "sensors") ... .load()
+    out = slice_windows(src, key="CAST(key AS STRING)",
+                        windows=[SlidingWindow(Time, 60_000, 10_000), TumblingWindow(Time, 5_000)],
+                        aggregations=[Sum(), M4()],
+                        value="get_json_object(CAST(value AS STRING), '$.amount')",
+                        max_lateness_ms=30_000)
+    out.writeStream.format("dataflow-kafka").option("topic", "windows") ...
+
+How it runs
+-----------
+``with_key_groups`` hashes every data row to one of ``num_key_groups`` key groups and replicates
+the source's punctuation and modification rows to every group; a
+:class:`~keygroups.PunctuatedKeyGroupProcessor` subclass (:class:`SlicingProcessor`) is called
+once per key group and micro-batch (``transformWithStateInPandas``, ``timeMode="None"``). The
+group's state is one blob holding one engine state per key. Per call the processor factorises
+the keys of the batch with pandas, stable-sorts the rows by key (so each key keeps its arrival
+order: topic, partition, offset), and makes one ``process_elements`` call per key and batch, then
+one ``process_watermark_columns`` call per key whose windows can have changed. Results are
+assembled column-wise (no row loop).
+
+Event-time progress is the source's punctuations: ``batch.low_watermark_ms``, the minimum over
+Kafka partitions of their newest punctuation (:class:`watermarks.PunctuationTracker`; idle
+partitions: ``idle_timeout_ms``). A key seen for the first time starts at the group's current
+watermark, so its records are late by the same rule as everyone else's.
+
+Why not Spark's watermark (``withWatermark``)? Spark's watermark is a single global value
+(max event time seen by the whole query minus a delay, one batch behind), and in
+``timeMode="EventTime"`` Spark drops rows behind it *before* the processor sees them, so
+records later than the lateness would only show up in Spark's aggregate
+``numRowsDroppedByWatermark`` metric and not per key, and the result would depend on how
+partitions interleave in a micro-batch. The punctuations are per partition, recorded in the
+offsets, and give the same result on replay. Users who want "max event time minus a delay"
+semantics get it from the source: ``gracePeriodMs`` (punctuation = newest event time minus
+the grace period) together with ``max_lateness_ms`` here.
+
+Output columns
+--------------
+* the key column(s) (named after the key columns, or ``key``/``key_<i>`` for expressions; Spark
+  types preserved);
+* ``kind``: ``"window"`` for a window aggregate, ``"dropped"`` for a per-key report of records
+  this micro-batch did not aggregate (only emitted when there were some);
+* ``query_id`` (index in ``windows``), ``measure`` (``"time"``/``"count"``), ``window_start``,
+  ``window_end`` (``[start, end)``, epoch ms for time windows, record positions for count
+  windows), ``update`` (``True``: a window emitted before, re-emitted because late records
+  within the allowed lateness changed it; keep the latest pane per window);
+* one column per aggregation (``sum``, ``count``, ``min``, ``max``, ``mean``, ``median``,
+  ``quantile_<q>``; M4 gives ``m4_min``, ``m4_max``, ``m4_first``, ``m4_last``; user-defined:
+  ``fn.name``, Spark type ``fn.spark_type`` or double); duplicate names get ``_<i>`` suffixes;
+* ``late_records``: on ``"dropped"`` rows, records of the key that arrived later than
+  ``max_lateness_ms`` behind the watermark (counted, never silently dropped);
+  ``null_records``: records whose value or event time was null (e.g. a JSON field missing).
+  Both are null on ``"window"`` rows.
+
+Windows without records are not emitted (as Spark's ``groupBy(window(...))``).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, PunctuatedKeyGroupProcessor, with_key_groups
+from slicer.aggregates import M4, AggregateFunction, Count, Quantile
+from slicer.operator import SlicingWindowOperator
+from slicer.windows import Window
+
+__all__ = ["slice_windows", "SlicingProcessor", "output_columns"]
+
+_VALUE = "slicer_value"
+# Columns of the source that split_batch needs, besides key_group and the epoch-ms columns.
+_CONTROL = ["kind", "topic", "partition", "offset", "timestamp", "modification",
+            "punctuation_ms", "processing_time_ms", "event_time_ms"]
+_STATE_MAGIC = b"SKG1"
+
+
+def _agg_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, str]]:
+    """``(column name, Spark DDL type)`` for every output column of ``aggregations``."""
+    cols: list[tuple[str, str]] = []
+    for fn in aggregations:
+        name = re.sub(r"[^0-9A-Za-z]+", "_", fn.name).strip("_")
+        if isinstance(fn, M4):
+            cols += [(f"{name}_{c}", "double") for c in fn.components]
+        elif isinstance(fn, Count):
+            cols.append((name, "long"))
+        elif isinstance(fn, Quantile):
+            cols.append((name, "double" if np.isscalar(fn.q) else "array<double>"))
+        elif type(fn).kernel is not AggregateFunction.kernel:
+            cols.append((name, "double"))
+        else:
+            cols.append((name, getattr(fn, "spark_type", "double")))
+    seen: dict[str, int] = {}
+    out = []
+    for name, t in cols:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        out.append((name if n == 0 else f"{name}_{n}", t))
+    return out
+
+
+def output_columns(key_columns: Sequence[tuple[str, str]], aggregations) -> list[tuple[str, str]]:
+    """The output schema of :func:`slice_windows` as ``(name, DDL type)`` pairs."""
+    return (list(key_columns)
+            + [("kind", "string"), ("query_id", "int"), ("measure", "string"), ("window_start", "long"),
+               ("window_end", "long"), ("update", "boolean")]
+            + _agg_columns(aggregations)
+            + [("late_records", "long"), ("null_records", "long")])
+
+
+class SlicingProcessor(PunctuatedKeyGroupProcessor):
+    """One key group: ``{key: engine state}`` in one blob; engines share one configured template.
+
+    ``key_names``: the key columns of the input rows; ``columns``: the output schema
+    (:func:`output_columns`).
+    """
+
+    def __init__(self, template: SlicingWindowOperator, key_names: Sequence[str],
+                 columns: Sequence[tuple[str, str]], idle_timeout_ms: int | None = None) -> None:
+        super().__init__(idle_timeout_ms)
+        self.template = template
+        self.key_names = list(key_names)
+        self.columns = [c for c, _ in columns]
+        self.agg_columns = _agg_columns(template.aggregations)
+
+    # -- state ----------------------------------------------------------------------------------
+    def load(self, blob: bytes | None) -> dict:
+        """``{key: SlicingWindowOperator}``; engines are restored lazily (see ``_engine``)."""
+        if blob is None:
+            return {}
+        if blob[:4] != _STATE_MAGIC:
+            raise ValueError("SlicingProcessor: key group state has an unknown format")
+        return pickle.loads(blob[4:])
+
+    def dump(self, engines: dict) -> bytes:
+        out = {k: (v if isinstance(v, bytes) else v.to_bytes(include_config=False)) for k, v in engines.items()}
+        return _STATE_MAGIC + pickle.dumps(out, protocol=5)
+
+    def _engine(self, engines: dict, key, watermark: int | None) -> SlicingWindowOperator:
+        op = engines.get(key)
+        if isinstance(op, SlicingWindowOperator):
+            return op
+        if op is None:
+            op = SlicingWindowOperator.from_bytes(self._fresh_blob(), like=self.template)
+            if watermark is not None:            # a new key starts at the group's watermark
+                op.process_watermark_columns(watermark)
+        else:
+            op = SlicingWindowOperator.from_bytes(op, like=self.template)
+        engines[key] = op
+        return op
+
+    def _fresh_blob(self) -> bytes:
+        blob = getattr(self, "_fresh", None)
+        if blob is None:
+            blob = self._fresh = self.template.to_bytes(include_config=False)
+        return blob
+
+    # -- one micro-batch of one key group ---------------------------------------------------------
+    def on_batch(self, engines: dict, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
+        prev_wm, wm = batch.previous_low_watermark_ms, batch.low_watermark_ms
+        data = batch.data
+        touched: dict = {}            # key -> [late, null] for keys with records this batch
+        if len(data):
+            if len(self.key_names) == 1:
+                codes, uniques = pd.factorize(data[self.key_names[0]], use_na_sentinel=False)
+                keys = [_none_if_na(k) for k in uniques]
+            else:
+                mi = pd.MultiIndex.from_frame(data[self.key_names])
+                codes, uniques = pd.factorize(mi, use_na_sentinel=False)
+                keys = [tuple(_none_if_na(x) for x in k) for k in uniques]
+            values = pd.to_numeric(data[_VALUE], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            ts_col = data["event_time_ms"]
+            bad = np.isnan(values) | ts_col.isna().to_numpy()
+            ts = ts_col.to_numpy(np.int64, na_value=0) if bad.any() else ts_col.to_numpy(np.int64)
+            order = np.argsort(codes, kind="stable")
+            bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+            values, ts, bad = values[order], ts[order], bad[order]
+            any_bad = bool(bad.any())
+            for i, key in enumerate(keys):
+                lo, hi = bounds[i], bounds[i + 1]
+                op = self._engine(engines, key, prev_wm)
+                v, t = values[lo:hi], ts[lo:hi]
+                nulls = 0
+                if any_bad:
+                    ok = ~bad[lo:hi]
+                    nulls = int(hi - lo - ok.sum())
+                    v, t = v[ok], t[ok]
+                before = op.dropped_late
+                if t.size:
+                    op.process_elements(v, t)
+                touched[key] = (op.dropped_late - before, nulls)
+        parts: list[tuple[object, object]] = []
+        if wm is not None:
+            advanced = prev_wm is None or wm > prev_wm
+            for key in (list(engines) if advanced else list(touched)):
+                res = self._engine(engines, key, prev_wm).process_watermark_columns(wm)
+                if len(res):
+                    parts.append((key, res))
+        frame = self._frame(parts, [(k, late, nulls) for k, (late, nulls) in touched.items() if late or nulls])
+        if frame is not None:
+            yield frame
+
+    def _frame(self, parts, drops) -> pd.DataFrame | None:
+        n_win, n_drop = sum(len(r) for _, r in parts), len(drops)
+        if n_win + n_drop == 0:
+            return None
+        cols: dict[str, object] = {}
+        rep = np.array([len(r) for _, r in parts], np.int64)
+        keys_all = [k for k, _ in parts] + [k for k, _, _ in drops]
+        reps_all = np.concatenate([rep, np.ones(n_drop, np.int64)])
+        if len(self.key_names) == 1:
+            cols[self.key_names[0]] = np.repeat(np.array(keys_all + [None], dtype=object)[:-1], reps_all)
+        else:
+            for j, name in enumerate(self.key_names):
+                cols[name] = np.repeat(np.array([k[j] for k in keys_all] + [None], dtype=object)[:-1], reps_all)
+
+        def cat(arrays, pad_dtype, fill):
+            pad = np.full(n_drop, fill, dtype=pad_dtype)
+            return np.concatenate([*arrays, pad]) if arrays else pad
+
+        res = [r for _, r in parts]
+        cols["kind"] = np.array(["window"] * n_win + ["dropped"] * n_drop, dtype=object)
+        cols["query_id"] = pd.array(np.concatenate([r.query_id for r in res] + [np.zeros(0, np.int64)])
+                                    .tolist() + [None] * n_drop, dtype="Int32")
+        cols["measure"] = cat([r.measure.astype(object) for r in res], object, None)
+        cols["window_start"] = pd.array(cat([r.start for r in res], object, None), dtype="Int64")
+        cols["window_end"] = pd.array(cat([r.end for r in res], object, None), dtype="Int64")
+        cols["update"] = pd.array(cat([r.update for r in res], object, None), dtype="boolean")
+        c = 0
+        for i, fn in enumerate(self.template.aggregations):
+            vals = [r.values[i] for r in res]
+            if isinstance(fn, M4):
+                arr = np.concatenate(vals) if vals else np.zeros((0, 4))
+                for j in range(4):
+                    cols[self.agg_columns[c][0]] = np.concatenate([arr[:, j], np.full(n_drop, np.nan)])
+                    c += 1
+                continue
+            name, typ = self.agg_columns[c]
+            c += 1
+            if isinstance(fn, Count):
+                flat = np.concatenate(vals) if vals else np.zeros(0)
+                cols[name] = pd.array(flat.astype(np.int64).tolist() + [None] * n_drop, dtype="Int64")
+            elif typ == "double" and all(isinstance(v, np.ndarray) for v in vals):
+                flat = np.concatenate(vals) if vals else np.zeros(0)
+                cols[name] = np.concatenate([flat.astype(np.float64), np.full(n_drop, np.nan)])
+            else:
+                flat = [x for v in vals for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
+                if typ == "double":
+                    cols[name] = np.array([np.nan if x is None else float(x) for x in flat] + [np.nan] * n_drop)
+                    continue
+                if typ.startswith("array"):
+                    flat = [None if x is None else [float(y) for y in np.atleast_1d(x)] for x in flat]
+                cols[name] = pd.Series(flat + [None] * n_drop, dtype=object)
+        cols["late_records"] = pd.array([None] * n_win + [d[1] for d in drops], dtype="Int64")
+        cols["null_records"] = pd.array([None] * n_win + [d[2] for d in drops], dtype="Int64")
+        return pd.DataFrame({k: cols[k] for k in self.columns})
+
+
+def _none_if_na(k):
+    """Null keys are one key (``None``), whatever pandas made of them (NaN, NA)."""
+    return None if k is None or k is pd.NA or (isinstance(k, float) and k != k) else k
+
+
+def _key_specs(df, key) -> list[tuple[str, str]]:
+    """``(output name, SQL expression)`` per key."""
+    if isinstance(key, dict):
+        return [(str(n), str(e)) for n, e in key.items()]
+    exprs = [key] if isinstance(key, str) else list(key)
+    if not exprs:
+        raise ValueError("key must name at least one column or expression")
+    names = set(df.columns)
+    out = []
+    for i, e in enumerate(exprs):
+        bare = e.strip("`")
+        if bare in names:
+            out.append((bare, e))
+        else:
+            out.append(("key" if len(exprs) == 1 else f"key_{i}", e))
+    if len({n for n, _ in out}) != len(out):
+        raise ValueError(f"key columns {[n for n, _ in out]}: names must be distinct (pass a dict name -> expr)")
+    return out
+
+
+def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window],
+                  aggregations: Iterable[AggregateFunction], value="try_cast(CAST(value AS STRING) AS DOUBLE)",
+                  num_key_groups: int = 8, max_lateness_ms: int = 1000, stream_order: str = "out_of_order",
+                  store: str = "lazy", idle_timeout_ms: int | None = None):
+    """Window aggregates per key of a ``format("dataflow-kafka")`` stream (see module docstring).
+
+    Parameters
+    ----------
+    df : streaming DataFrame with the source's row contract (``kind``, ``event_time``, ...).
+    key : column name, SQL expression, a list of them, or a dict ``{output name: expression}``.
+    windows : window definitions (``slicer`` window types); ``query_id`` is the index.
+    aggregations : ``slicer`` aggregation functions, all computed for every window.
+    value : SQL expression (str) or Column giving the aggregated value; cast to double
+        (unparseable values become null and are reported in ``null_records``).
+    num_key_groups : stateful processor calls per micro-batch (and unit of state).
+    max_lateness_ms : allowed lateness behind the punctuation watermark.
+    stream_order, store : passed to :class:`~slicer.SlicingWindowOperator`.
+    idle_timeout_ms : idle-partition policy of the punctuation tracker (``None``: never idle).
+    """
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    template = SlicingWindowOperator(max_lateness_ms, stream_order, store)
+    aggs = list(aggregations)
+    wins = list(windows)
+    if not wins:
+        raise ValueError("slice_windows: at least one window")
+    if not aggs:
+        raise ValueError("slice_windows: at least one aggregation")
+    for fn in aggs:
+        template.add_aggregation(fn)
+    for w in wins:
+        template.add_window(w)
+    specs = _key_specs(df, key)
+    reserved = _CONTROL + [KEY_GROUP_COLUMN, _VALUE] + [c for c, _ in output_columns([], aggs)]
+    clash = {n for n, _ in specs} & set(reserved)
+    if clash:
+        raise ValueError(f"key column name(s) {sorted(clash)} clash with the source's columns; pass a dict")
+    keyed = df.select("*", *[F.expr(e).alias(f"__slicer_key_{i}") for i, (_, e) in enumerate(specs)])
+    val = value if isinstance(value, Column) else F.expr(value)
+    keyed = keyed.withColumn(_VALUE, val.try_cast("double"))
+    internal = [f"__slicer_key_{i}" for i in range(len(specs))]
+    grouped = with_key_groups(keyed, internal, num_key_groups)
+    slim = grouped.select(KEY_GROUP_COLUMN, *_CONTROL, _VALUE,
+                          *[F.col(c).alias(n) for c, (n, _) in zip(internal, specs)])
+    key_types = [(n, slim.schema[n].dataType.simpleString()) for n, _ in specs]
+    columns = output_columns(key_types, aggs)
+    schema = ", ".join(f"`{n}` {t}" for n, t in columns)
+    proc = SlicingProcessor(template, [n for n, _ in specs], columns, idle_timeout_ms)
+    return slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(proc, schema, "Append", "None")
