@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import pytest
 
+from datasource import consumer_lag
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -41,9 +42,13 @@ def test_exactly_once_punctuations_and_modifications_across_restart_and_replay(s
     out = BatchCollector()
 
     kafka.produce(topic, events[:1200])
-    run_available_now(spark, opts, ck, out)                      # run 1: first 1200 records
+    q = run_available_now(spark, opts, ck, out)                  # run 1: first 1200 records
     first_run_batches = set(out.batches)
     assert len(first_run_batches) >= 4                           # 1200 / 300
+    # Consumer lag from progress: after the first batch 900 of 1200 records are still behind.
+    lags = [consumer_lag(p) for p in q.recentProgress if p["numInputRows"]]
+    assert sum(lags[0].values()) == 1200 - 300 and sum(lags[-1].values()) == 0
+    assert set(lags[0]) == {(topic, p) for p in range(4)}
 
     command = json.dumps({"op": "move-key-group", "key_group": 3, "to": 1})
     kafka.produce(control, [{"value": command.encode(), "partition": 0}])
