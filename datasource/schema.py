@@ -6,6 +6,8 @@ operators need (see docs/ARCHITECTURE.md, "Row contract").
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
@@ -52,22 +54,12 @@ def source_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-_TS = pa.timestamp("us", tz="UTC")
-
-
+@functools.lru_cache(maxsize=2)
 def arrow_schema(include_headers: bool) -> pa.Schema:
-    fields = [
-        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", _TS),
-        ("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
-    fields += [
-        ("kind", pa.string()), ("event_time", _TS), ("punctuation", _TS),
-        ("modification", pa.string()), ("processing_time", _TS), ("error", pa.string()),
-    ]
-    return pa.schema(fields)
+    """The Arrow schema ``read()`` yields: the Spark schema converted (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(source_schema(include_headers), timezone="UTC")
 
 
 def spark_timestamp_type(confluent_type: int) -> int:
