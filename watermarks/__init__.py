@@ -1,5 +1,6 @@
 """Event-time progress: punctuation tracking and the Dataflow Model (windows, triggers,
-accumulation modes). Pure Python, no Spark import."""
+accumulation modes). Pure Python, no Spark import; the Spark operator
+``apply_windowing`` lives in :mod:`watermarks.spark` and is imported on first access."""
 
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from watermarks.combiners import (
@@ -57,3 +58,14 @@ __all__ = [
     "Combiner", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner",
     "ToListCombiner", "TriggerDriver",
 ]
+# The Spark operator: `watermarks.apply_windowing` (or `from watermarks.spark import apply_windowing`)
+# imports watermarks.spark, and so pyspark, on first access; it is kept out of __all__ so that
+# `from watermarks import *` stays Spark-free.
+
+
+def __getattr__(name: str):
+    if name == "apply_windowing":
+        from watermarks.spark import apply_windowing
+
+        return apply_windowing
+    raise AttributeError(f"module 'watermarks' has no attribute {name!r}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from tests.support import BatchCollector, forget_batches_from, offset_log
@@ -33,7 +34,6 @@ from watermarks import (
     TriggerDriver,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 T0 = 1_700_000_040_000  # a minute boundary; event times live in the JSON field "ts"
 S = 1_000
@@ -90,10 +90,10 @@ def expected_panes(config: dict, processing_times: list[int]) -> list[dict]:
     return out
 
 
-def observed(collector: BatchCollector) -> list[dict]:
+def observed(collector: BatchCollector, query: str) -> list[dict]:
     out = []
     for b in sorted(collector.batches):
-        rows = sorted(collector.batches[b], key=lambda r: (r["key_group"], r["seq"]))
+        rows = sorted((r for r in collector.batches[b] if r["query"] == query), key=lambda r: (r["key_group"], r["seq"]))
         per_key: dict[str, list] = {}
         for r in rows:
             if r["kind"] == "pane":
@@ -107,6 +107,8 @@ def observed(collector: BatchCollector) -> list[dict]:
     return out
 
 
+@pytest.mark.spark
+@pytest.mark.kafka
 def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_replay(spark, kafka, tmp_path):
     from watermarks.spark import apply_windowing
 
@@ -114,35 +116,38 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
            .load())
-    queries = {name: (apply_windowing(src, "CAST(key AS STRING)", VALUE, combiner=SumCombiner(),
-                                      num_key_groups=2, **cfg),
-                      str(tmp_path / name), BatchCollector()) for name, cfg in CONFIGS.items()}
+    from pyspark.sql import functions as F
 
-    def run_all():  # one AvailableNow run of both queries, side by side, from their checkpoints
-        started = [df.writeStream.foreachBatch(col).option("checkpointLocation", ck)
-                   .trigger(availableNow=True).start() for df, ck, col in queries.values()]
-        for q in started:
-            assert q.awaitTermination(180), "query did not finish"
-            assert q.exception() is None, q.exception()
+    # Both operators in one query (one plan, one checkpoint): a union of two independent branches.
+    panes = None
+    for name, cfg in CONFIGS.items():
+        branch = apply_windowing(src, "CAST(key AS STRING)", VALUE, combiner=SumCombiner(), num_key_groups=2,
+                                 **cfg).withColumn("query", F.lit(name))
+        panes = branch if panes is None else panes.unionByName(branch)
+    ck, col = str(tmp_path / "ck"), BatchCollector()
+
+    def run():  # one AvailableNow run from the checkpoint
+        q = panes.writeStream.foreachBatch(col).option("checkpointLocation", ck).trigger(availableNow=True).start()
+        assert q.awaitTermination(180), "query did not finish"
+        assert q.exception() is None, q.exception()
 
     for batch in BATCHES:
         kafka.produce(topic, [{"key": k.encode(), "partition": p,
                                "value": json.dumps({"ts": T0 + t * S, "score": v}).encode()}
                               for k, p, t, v in batch])
-        run_all()
-    first_attempt = {name: dict(col.batches) for name, (_, _, col) in queries.items()}
-    for _, ck, _ in queries.values():
-        forget_batches_from(ck, len(BATCHES) - 1)  # crash during the last batch: replayed from its offsets
-    run_all()
+        run()
+    first_attempt = dict(col.batches)
+    forget_batches_from(ck, len(BATCHES) - 1)  # crash during the last batch: replayed from its offsets
+    run()
 
-    for name, (_, ck, col) in queries.items():
-        assert sorted(col.batches) == list(range(len(BATCHES)))
-        assert col.batches == first_attempt[name], f"{name}: replay differs"
-        pts = [offset_log(ck, b)["batchTimeMs"] for b in range(len(BATCHES))]
-        got, want = observed(col), expected_panes(CONFIGS[name], pts)
+    assert sorted(col.batches) == list(range(len(BATCHES)))
+    assert col.batches == first_attempt, "the replayed batch differs"
+    pts = [offset_log(ck, b)["batchTimeMs"] for b in range(len(BATCHES))]
+    for name, cfg in CONFIGS.items():
+        got, want = observed(col, name), expected_panes(cfg, pts)
         assert got == want, f"{name}:\n got {got}\nwant {want}"
 
-    fixed = observed(queries["fixed"][2])
+    fixed = observed(col, "fixed")
     pane = lambda b, k, i: fixed[b]["panes"][k][i][1:10]  # noqa: E731  (start, end, value, timing, ...)
     # By hand. Batch 0: a's 5 and 7 (partition 0 first) make the early pane; b's 3 and 1 too.
     assert pane(0, "a", 0) == (0, 60 * S, 12.0, "EARLY", 0, True, False, False, 60 * S - 1)
@@ -157,7 +162,7 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
     assert pane(2, "a", 1) == (60 * S, 120 * S, 2.0, "ON_TIME", 0, True, False, False, 120 * S - 1)
     assert fixed[2]["dropped_late"] == {"a": 1}
 
-    sessions = observed(queries["sessions"][2])
+    sessions = observed(col, "sessions")
     # Batch 2 opens with the early refinement of b's grown session: retract [20 s, 70 s) then 19.
     b2 = [(r[1], r[2], r[3], r[4], r[8]) for r in sessions[1]["panes"]["b"] + sessions[2]["panes"]["b"]]
     assert (20 * S, 70 * S, 4.0, "EARLY", True) in b2 and (20 * S, 110 * S, 19.0, "EARLY", False) in b2
@@ -166,3 +171,23 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
     a2 = [(r[1], r[2], r[3], r[4], r[8]) for r in sessions[2]["panes"]["a"]]
     i = a2.index((5 * S, 70 * S, 24.0, "ON_TIME", True))
     assert a2[i + 1] == (5 * S, 70 * S, 34.0, "LATE", False)
+
+
+def test_run_batch_counts_late_and_null_values_and_keeps_kafka_order():
+    """The processor's per-batch step without Spark: drops are rows, never silent."""
+    from watermarks.spark import PANE_COLUMNS, run_batch
+
+    d = TriggerDriver(FixedWindows(10), AfterWatermark(early=AfterCount(2)), "discarding",
+                      combiner=SumCombiner())
+    data = pd.DataFrame({"dataflow_key": ["x", "y", "x", "x"], "dataflow_value": [1.0, None, 2.0, 4.0],
+                         "event_time_ms": [3, 4, 5, 25]})
+    rows = run_batch(d, data, watermark_ms=20, processing_time_ms=7, integral_values=True)
+    assert all(set(r) <= set(PANE_COLUMNS) for r in rows)
+    panes = [(r["key"], r["window_start_ms"], r["value_json"], r["timing"]) for r in rows if r["kind"] == "pane"]
+    # Kafka order 1, 2: the early pane holds 3 (integral values stay ints); discarding, the on-time
+    # pane (fires always) is empty: 0. The 4 at 25 waits in [20, 30).
+    assert panes == [("x", 0, "3", "EARLY"), ("x", 0, "0", "ON_TIME")]
+    assert [(r["key"], r["dropped_null"], r["watermark_ms"]) for r in rows if r["kind"] == "dropped"] == [("y", 1, 20)]
+    late = pd.DataFrame({"dataflow_key": ["x"], "dataflow_value": [9.0], "event_time_ms": [1]})
+    rows = run_batch(d, late, watermark_ms=30, processing_time_ms=8, integral_values=True)
+    assert [(r["kind"], r["key"], r["dropped_late"]) for r in rows if r["kind"] == "dropped"] == [("dropped", "x", 1)]
