@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from optimistic import Meta, run_local
+from optimistic import run_local
 from optimistic.spark import build_pipeline, encode_json, read_metrics
 from optimistic.workload import generate_documents, inverted_index_stages
 from tests.support import forget_batches_from, now_ms
