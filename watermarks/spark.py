@@ -73,7 +73,7 @@ from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, Time
 from watermarks.combiners import Combiner, ToListCombiner
 from watermarks.driver import TriggerDriver
 from watermarks.triggers import Trigger
-from watermarks.windows import WindowFn
+from watermarks.windows import BEGINNING_OF_TIME_MS, WindowFn
 
 __all__ = ["apply_windowing", "WindowingProcessor", "PANE_SCHEMA", "PANE_COLUMNS"]
 
@@ -143,23 +143,30 @@ class WindowingProcessor(PunctuatedKeyGroupProcessor):
             yield pd.DataFrame(rows, columns=PANE_COLUMNS)
 
 
-def batch_elements(data: pd.DataFrame, integral_values: bool) -> tuple[list[tuple[str, list]], dict[str, int]]:
-    """``[(key, [(value, event_time_ms), ...]), ...]`` in order of first appearance, and null counts."""
+def batch_elements(data: pd.DataFrame, integral_values: bool) -> tuple[list[tuple[Any, list]], dict[Any, int]]:
+    """``[(key, [(value, event_time_ms), ...]), ...]`` in order of first appearance, and null counts.
+
+    Rows keep their order (Kafka order); a null key is the key ``None``.
+    """
     if data.empty:
         return [], {}
-    if _KEY not in data.columns:
-        raise KeyError(f"{_KEY} not in batch columns {list(data.columns)}")
-    nulls: dict[str, int] = {}
-    out = []
-    for key, sub in data.groupby(_KEY, sort=False, dropna=False):
-        values = sub[_VALUE]
-        present = values.notna()
-        if not present.all():
-            nulls[key] = int((~present).sum())
-            sub, values = sub[present], values[present]
-        vals = values.astype("int64").tolist() if integral_values else values.tolist()
-        out.append((key, list(zip(vals, sub["event_time_ms"].astype("int64").tolist()))))
-    return out, nulls
+    keys = data[_KEY].astype(object)
+    keys = keys.where(keys.notna(), None).tolist()
+    values = data[_VALUE]
+    present = values.notna().tolist()
+    values = values.astype(object).tolist()
+    times = data["event_time_ms"].astype("int64").tolist()
+    groups: dict[Any, list] = {}
+    nulls: dict[Any, int] = {}
+    for k, v, ok, t in zip(keys, values, present, times):
+        elems = groups.get(k)
+        if elems is None:
+            elems = groups[k] = []
+        if not ok:
+            nulls[k] = nulls.get(k, 0) + 1
+            continue
+        elems.append((int(v) if integral_values else v, t))
+    return [(k, e) for k, e in groups.items() if e], nulls
 
 
 def run_batch(driver: TriggerDriver, data: pd.DataFrame, watermark_ms: int | None,
@@ -183,8 +190,8 @@ def run_batch(driver: TriggerDriver, data: pd.DataFrame, watermark_ms: int | Non
         drops.setdefault(key, [0, 0, n])
     if watermark_ms is not None:
         panes += driver.advance_watermark(watermark_ms)
-    wm = None if driver.watermark_ms <= -(2**53) else driver.watermark_ms
-    pt = None if driver.processing_time_ms <= -(2**53) else driver.processing_time_ms
+    wm = None if driver.watermark_ms <= BEGINNING_OF_TIME_MS else driver.watermark_ms
+    pt = None if driver.processing_time_ms <= BEGINNING_OF_TIME_MS else driver.processing_time_ms
     rows = []
     for p in panes:
         rows.append({"kind": "pane", "key": p.key, "window_start_ms": p.start_ms, "window_end_ms": p.end_ms,

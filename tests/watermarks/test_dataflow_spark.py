@@ -179,14 +179,15 @@ def test_run_batch_counts_late_and_null_values_and_keeps_kafka_order():
 
     d = TriggerDriver(FixedWindows(10), AfterWatermark(early=AfterCount(2)), "discarding",
                       combiner=SumCombiner())
-    data = pd.DataFrame({"dataflow_key": ["x", "y", "x", "x"], "dataflow_value": [1.0, None, 2.0, 4.0],
-                         "event_time_ms": [3, 4, 5, 25]})
+    data = pd.DataFrame({"dataflow_key": ["x", "y", None, "x", "x"], "dataflow_value": [1.0, None, 6.0, 2.0, 4.0],
+                         "event_time_ms": [3.0, 4.0, 6.0, 5.0, 25.0]})
     rows = run_batch(d, data, watermark_ms=20, processing_time_ms=7, integral_values=True)
     assert all(set(r) <= set(PANE_COLUMNS) for r in rows)
     panes = [(r["key"], r["window_start_ms"], r["value_json"], r["timing"]) for r in rows if r["kind"] == "pane"]
     # Kafka order 1, 2: the early pane holds 3 (integral values stay ints); discarding, the on-time
     # pane (fires always) is empty: 0. The 4 at 25 waits in [20, 30).
-    assert panes == [("x", 0, "3", "EARLY"), ("x", 0, "0", "ON_TIME")]
+    # A null Kafka key is a key of its own (None): one element, no early pane; on time 6.
+    assert panes == [("x", 0, "3", "EARLY"), ("x", 0, "0", "ON_TIME"), (None, 0, "6", "ON_TIME")]
     assert [(r["key"], r["dropped_null"], r["watermark_ms"]) for r in rows if r["kind"] == "dropped"] == [("y", 1, 20)]
     late = pd.DataFrame({"dataflow_key": ["x"], "dataflow_value": [9.0], "event_time_ms": [1]})
     rows = run_batch(d, late, watermark_ms=30, processing_time_ms=8, integral_values=True)
