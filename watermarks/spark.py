@@ -62,7 +62,6 @@ Example::
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from typing import Any, Iterator
 
