@@ -25,9 +25,13 @@ stages. The stage list is cut into *segments*: every order-sensitive stage (``Gr
    :class:`~optimistic.replay.KeyedState` is one value per key group; it processes the batch's
    items and tombstones at once (:meth:`Stage.process`), runs the following maps and routes the
    outputs by the next stage's key.
-3. **the barrier** (same kind of processor): one :class:`~optimistic.barrier.Barrier` per key group
-   (items routed by a hash of their order key, so an item and its tombstone meet); it is the only
-   processor that waits, and releases what is valid below its low watermark.
+3. **the barrier**, fused into the last segment's processor: one :class:`~optimistic.barrier.Barrier`
+   per key group of the last stage. An item and all its tombstones are emitted by the same key
+   group (the one holding the key's log), so they meet without another shuffle; the barrier
+   partitioned like this is still the only thing that waits, and releases what is valid below the
+   key group's low watermark. (A first version had the barrier as a separate processor behind a
+   shuffle by order key: one more Python operator per micro-batch made every batch slower. It
+   remains, :class:`BarrierProcessor`, for pipelines without an order-sensitive stage.)
 4. the released items are rows ``key = Meta.sort_key()``, ``value = encode(payload)`` for the
    dataflow-kafka sink, plus one metrics row per barrier key group and batch (``metrics_topic``).
 
@@ -51,8 +55,8 @@ an item: ``sort_key`` (``Meta.sort_key()``, binary), ``tombstone`` and the pickl
   from an input at or above ``w`` (a late input at ``t >= w`` replays entries at ``>= t`` only)
   and keeps its event time. It also collects garbage below ``w``.
 - Each processor gets a marker from every upstream channel in every micro-batch, so every key
-  group of every segment and of the barrier runs in every batch. The barrier releases below the
-  min over the last segment's key groups.
+  group of every segment runs in every batch. The barrier of a last-stage key group releases
+  below that key group's low watermark (min over the previous stage's key groups).
 
 Within one query all processors see a micro-batch in the same batch, so the markers carry the
 source's low watermark unchanged; the marker machinery is what makes the same processors correct
@@ -292,13 +296,18 @@ def _ingest(src, maps, router, decode):
 # -- processors -----------------------------------------------------------------------------------
 
 class _SegmentProcessor(PunctuatedKeyGroupProcessor):
-    """Shared by the optimistic and buffered segments: state = (stage state, sort buffer, seq)."""
+    """Shared by the optimistic and buffered segments: state = (stage state, buffer, seq).
 
-    buffered = False
+    With ``sink`` set the processor is the last one and writes sink rows itself: the optimistic
+    one through its :class:`Barrier` (the barrier fused into the last stage, partitioned as it
+    is: an item and its tombstones are emitted by the same key group), the buffered one directly.
+    """
 
-    def __init__(self, index: int, segment: Segment, router: _Router) -> None:
+    def __init__(self, index: int, segment: Segment, router: _Router | None, sink: "_SinkSpec | None" = None,
+                 metrics_topic: str | None = None) -> None:
         super().__init__(idle_timeout_ms=None)
         self.index, self.segment, self.router = index, segment, router
+        self.sink, self.metrics_topic = sink, metrics_topic
 
     def load(self, blob: bytes | None):
         if blob is None:
@@ -310,8 +319,10 @@ class _SegmentProcessor(PunctuatedKeyGroupProcessor):
         return pickle.dumps((engine["state"].to_bytes(), engine["buffer"].to_bytes(), engine["seq"]), protocol=5)
 
     def _process(self, engine, items: list[Item], w: int | None, now: int) -> list[Item]:
-        stage = self.segment.stage
-        return stage.process(engine["state"], items)
+        raise NotImplementedError
+
+    def _to_sink(self, engine, out: list[Item], batch: KeyGroupBatch) -> pd.DataFrame | None:
+        raise NotImplementedError
 
     def on_batch(self, engine, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
         stage = self.segment.stage
@@ -319,6 +330,11 @@ class _SegmentProcessor(PunctuatedKeyGroupProcessor):
         out = _apply_maps(self.segment.maps, self._process(engine, _items_of(batch.data), w, now))
         if w is not None:
             stage.collect_garbage(engine["state"], w)
+        if self.sink is not None:
+            frame = self._to_sink(engine, out, batch)
+            if frame is not None:
+                yield frame
+            return
         engine["seq"] += 1
         rows = _Rows(batch.processing_time_ms)
         name = f"s{self.index}"
@@ -330,17 +346,18 @@ class _SegmentProcessor(PunctuatedKeyGroupProcessor):
 
 
 class OptimisticStageProcessor(_SegmentProcessor):
-    """An order-sensitive stage applied at once to every item and tombstone (replays, no waiting)."""
+    """An order-sensitive stage applied at once to every item and tombstone (replays, no waiting);
+    the last one also holds the barrier of its key group."""
+
+    def _process(self, engine, items: list[Item], w: int | None, now: int) -> list[Item]:
+        return self.segment.stage.process(engine["state"], items)
+
+    def _to_sink(self, engine, out: list[Item], batch: KeyGroupBatch) -> pd.DataFrame | None:
+        return _release(engine["buffer"], out, batch, self.sink, self.metrics_topic)
 
 
 class BufferedStageProcessor(_SegmentProcessor):
     """Baseline (a): a sort buffer before the stage, released below the low watermark ``w``."""
-
-    buffered = True
-
-    def __init__(self, index: int, segment: Segment, router: _Router, sink: "_SinkSpec | None" = None) -> None:
-        super().__init__(index, segment, router)
-        self.sink = sink
 
     def _process(self, engine, items: list[Item], w: int | None, now: int) -> list[Item]:
         buffer: Barrier = engine["buffer"]
@@ -348,16 +365,8 @@ class BufferedStageProcessor(_SegmentProcessor):
         released = buffer.punctuate(w, now) if w is not None else []
         return self.segment.stage.process(engine["state"], released)
 
-    def on_batch(self, engine, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
-        if self.sink is None:
-            yield from super().on_batch(engine, batch)
-            return
-        stage = self.segment.stage
-        w, now = batch.low_watermark_ms, batch.processing_time_ms or 0
-        out = _apply_maps(self.segment.maps, self._process(engine, _items_of(batch.data), w, now))
-        if w is not None:
-            stage.collect_garbage(engine["state"], w)
-        yield self.sink.frame(out, batch.key_group)
+    def _to_sink(self, engine, out: list[Item], batch: KeyGroupBatch) -> pd.DataFrame | None:
+        return self.sink.frame(out, batch.key_group) if out else None  # empty object columns break Arrow
 
 
 @dataclass(frozen=True)
@@ -376,8 +385,33 @@ class _SinkSpec:
                              "partition": pd.array(parts, dtype="Int32")})
 
 
+def _release(barrier: Barrier, items: list[Item], batch: KeyGroupBatch, sink: _SinkSpec,
+             metrics_topic: str | None) -> pd.DataFrame | None:
+    """Insert ``items`` into the barrier, release below the batch's low watermark, and build the
+    sink rows: released items, then the metrics record of this key group and batch."""
+    now = batch.processing_time_ms or 0
+    barrier.insert_all(items, now)
+    c = barrier.counters
+    lag_before, released_before = c.lag_sum, c.released
+    out = barrier.punctuate(batch.low_watermark_ms, now) if batch.low_watermark_ms is not None else []
+    extra = []
+    if metrics_topic is not None:
+        n = c.released - released_before
+        m = {"key_group": batch.key_group, "processing_time_ms": batch.processing_time_ms,
+             "low_watermark_ms": batch.low_watermark_ms, "items_in": c.items_in,
+             "tombstones_in": c.tombstones_in, "released": c.released,
+             "replay_ratio": c.replay_ratio if math.isfinite(c.replay_ratio) else None,
+             "early_tombstones": c.early_tombstones, "late_items": c.late_items,
+             "late_tombstones": c.late_tombstones, "buffer": len(barrier), "max_buffer": c.max_buffer,
+             "batch_released": n, "batch_lag_mean_ms": (c.lag_sum - lag_before) / n if n else None,
+             "lag_max_ms": c.lag_max}
+        extra.append((str(batch.key_group).encode(), json.dumps(m).encode(), metrics_topic))
+    return sink.frame(out, batch.key_group, extra) if out or extra else None
+
+
 class BarrierProcessor(PunctuatedKeyGroupProcessor):
-    """One :class:`Barrier` per key group: buffers items and tombstones, releases below ``w``."""
+    """A stand-alone barrier (one :class:`Barrier` per key group) for pipelines without an
+    order-sensitive stage; otherwise the barrier is fused into the last stage's processor."""
 
     def __init__(self, sink: _SinkSpec, metrics_topic: str | None = None) -> None:
         super().__init__(idle_timeout_ms=None)
@@ -390,24 +424,9 @@ class BarrierProcessor(PunctuatedKeyGroupProcessor):
         return engine.to_bytes()
 
     def on_batch(self, engine: Barrier, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
-        now = batch.processing_time_ms or 0
-        engine.insert_all(_items_of(batch.data), now)
-        c = engine.counters
-        lag_before, released_before = c.lag_sum, c.released
-        out = engine.punctuate(batch.low_watermark_ms, now) if batch.low_watermark_ms is not None else []
-        extra = []
-        if self.metrics_topic is not None:
-            n = c.released - released_before
-            m = {"key_group": batch.key_group, "processing_time_ms": batch.processing_time_ms,
-                 "low_watermark_ms": batch.low_watermark_ms, "items_in": c.items_in,
-                 "tombstones_in": c.tombstones_in, "released": c.released,
-                 "replay_ratio": c.replay_ratio if math.isfinite(c.replay_ratio) else None,
-                 "early_tombstones": c.early_tombstones, "late_items": c.late_items,
-                 "late_tombstones": c.late_tombstones, "buffer": len(engine), "max_buffer": c.max_buffer,
-                 "batch_released": n, "batch_lag_mean_ms": (c.lag_sum - lag_before) / n if n else None,
-                 "lag_max_ms": c.lag_max}
-            extra.append((str(batch.key_group).encode(), json.dumps(m).encode(), self.metrics_topic))
-        yield self.sink.frame(out, batch.key_group, extra)
+        frame = _release(engine, _items_of(batch.data), batch, self.sink, self.metrics_topic)
+        if frame is not None:
+            yield frame
 
 
 # -- native baseline ------------------------------------------------------------------------------
@@ -466,6 +485,8 @@ class NativeStageProcessor(StatefulProcessor):
         timer = self._retime(buffer, timer)
         self._save(state, buffer, timer)
         kg = int(key[0])
+        if not out:
+            return
         if self.sink is not None:
             yield self.sink.frame(out, kg)
             return
@@ -488,6 +509,8 @@ def _native_ingest_fn(maps: tuple[Map, ...], router: _Router, decode: Callable[[
             items = [Item.source(int(t), int(p), int(o), decode(bytes(v)))
                      for t, p, o, v in zip(data["event_time_ms"], data["partition"], data["offset"], data["value"])]
             out = _apply_maps(maps, items)
+            if not out:
+                continue
             yield pd.DataFrame({
                 "key_group": pd.array([router(i) for i in out], dtype="Int32"),
                 "event_time": pd.to_datetime([i.meta.time_ms for i in out], unit="ms"),
@@ -517,7 +540,7 @@ def build_pipeline(
 
     ``source``: ``spark.readStream.format("dataflow-kafka")...load()``; the payload of a record is
     ``decode(value)`` and its event time the source's ``event_time``. ``key_groups``: one int for
-    every processor, or one per segment plus one for the barrier. ``output_partitions``: write
+    every processor, or one per order-sensitive stage (the barrier is partitioned as the last). ``output_partitions``: write
     key group ``g`` to partition ``g % output_partitions`` (else Kafka's partitioner on the key).
     ``mode``: ``"optimistic"``, ``"buffered"`` or ``"native"`` (module docstring);
     ``native_delay_ms`` is the ``withWatermark`` delay of ``"native"``.
@@ -528,31 +551,27 @@ def build_pipeline(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     leading, segments = segments_of(stages)
-    n_proc = len(segments) + 1
+    n_proc = max(1, len(segments))
     groups = [key_groups] * n_proc if isinstance(key_groups, int) else list(key_groups)
     if len(groups) != n_proc or any(not isinstance(g, int) or g < 1 for g in groups):
         raise ValueError(f"key_groups must be a positive int or {n_proc} positive ints "
-                         f"(one per order-sensitive stage and one for the barrier), got {key_groups!r}")
+                         f"(one per order-sensitive stage), got {key_groups!r}")
     sink = _SinkSpec(output_topic, encode, output_partitions)
     if mode == "native":
         return _build_native(source, leading, segments, groups, sink, decode, native_delay_ms)
-    if mode == "buffered" and not segments:
-        mode = "optimistic"  # nothing order-sensitive: the single buffer at the sink is the barrier
-
-    def router_after(i: int) -> _Router:  # where the output of segment i-1 (or ingest, i=0) goes
-        return _Router(segments[i].stage.key, groups[i]) if i < len(segments) else _Router(None, groups[-1])
-
-    df = _ingest(source, leading, router_after(0), decode)
+    if not segments:  # nothing order-sensitive: one barrier (the only buffer) after the maps
+        df = _ingest(source, leading, _Router(None, groups[-1]), decode)
+        return df.groupBy("key_group").transformWithStateInPandas(
+            BarrierProcessor(sink, metrics_topic), SINK_SCHEMA, "Append", "None")
+    kind = BufferedStageProcessor if mode == "buffered" else OptimisticStageProcessor
+    df = _ingest(source, leading, _Router(segments[0].stage.key, groups[0]), decode)
     for i, seg in enumerate(segments):
-        last = i == len(segments) - 1
-        if mode == "buffered" and last:
-            proc = BufferedStageProcessor(i + 1, seg, router_after(i + 1), sink)
+        if i == len(segments) - 1:
+            proc = kind(i + 1, seg, None, sink, metrics_topic if mode == "optimistic" else None)
             return df.groupBy("key_group").transformWithStateInPandas(proc, SINK_SCHEMA, "Append", "None")
-        proc = (BufferedStageProcessor if mode == "buffered" else OptimisticStageProcessor)(
-            i + 1, seg, router_after(i + 1))
+        proc = kind(i + 1, seg, _Router(segments[i + 1].stage.key, groups[i + 1]))
         df = df.groupBy("key_group").transformWithStateInPandas(proc, INTER_SCHEMA, "Append", "None")
-    return df.groupBy("key_group").transformWithStateInPandas(
-        BarrierProcessor(sink, metrics_topic), SINK_SCHEMA, "Append", "None")
+    raise AssertionError("unreachable")
 
 
 def _build_native(source, leading, segments, groups, sink, decode, delay_ms):
@@ -587,7 +606,7 @@ def read_metrics(records: Sequence[Any]) -> dict:
             newest[kg] = m
     total = {k: sum(m[k] for m in newest.values())
              for k in ("items_in", "tombstones_in", "released", "early_tombstones", "late_items",
-                       "late_tombstones", "buffer")}
+                       "late_tombstones", "buffer", "max_buffer")}
     arrived = total["items_in"] + total["tombstones_in"]
     total["replay_ratio"] = arrived / total["released"] if total["released"] else None
     total["lag_max_ms"] = max((m["lag_max_ms"] for m in newest.values()), default=0)
