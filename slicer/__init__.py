@@ -31,6 +31,9 @@ Example
 
 Notes for a Spark adapter (``slicer/spark.py``, not part of the engine)
 --------------------------------------------------------------------------
+The adapter is :func:`slicer.spark.slice_windows` (also ``slicer.slice_windows``, imported
+lazily: ``import slicer`` does not import pyspark). How it follows these notes:
+
 * Keep one configured operator as a template per processor; per key (or key group) store
   ``op.to_bytes(include_config=False)`` in state and restore with
   ``SlicingWindowOperator.from_bytes(blob, like=template)`` - one state read and write per

@@ -65,8 +65,10 @@ Windows without records are not emitted (as Spark's ``groupBy(window(...))``).
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
+from collections import OrderedDict
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -83,7 +85,12 @@ _VALUE = "slicer_value"
 # Columns of the source that split_batch needs, besides key_group and the epoch-ms columns.
 _CONTROL = ["kind", "topic", "partition", "offset", "timestamp", "modification",
             "punctuation_ms", "processing_time_ms", "event_time_ms"]
-_STATE_MAGIC = b"SKG1"
+_STATE_MAGIC = b"SKG2"
+_TOKEN = 16
+# Engines of recently dumped key-group states, by the state's token (a Python worker that gets
+# the same key group again skips deserialising it). See SlicingProcessor.load.
+_CACHE: "OrderedDict[bytes, dict]" = OrderedDict()
+_CACHE_SIZE = 64
 
 
 def _agg_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, str]]:
@@ -136,16 +143,31 @@ class SlicingProcessor(PunctuatedKeyGroupProcessor):
 
     # -- state ----------------------------------------------------------------------------------
     def load(self, blob: bytes | None) -> dict:
-        """``{key: SlicingWindowOperator}``; engines are restored lazily (see ``_engine``)."""
+        """``{key: engine or engine bytes}``; engines are restored lazily (see ``_engine``).
+
+        The blob is ``magic, token, pickle({key: engine bytes})`` with a fresh random token per
+        dump. If this Python worker dumped exactly that state (same token), its live engines are
+        reused instead of being deserialised. The cache entry is *taken* (popped): an attempt
+        that fails after mutating the engines leaves no entry behind, and a state that was dumped
+        but never committed has a token the state store does not hold, so a retry or replay
+        always starts from the committed bytes.
+        """
         if blob is None:
             return {}
         if blob[:4] != _STATE_MAGIC:
             raise ValueError("SlicingProcessor: key group state has an unknown format")
-        return pickle.loads(blob[4:])
+        cached = _CACHE.pop(blob[4:4 + _TOKEN], None)
+        if cached is not None:
+            return cached
+        return pickle.loads(blob[4 + _TOKEN:])
 
     def dump(self, engines: dict) -> bytes:
         out = {k: (v if isinstance(v, bytes) else v.to_bytes(include_config=False)) for k, v in engines.items()}
-        return _STATE_MAGIC + pickle.dumps(out, protocol=5)
+        token = os.urandom(_TOKEN)
+        _CACHE[token] = engines
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return _STATE_MAGIC + token + pickle.dumps(out, protocol=5)
 
     def _engine(self, engines: dict, key, watermark: int | None) -> SlicingWindowOperator:
         op = engines.get(key)

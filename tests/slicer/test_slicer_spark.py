@@ -135,9 +135,9 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     topic = kafka.topic(PARTITIONS)
     rnd = random.Random(11)
     base = now_ms() - 120_000
-    chunks = [_events(base, 0, 600, rnd), _events(base, 600, 500, rnd), _events(base, 1_100, 400, rnd)]
+    chunks = [_events(base, 0, 500, rnd), _events(base, 500, 300, rnd)]
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-            "eventTimeField": "ts", "maxOffsetsPerTrigger": "250"}
+            "eventTimeField": "ts", "maxOffsetsPerTrigger": "300"}
     reader = spark.readStream.format("dataflow-kafka")
     for k, v in opts.items():
         reader = reader.option(k, v)
@@ -157,13 +157,11 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     first_run = sorted(out.batches)
     kafka.produce(topic, chunks[1])
     run()                                            # restart from the checkpoint mid-stream
-    kafka.produce(topic, chunks[2])
-    run()
     batches = sorted(out.batches)
-    assert len(first_run) >= 2 and len(batches) >= len(first_run) + 3
+    assert len(first_run) == 2 and len(batches) == 3
 
-    # Crash during the last batch: Spark replays it from the offset log and the state of the
-    # batch before; the replayed output must be the same.
+    # Crash during the last batch (the restarted run's): Spark replays it from the offset log and
+    # the state of the batch before; the replayed output must be the same.
     last = batches[-1]
     before = _spark_rows(out)[last]
     forget_batches_from(ck, last)
@@ -179,4 +177,4 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]
     assert any(r[5] for r in windows)                                      # updates from late records
     assert {r[2] for r in windows} == set(range(len(WINDOWS)))
-    assert sum(r[2] for r in drops) >= 5 and sum(r[3] for r in drops) == len(range(0, 1_500, 151))
+    assert sum(r[2] for r in drops) > 0 and sum(r[3] for r in drops) == len(range(0, 800, 151))

@@ -1,0 +1,181 @@
+"""Rows/s of the slicing Spark operator (``slicer.spark.slice_windows``) against Spark's native
+``groupBy(key, window(...)).agg(sum)`` for 1, 20 and 100 concurrent sliding windows.
+
+Input (the same for both, same run): one Kafka topic (embedded broker unless
+``KAFKA_BOOTSTRAP_SERVERS`` is set), ``--records`` JSON records ``{"ts", "v"}`` over 4 partitions,
+``--keys`` keys, event times 1 ms apart per record with 10 % of records delayed by 0-1 s.
+Both sides read it with ``format("dataflow-kafka")``, ``Trigger.AvailableNow`` and the same
+``maxOffsetsPerTrigger``, on ``local[2]`` with 2 shuffle partitions, into the ``noop`` sink; each
+run is timed from ``start()`` to the end of ``awaitTermination()`` (micro-batch planning, Kafka
+reads, state store commits and everything else included). rows/s = input records / seconds.
+
+Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size ``k_i * s_i``,
+``k_i`` in 2..5 (seeded); the first ``W`` queries run. Aggregation: sum of ``v``.
+
+* slicer: one ``slice_windows`` query with all ``W`` windows (shared slices), 4 key groups,
+  allowed lateness 2 s behind the source's punctuations.
+* Spark: the ``W`` ``groupBy(key, window(event_time, size, slide)).agg(sum(v))`` aggregations
+  over the parsed source, unioned into one streaming query, ``withWatermark`` 2 s, append mode.
+  That is how one writes W windows natively: Spark plans one aggregation (and one read of the
+  source) per window.
+
+Both runs emit the windows the watermark closed; the output row counts are printed (Spark's
+append mode holds back windows its watermark has not passed at the end of the run).
+
+Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LATENESS_MS = 2_000
+PARTITIONS = 4
+
+
+def window_specs(n: int, seed: int = 5) -> list[tuple[int, int]]:
+    """``(size_ms, slide_ms)`` of ``n <= 100`` distinct sliding window queries: slide 1..10 s,
+    size 2..11 slides, in a seeded random order."""
+    specs = [(1_000 * s * k, 1_000 * s) for s in range(1, 11) for k in range(2, 12)]
+    random.Random(seed).shuffle(specs)
+    if n > len(specs):
+        raise ValueError(f"at most {len(specs)} distinct window queries")
+    return specs[:n]
+
+
+def produce(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> None:
+    from confluent_kafka import Producer
+
+    rnd = random.Random(seed)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    base = int(time.time() * 1000) - n - 60_000
+    for i in range(n):
+        ts = base + i - (rnd.randint(0, 1_000) if rnd.random() < 0.1 else 0)
+        v = json.dumps({"ts": ts, "v": rnd.randint(1, 100)}).encode()
+        while True:
+            try:
+                p.produce(topic, value=v, key=b"k%d" % rnd.randrange(keys), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(60)
+
+
+def _source(spark, bootstrap: str, topic: str, max_offsets: int):
+    return (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
+            .option("maxOffsetsPerTrigger", str(max_offsets)).load())
+
+
+VALUE = "get_json_object(CAST(value AS STRING), '$.v')"
+
+
+def slicer_query(src, specs):
+    from slicer import SlidingWindow, Sum, Time
+    from slicer.spark import slice_windows
+
+    return slice_windows(src, "CAST(key AS STRING)", [SlidingWindow(Time, s, d) for s, d in specs], [Sum()],
+                         value=VALUE, num_key_groups=4, max_lateness_ms=LATENESS_MS)
+
+
+def spark_query(src, specs):
+    from pyspark.sql import functions as F
+
+    parsed = (src.where("kind = 'data'")
+              .select(F.expr("CAST(key AS STRING)").alias("key"), "event_time",
+                      F.expr(VALUE).cast("double").alias("v"))
+              .withWatermark("event_time", f"{LATENESS_MS} milliseconds"))
+    out = None
+    for i, (size, slide) in enumerate(specs):
+        agg = (parsed.groupBy("key", F.window("event_time", f"{size} milliseconds", f"{slide} milliseconds"))
+               .agg(F.sum("v").alias("sum"))
+               .select("key", F.lit(i).alias("query_id"), F.col("window.start").alias("window_start"),
+                       F.col("window.end").alias("window_end"), "sum"))
+        out = agg if out is None else out.unionByName(agg)
+    return out
+
+
+def run(df, expect_rows: int) -> tuple[float, int, int]:
+    """(seconds, input rows of the first source, output rows)."""
+    t0 = time.perf_counter()
+    q = (df.writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp(prefix="slicer-bench-"))
+         .outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    dt = time.perf_counter() - t0
+    if q.exception() is not None:
+        raise q.exception()
+    progress = q.recentProgress
+    rows_in = sum(p["sources"][0]["numInputRows"] for p in progress)
+    rows_out = sum(p["sink"].get("numOutputRows", 0) or 0 for p in progress)
+    return dt, rows_in, rows_out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="30k records in one micro-batch, windows 1,20 (Spark's 100-window union alone takes "
+                         "minutes: ~500 s for 30k records on a loaded 2-core machine)")
+    ap.add_argument("--records", type=int, default=None)
+    ap.add_argument("--keys", type=int, default=100)
+    ap.add_argument("--windows", default=None, help="comma-separated window counts (default 1,20,100; quick: 1,20)")
+    ap.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: records/2)")
+    args = ap.parse_args(argv)
+    n = args.records or (30_000 if args.quick else 200_000)
+    max_offsets = args.max_offsets or (n if args.quick else max(1, n // 2))
+    counts = [int(x) for x in (args.windows or ("1,20" if args.quick else "1,20,100")).split(",")]
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from brokers import kafka_broker
+    from datasource.session import spark_session
+
+    with kafka_broker() as broker:
+        bs = broker.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bs})
+        for f in admin.create_topics([NewTopic("slicer-bench", PARTITIONS, 1),
+                                      NewTopic("slicer-warmup", PARTITIONS, 1)]).values():
+            f.result(15)
+        produce(bs, "slicer-warmup", 5_000, args.keys, seed=2)
+        produce(bs, "slicer-bench", n, args.keys)
+        spark = spark_session(shuffle_partitions=2)
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+        specs = window_specs(max(counts))
+        # Warm-up (JVM, Python workers, codegen) on another topic, both operators.
+        run(slicer_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]), 5_000)
+        run(spark_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]), 5_000)
+
+        print(f"broker: {broker.kind}; {n} records, {args.keys} keys, {PARTITIONS} partitions, "
+              f"maxOffsetsPerTrigger {max_offsets}; Spark local[2], 2 shuffle partitions; cores: {os.cpu_count()}; "
+              f"load avg {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"{'windows':>7} {'slicer rows/s':>14} {'spark rows/s':>13} {'ratio':>7} "
+              f"{'slicer s':>9} {'spark s':>8} {'slicer out':>11} {'spark out':>10}", flush=True)
+        results = []
+        for w in counts:
+            src = lambda: _source(spark, bs, "slicer-bench", max_offsets)  # noqa: E731
+            ts, in_s, out_s = run(slicer_query(src(), specs[:w]), n)
+            tn, in_n, out_n = run(spark_query(src(), specs[:w]), n)
+            assert in_s >= n, f"slicer query read {in_s} rows (with punctuations), expected >= {n}"
+            rs, rn = n / ts, n / tn
+            results.append({"windows": w, "slicer_rows_s": rs, "spark_rows_s": rn, "ratio": rs / rn,
+                            "slicer_s": ts, "spark_s": tn, "slicer_out": out_s, "spark_out": out_n})
+            print(f"{w:>7} {rs:>14,.0f} {rn:>13,.0f} {rs / rn:>7.2f} {ts:>9.1f} {tn:>8.1f} {out_s:>11,} "
+                  f"{out_n:>10,}", flush=True)
+        print(f"load avg after: {os.getloadavg()[0]:.1f}")
+        out_dir = Path(__file__).resolve().parent / "out"
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / ("slicer_spark_quick.json" if args.quick else "slicer_spark.json")).write_text(
+            json.dumps({"records": n, "keys": args.keys, "max_offsets": max_offsets, "results": results}, indent=1))
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
