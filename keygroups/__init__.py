@@ -25,8 +25,9 @@ KEY_GROUP_COLUMN = "key_group"
 def with_key_groups(df, keys: str | Sequence[str], num_key_groups: int, column: str = KEY_GROUP_COLUMN):
     """Add ``column``: data rows → ``pmod(xxhash64(keys), num_key_groups)``; punctuation and
     modification rows → one copy per key group; error rows → key group 0 (kept, never dropped).
-    Also adds ``event_time_ms``, ``punctuation_ms`` and ``processing_time_ms`` (epoch ms, computed
-    in the JVM, so processors never depend on the session time zone).
+    Also adds ``event_time_ms``, ``punctuation_ms`` and ``processing_time_ms`` for those of the
+    source's timestamp columns present (epoch ms, computed in the JVM, so processors never depend
+    on the session time zone).
 
     ``keys``: column name(s) or SQL expression(s) identifying the key of a data row.
     """
@@ -43,7 +44,8 @@ def with_key_groups(df, keys: str | Sequence[str], num_key_groups: int, column: 
     groups = (F.when(F.col("kind") == "data", F.array(data_group))
               .when(F.col("kind").isin("punctuation", "modification"), every_group)
               .otherwise(F.array(F.lit(0))))
-    return (df.withColumn(column, F.explode(groups))
-            .withColumn("event_time_ms", F.unix_millis("event_time"))
-            .withColumn("punctuation_ms", F.unix_millis("punctuation"))
-            .withColumn("processing_time_ms", F.unix_millis("processing_time")))
+    out = df.withColumn(column, F.explode(groups))
+    for ts in ("event_time", "punctuation", "processing_time"):
+        if ts in df.columns:
+            out = out.withColumn(f"{ts}_ms", F.unix_millis(ts))
+    return out
