@@ -22,7 +22,7 @@ Variants (one Spark streaming query each, ``optimistic.spark.build_pipeline``):
   ms, the smallest that covers the disorder (rows Spark drops are counted and reported).
 
 Triggers: Spark's default (the next micro-batch starts as soon as the previous one ends) and a
-4 s processing-time trigger (``--trigger-ms``). Spark applies its event-time watermark one
+15 s processing-time trigger (``--trigger-ms``; longer than a micro-batch takes here). Spark applies its event-time watermark one
 micro-batch after it sees the data, while our punctuations arrive in the same micro-batch as the
 data, so the native baseline pays about one trigger interval more.
 
@@ -30,21 +30,24 @@ Latency of a document: the time its last output record is readable in the output
 consumer thread of this process polls it) minus the time the producer thread sent it; one process,
 one clock. The expected outputs per document come from the sequential in-order run
 (``optimistic.run_local``) of the same stage objects over everything produced; a document with no
-output is not measured. Documents of the first ``--warmup`` seconds and of the last ``--cooldown``
-seconds (produced so that the watermark passes the measured ones) are skipped. A measured
+output is not measured. A short query runs first and is discarded (the first query of a
+session pays JVM and Python worker start-up). Documents of the first ``--warmup`` seconds and
+of the last ``--cooldown`` seconds (produced so that the watermark passes the measured ones)
+are skipped. A measured
 document still missing outputs when the run ends is counted as ``incomplete`` and enters the
 percentiles with its lower bound (run end minus send time).
 
-Reported per (variant, rate, Kafka partitions, shuffle partitions): p50/p75/p95/p99 latency,
+Reported per (variant, rate, Kafka partitions, shuffle partitions, trigger): p50/p75/p95/p99 latency,
 replay ratio (optimistic: everything arriving at the barrier over what it released, from the
 metrics topic), barrier buffer and release lag, achieved input rate, output records/s, mean
 micro-batch duration, rows dropped by Spark's watermark. Writes ``bench/out/latency.csv`` and
 ``docs/img/latency_percentiles.png``, ``latency_replay_ratio.png``, ``latency_cdf.png``.
 
 Run: ``.venv/bin/python bench/latency_experiment.py --quick`` (6 docs/s, 2 Kafka / 2 shuffle
-partitions, both triggers, 3 variants: about 6 minutes on 2 shared cores), or without ``--quick``
-for the grid of the figures (4 and 15 docs/s, levels 2:2 and 4:4, both triggers: about 25 minutes). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker;
-otherwise an embedded noida-db broker starts.
+partitions, both triggers, 3 variants: about 8 minutes on 2 shared cores), or without ``--quick``
+for the grid of the figures (4 and 15 docs/s, levels 2:2 and 4:4, both triggers: about 25
+minutes). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db
+broker starts.
 """
 
 from __future__ import annotations
@@ -224,7 +227,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         def missing():
             return sum(1 for _, part, off in measured if any(k not in watcher.seen for k in expected[(part, off)]))
 
-        wait_until = time.time() + args.drain
+        wait_until = time.time() + args.drain + 2 * trigger_ms / 1000
         while missing() and time.time() < wait_until:
             if q.exception():
                 raise q.exception()
@@ -365,18 +368,22 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float)
     ap.add_argument("--cooldown", type=float, default=4.0)
     ap.add_argument("--drain", type=float, default=20.0, help="max seconds to wait for the last outputs")
+    ap.add_argument("--no-session-warmup", action="store_true", help="skip the discarded first query")
     ap.add_argument("--verbose", action="store_true", help="print every micro-batch's durations")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "latency.csv"))
     ap.add_argument("--img-dir", default=str(ROOT / "docs" / "img"))
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figures from --out")
     args = ap.parse_args(argv)
+    if args.plot_only:
+        return report(*_read(Path(args.out)), args)
     args.rates = args.rates or ([6] if args.quick else [4, 15])
     args.kafka_partitions = args.kafka_partitions or [2]
     args.shuffle_partitions = args.shuffle_partitions or [2]
     if not args.quick and not args.levels:
         args.levels = ["2:2", "4:4"]
-    args.trigger_ms = args.trigger_ms or [0, 4000]
+    args.trigger_ms = args.trigger_ms or [0, 15000]
     args.warmup = args.warmup if args.warmup is not None else (5 if args.quick else 8)
-    args.duration = args.duration if args.duration is not None else (15 if args.quick else 30)
+    args.duration = args.duration if args.duration is not None else (15 if args.quick else 20)
 
     from brokers import kafka_broker
     from datasource.session import spark_session
@@ -387,27 +394,56 @@ def main(argv=None) -> int:
                               shuffle_partitions=args.shuffle_partitions[0])
         levels = ([tuple(int(x) for x in lv.split(":")) for lv in args.levels] if args.levels
                   else [(kp, sp) for kp in args.kafka_partitions for sp in args.shuffle_partitions])
-        grid = [(tr, kp, sp, rate, v) for tr in args.trigger_ms for kp, sp in levels
+        if not args.no_session_warmup:   # the first query of a session pays JVM and worker start-up
+            t0 = time.time()
+            run_one(spark, broker.bootstrap_servers, args.variants[0], args.stages, args.rates[0], *levels[0],
+                    0, argparse.Namespace(**{**vars(args), "warmup": 2, "duration": 4, "cooldown": 2, "drain": 10}))
+            print(f"session warm-up query done ({time.time() - t0:.0f}s), discarded", flush=True)
+        grid = [(tr, kp, sp, rate, v) for kp, sp in levels for tr in args.trigger_ms
                 for rate in args.rates for v in args.variants]
         for tr, kp, sp, rate, v in grid:
             t0 = time.time()
             r, lat = run_one(spark, broker.bootstrap_servers, v, args.stages, rate, kp, sp, tr, args)
             results.append(r)
             lats[(v, rate, kp, sp, tr)] = lat
+            _write(results, lats, Path(args.out))   # after every run: a long grid can be cut short
             print(f"{v:10s} rate={rate:g}/s P={kp} S={sp} trigger={tr}ms: p50={r.p50_ms:.0f} p75={r.p75_ms:.0f} "
                   f"p95={r.p95_ms:.0f} p99={r.p99_ms:.0f} ms, n={r.docs_measured} "
                   f"incomplete={r.incomplete} replay={r.replay_ratio} batch={r.batch_ms_mean:.0f}ms "
                   f"dropped={r.dropped_by_watermark} wrong={r.wrong_values} ({time.time() - t0:.0f}s)",
                   flush=True)
         spark.stop()
-    out = Path(args.out)
+    return report(results, lats, args)
+
+
+def _write(results: list[Result], lats: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(asdict(results[0])))
         w.writeheader()
         for r in results:
             w.writerow(asdict(r))
-    print(f"wrote {out}")
+    out.with_suffix(".latencies.json").write_text(json.dumps([[list(k), v] for k, v in lats.items()]))
+
+
+def _read(out: Path) -> tuple[list[Result], dict]:
+    types = {f: t for f, t in Result.__annotations__.items()}
+    results = []
+    with out.open() as f:
+        for row in csv.DictReader(f):
+            conv = {}
+            for k, v in row.items():
+                t = types[k]
+                conv[k] = (None if v in ("", "None") else int(float(v)) if t.startswith("int")
+                           else float(v) if "float" in t else v)
+            results.append(Result(**conv))
+    lats = {tuple(k): v for k, v in json.loads(out.with_suffix(".latencies.json").read_text())}
+    return results, lats
+
+
+def report(results: list[Result], lats: dict, args) -> int:
+    _write(results, lats, Path(args.out))
+    print(f"wrote {args.out}")
     for p in plot(results, lats, Path(args.img_dir)):
         print(f"wrote {p}")
     for tr, kp, sp, rate in sorted({(r.trigger_ms, r.kafka_partitions, r.shuffle_partitions, r.rate) for r in results}):
