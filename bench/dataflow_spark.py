@@ -26,39 +26,28 @@ The ratio is operator elements/s divided by Spark elements/s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import tempfile
 import time
+
+from bench._kafka import create_topics, dataflow_kafka_source, produce_json
 
 KEYS = 100
 
 
 def _produce(bootstrap: str, topic: str, n: int, partitions: int, seed: int = 7) -> None:
-    from confluent_kafka import Producer
-
-    rng = random.Random(seed)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     now = int(time.time() * 1000)
     base = 1_700_000_000_000
-    for i in range(n):
+
+    def record(i, rng):
         ts = base + i * 10 + rng.randint(0, 3_000) - (30_000 if rng.random() < 0.02 else 0)
-        v = json.dumps({"ts": ts, "score": rng.randint(0, 9)}).encode()
-        while True:
-            try:
-                p.produce(topic, value=v, key=b"k%d" % rng.randrange(KEYS), partition=i % partitions,
-                          timestamp=now)
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(60)
+        return b"k%d" % rng.randrange(KEYS), {"ts": ts, "score": rng.randint(0, 9)}
+
+    produce_json(bootstrap, topic, n, partitions, record, seed, timestamp=lambda i: now)
 
 
 def _source(spark, bootstrap: str, topic: str, max_offsets: int):
-    return (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
-            .option("maxOffsetsPerTrigger", str(max_offsets)).load())
+    return dataflow_kafka_source(spark, bootstrap, topic, max_offsets, eventTimeField="ts")
 
 
 VALUE = "CAST(get_json_object(CAST(value AS STRING), '$.score') AS LONG)"
@@ -108,7 +97,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", type=int, default=5)
     args = ap.parse_args(argv)
 
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from brokers import kafka_broker
     from datasource.session import spark_session
@@ -117,10 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     warm_n = min(5_000, n)
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": bs})
-        for f in admin.create_topics([NewTopic("bench", args.partitions, 1),
-                                      NewTopic("warmup", args.partitions, 1)]).values():
-            f.result(15)
+        create_topics(bs, {"bench": args.partitions, "warmup": args.partitions})
         _produce(bs, "warmup", warm_n, args.partitions)
         _produce(bs, "bench", n, args.partitions)
         spark = spark_session(shuffle_partitions=2)

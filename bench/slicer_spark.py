@@ -38,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._kafka import create_topics, dataflow_kafka_source, produce_json  # noqa: E402
+
 LATENESS_MS = 2_000
 PARTITIONS = 4
 
@@ -53,27 +55,17 @@ def window_specs(n: int, seed: int = 5) -> list[tuple[int, int]]:
 
 
 def produce(bootstrap: str, topic: str, n: int, keys: int, seed: int = 1) -> None:
-    from confluent_kafka import Producer
-
-    rnd = random.Random(seed)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     base = int(time.time() * 1000) - n - 60_000
-    for i in range(n):
+
+    def record(i, rnd):
         ts = base + i - (rnd.randint(0, 1_000) if rnd.random() < 0.1 else 0)
-        v = json.dumps({"ts": ts, "v": rnd.randint(1, 100)}).encode()
-        while True:
-            try:
-                p.produce(topic, value=v, key=b"k%d" % rnd.randrange(keys), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(60)
+        return b"k%d" % rnd.randrange(keys), {"ts": ts, "v": rnd.randint(1, 100)}
+
+    produce_json(bootstrap, topic, n, PARTITIONS, record, seed)
 
 
 def _source(spark, bootstrap: str, topic: str, max_offsets: int):
-    return (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
-            .option("maxOffsetsPerTrigger", str(max_offsets)).load())
+    return dataflow_kafka_source(spark, bootstrap, topic, max_offsets, eventTimeField="ts")
 
 
 VALUE = "get_json_object(CAST(value AS STRING), '$.v')"
@@ -133,17 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     max_offsets = args.max_offsets or (n if args.quick else max(1, n // 2))
     counts = [int(x) for x in (args.windows or ("1,20" if args.quick else "1,20,100")).split(",")]
 
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from brokers import kafka_broker
     from datasource.session import spark_session
 
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": bs})
-        for f in admin.create_topics([NewTopic("slicer-bench", PARTITIONS, 1),
-                                      NewTopic("slicer-warmup", PARTITIONS, 1)]).values():
-            f.result(15)
+        create_topics(bs, {"slicer-bench": PARTITIONS, "slicer-warmup": PARTITIONS})
         produce(bs, "slicer-warmup", 5_000, args.keys, seed=2)
         produce(bs, "slicer-bench", n, args.keys)
         spark = spark_session(shuffle_partitions=2)

@@ -1,0 +1,51 @@
+"""Kafka helpers shared by the benchmarks: topics, a produce loop, the dataflow-kafka source."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Callable
+
+__all__ = ["create_topics", "produce_json", "dataflow_kafka_source"]
+
+
+def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    """Create ``{name: partitions}`` (replication 1)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, p, 1) for t, p in topics.items()]).values():
+        f.result(15)
+
+
+def produce_json(bootstrap: str, topic: str, n: int, partitions: int,
+                 record: Callable[[int, random.Random], tuple[bytes | None, dict]], seed: int = 1,
+                 timestamp: Callable[[int], int] | None = None) -> None:
+    """Produce ``n`` JSON values, record ``i`` to partition ``i % partitions``;
+    ``record(i, rng) -> (key, value_dict)``; ``timestamp(i)``: Kafka timestamp (default: now)."""
+    from confluent_kafka import Producer
+
+    rng = random.Random(seed)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(n):
+        key, value = record(i, rng)
+        kw = {} if timestamp is None else {"timestamp": timestamp(i)}
+        v = json.dumps(value).encode()
+        while True:
+            try:
+                p.produce(topic, value=v, key=key, partition=i % partitions, **kw)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(60)
+
+
+def dataflow_kafka_source(spark, bootstrap: str, topic: str, max_offsets: int | None = None, **options: str):
+    """``readStream.format("dataflow-kafka")`` from the earliest offset, event time from ``ts``."""
+    reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest"))
+    if max_offsets is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
