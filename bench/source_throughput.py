@@ -13,27 +13,19 @@ is timed from query start to end, after a warm-up query on another topic.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
 
+from bench._kafka import create_topics, produce_json
+
 
 def _produce(bootstrap: str, topic: str, n: int, partitions: int, value_bytes: int) -> None:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     now = int(time.time() * 1000)
     pad = "x" * max(0, value_bytes - 40)
-    for i in range(n):
-        v = json.dumps({"i": i, "ts": now - (i % 977), "p": pad}).encode()
-        while True:
-            try:
-                p.produce(topic, value=v, key=b"k%d" % (i % 1000), partition=i % partitions, timestamp=now + i // 100)
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(60)
+    produce_json(bootstrap, topic, n, partitions,
+                 lambda i, rng: (b"k%d" % (i % 1000), {"i": i, "ts": now - (i % 977), "p": pad}),
+                 timestamp=lambda i: now + i // 100)
 
 
 def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
@@ -85,17 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--value-bytes", type=int, default=100)
     args = ap.parse_args(argv)
 
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from brokers import kafka_broker
     from datasource.session import spark_session
 
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": bs})
-        for f in admin.create_topics([NewTopic("bench", args.partitions, 1),
-                                      NewTopic("warmup", args.partitions, 1)]).values():
-            f.result(15)
+        create_topics(bs, {"bench": args.partitions, "warmup": args.partitions})
         _produce(bs, "warmup", 20_000, args.partitions, args.value_bytes)
         _produce(bs, "bench", args.records, args.partitions, args.value_bytes)
         spark = spark_session(shuffle_partitions=2)
