@@ -60,6 +60,7 @@ def test_exactly_once_punctuations_and_modifications_across_restart_and_replay(s
     assert len(seen) == n and len(set(seen)) == n                # every record exactly once
     assert sorted(seen) == sorted((i % 4, i // 4) for i in range(n))
     assert not out.rows("error")
+    assert {r["timestampType"] for r in data} == {0}             # Spark's code for CreateTime
 
     # Timestamp punctuations: one per partition per batch, monotone, = newest event time - grace.
     newest: dict[int, int] = {}
