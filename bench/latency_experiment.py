@@ -279,7 +279,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
 
 
 def _trigger_name(ms: int) -> str:
-    return f"{ms / 1000:g} s" if ms else "default (next batch at once)"
+    return f"{ms / 1000:g} s" if ms else "default"
 
 
 def _save(fig, path: Path) -> Path:
@@ -303,7 +303,9 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
     rates = sorted({r.rate for r in results})
     colors = {"optimistic": "tab:blue", "buffered": "tab:green", "native": "tab:red"}
     # Figures 10/12: percentiles per rate, one panel per parallelism level
-    fig, axes = plt.subplots(1, len(configs), figsize=(6 * len(configs), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(configs), figsize=(4.2 * len(configs), 4.4), squeeze=False)
+    fig.suptitle(f"inverted index, {results[0].stages} order-sensitive stages: bar p50, dot p75, dash p95, "
+                 "whisker p99", fontsize=10)
     for ax, (kp, sp, tr) in zip(axes[0], configs):
         width = 0.8 / len(VARIANTS)
         for vi, v in enumerate(VARIANTS):
@@ -319,9 +321,9 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
                 ax.plot([x], [r.p95_ms], "k_", ms=8)
                 ax.plot([x], [r.p75_ms], "k.", ms=4)
         ax.set_xticks(range(len(rates)), [f"{r:g} docs/s" for r in rates])
-        ax.set_ylabel("end-to-end latency, ms (bar p50, dot p75, dash p95, whisker p99)")
-        ax.set_title(f"{results[0].stages} order-sensitive stages, {kp} Kafka / {sp} shuffle partitions, "
-                     f"trigger {_trigger_name(tr)}", fontsize=9)
+        ax.set_ylabel("end-to-end latency, ms")
+        ax.set_xlim(-0.6, len(rates) - 0.4)
+        ax.set_title(f"{kp} Kafka / {sp} shuffle partitions\ntrigger {_trigger_name(tr)}", fontsize=9)
         ax.legend(fontsize=8)
     paths.append(_save(fig, img_dir / "latency_percentiles.png"))
     # Figure 9: replay ratio
@@ -345,7 +347,7 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
                 if lat:
                     ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], color=colors[v], label=v)
             ax.set_xlabel("latency, ms")
-            ax.set_title(f"{rate:g} docs/s, {kp} Kafka / {sp} shuffle, trigger {_trigger_name(tr)}", fontsize=9)
+            ax.set_title(f"{rate:g} docs/s, {kp} Kafka / {sp} shuffle\ntrigger {_trigger_name(tr)}", fontsize=9)
             ax.legend(fontsize=8)
         row[0].set_ylabel("fraction of documents")
     paths.append(_save(fig, img_dir / "latency_cdf.png"))
