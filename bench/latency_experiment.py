@@ -44,7 +44,7 @@ micro-batch duration, rows dropped by Spark's watermark. Writes ``bench/out/late
 ``docs/img/latency_percentiles.png``, ``latency_replay_ratio.png``, ``latency_cdf.png``.
 
 Run: ``.venv/bin/python bench/latency_experiment.py --quick`` (6 docs/s, 2 Kafka / 2 shuffle
-partitions, both triggers, 3 variants: about 8 minutes on 2 shared cores), or without ``--quick``
+partitions, both triggers, 3 variants: about 6 minutes on 2 shared cores), or without ``--quick``
 for the grid of the figures (4 and 15 docs/s, levels 2:2 and 4:4, both triggers: about 25
 minutes). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db
 broker starts.
