@@ -34,6 +34,8 @@ OWN_OPTIONS = {
     "heartbeatintervalms": "run a punctuation-only micro-batch after this long without data (default: off)",
 }
 _SINK_OPTIONS = {"topic", "includeheaders"}
+# Options Spark itself passes to a sink (writeStream.queryName, checkpointLocation, save(path)).
+_SPARK_PASSED_SINK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 # Spark's Kafka source rejects these kafka.* options because the source manages them itself.
 _FORBIDDEN_KAFKA = {
     "kafka.auto.offset.reset": "use startingOffsets",
@@ -206,7 +208,7 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     opts = _lower(options)
     unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in _SINK_OPTIONS
-                     and k not in ("path", "checkpointlocation"))
+                     and k not in _SPARK_PASSED_SINK_OPTIONS)
     if unknown:
         raise OptionError(f"unknown option(s) {unknown} for the 'dataflow-kafka' sink; known: "
                           f"{sorted(_SINK_OPTIONS)} and kafka.*")

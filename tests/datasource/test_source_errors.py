@@ -47,6 +47,9 @@ def test_batch_only_option_checks():
 def test_sink_option_errors():
     with pytest.raises(OptionError, match=r"unknown option\(s\) \['topik'\]"):
         parse_sink_options({**BOOT, "topik": "x"})
+    # what Spark passes itself is accepted
+    opts = parse_sink_options({**BOOT, "topic": "t", "queryName": "q", "checkpointLocation": "/c", "path": "p"})
+    assert opts.topic == "t"
 
 
 def _start(spark, options, tmp_path):
