@@ -45,10 +45,30 @@ def consumer(kafka_conf: dict[str, str]):
     return Consumer(conf)
 
 
-def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
-    from confluent_kafka import TopicPartition
+def _transient(err) -> bool:
+    """A Kafka error a client should retry (broker restarting, leader moving)."""
+    from confluent_kafka import KafkaError
 
-    return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+    return err.retriable() or err.code() in (
+        KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._ALL_BROKERS_DOWN)
+
+
+def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
+    """(log start, high watermark) of a partition; transient errors (a broker restarting, a
+    leader moving) are retried until ``timeout_s``, as Kafka clients do."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition),
+                                           timeout=max(0.5, deadline - time.monotonic()), cached=False)
+        except KafkaException as e:
+            err = e.args[0]
+            if time.monotonic() >= deadline or not _transient(err):
+                raise
+            time.sleep(0.2)
 
 
 def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeout_ms: int,
@@ -85,9 +105,11 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
             reached_eof = False
             if any(e is not None for e in errors):
                 for e in errors:
-                    if e is not None and e.code() != KafkaError._PARTITION_EOF:
+                    if e is None or _transient(e):  # transient: keep polling until the deadline
+                        continue
+                    if e.code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
-                reached_eof = True
+                    reached_eof = True
                 good = [m for m, e in zip(msgs, errors) if e is None]
             else:
                 good = msgs
