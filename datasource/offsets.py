@@ -79,7 +79,7 @@ def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks) -> dict[
                 raise OptionError(f"no record in {r.topic}-{r.partition} has a timestamp >= {by_ts[tp]} "
                                   "(startingOffsetsByTimestampStrategy=error; use 'latest' to start at the end)")
         for tp in tps:
-            out.setdefault(tp, wm[tp][1] if opts.starting_timestamp_ms is None else wm[tp][1])
+            out.setdefault(tp, wm[tp][1])  # not named in startingOffsetsByTimestamp: latest
         return out
     spec = opts.starting
     if spec == "earliest":

@@ -8,6 +8,9 @@ folds the partitions' timestamp punctuations into the group's low watermark
 writes the state once. Time comes only from rows (punctuations and the processing time recorded
 in the source's offsets), so a replayed micro-batch produces the same output.
 
+Rows of kind ``error`` are ignored here: route them from the source DataFrame itself (a
+dead-letter query on ``kind = 'error'``), where they name topic, partition and offset.
+
 Use with ``timeMode="None"``: Spark's own event-time mode would drop rows behind Spark's
 watermark before the processor sees them, and our late-data policies need them.
 
@@ -32,14 +35,13 @@ from typing import Any, Iterator
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from watermarks.punctuation import PunctuationTracker
 
 __all__ = ["PunctuatedKeyGroupProcessor", "KeyGroupBatch"]
 
-_STATE = StructType([StructField("engine", BinaryType()), StructField("tracker", BinaryType()),
-                     StructField("errors", LongType())])
+_STATE = StructType([StructField("engine", BinaryType()), StructField("tracker", BinaryType())])
 
 
 @dataclass
@@ -76,14 +78,13 @@ class PunctuatedKeyGroupProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         pdf = pd.concat(list(rows), ignore_index=True)
-        blob, tracker_blob, errors = self._state.get() if self._state.exists() else (None, None, 0)
+        blob, tracker_blob = self._state.get() if self._state.exists() else (None, None)
         tracker = (PunctuationTracker.from_bytes(bytes(tracker_blob)) if tracker_blob is not None
                    else PunctuationTracker(self.idle_timeout_ms))
         engine = self.load(None if blob is None else bytes(blob))
         batch = split_batch(int(key[0]), pdf, tracker)
-        errors = int(errors or 0) + int((pdf["kind"] == "error").sum())
         yield from self.on_batch(engine, batch)
-        self._state.update((self.dump(engine), tracker.to_bytes(), errors))
+        self._state.update((self.dump(engine), tracker.to_bytes()))
 
     def close(self) -> None:
         pass
