@@ -8,6 +8,7 @@ module-level import would be pickled by value into the executors and break the s
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import time
 import uuid
@@ -101,9 +102,9 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
     try:
         while position < end:
             msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
-            errors = [m.error() for m in msgs]
             reached_eof = False
-            if any(e is not None for e in errors):
+            if any(map(_message_cls().error, msgs)):
+                errors = [m.error() for m in msgs]
                 for e in errors:
                     if e is None or _transient(e):  # transient: keep polling until the deadline
                         continue
@@ -190,15 +191,16 @@ def newest_event_time(msgs: list, field: str | None) -> int | None:
     classification as :func:`decode`, without building the other columns."""
     if not msgs:
         return None
-    headers = [m.headers() for m in msgs]
-    marked = [i for i, h in enumerate(headers) if h and any(k == PUNCTUATION_HEADER for k, _ in h)]
-    if marked:
-        drop = set(marked)
-        msgs = [m for i, m in enumerate(msgs) if i not in drop]
-        if not msgs:
-            return None
-    ts_ms = np.array([m.timestamp()[1] for m in msgs], dtype=np.int64)
-    ev, valid = event_times([m.value() for m in msgs] if field else msgs, field, ts_ms)
+    msg = _message_cls()
+    headers = list(map(msg.headers, msgs))
+    if any(headers):
+        marked = {i for i, h in enumerate(headers) if h and any(k == PUNCTUATION_HEADER for k, _ in h)}
+        if marked:
+            msgs = [m for i, m in enumerate(msgs) if i not in marked]
+            if not msgs:
+                return None
+    ts_ms = _timestamps(msgs)[:, 1]
+    ev, valid = event_times(list(map(msg.value, msgs)) if field else msgs, field, ts_ms)
     return int(ev[valid].max()) if valid.any() else None
 
 
@@ -218,28 +220,52 @@ class RangeRecords:
     kinds: np.ndarray           # object array of kind strings
     punctuation_ms: np.ndarray  # for producer punctuation records
     errors: list
+    all_data: bool = False      # every row is a data row (the common case, cheap paths)
+
+    def newest_event_ms(self) -> int | None:
+        """Newest event time among the data rows, or None (the punctuation's basis)."""
+        ev = self.event_ms if self.all_data else self.event_ms[self.kinds == KIND_DATA]
+        return int(ev.max()) if len(ev) else None
 
 
 # confluent-kafka timestamp type (0 none, 1 create, 2 log-append) -> Spark code (-1, 0, 1).
 _SPARK_TS_TYPE = np.array([spark_timestamp_type(i) for i in range(4)], dtype=np.int32)
 
 
+def _message_cls():
+    """``confluent_kafka.Message``, whose unbound accessors ``map`` applies without a Python-level
+    loop (about 20% cheaper than a list comprehension per accessor)."""
+    from confluent_kafka import Message
+
+    return Message
+
+
+def _timestamps(msgs: list) -> np.ndarray:
+    """``(type, ms)`` of every message as an ``(n, 2)`` int64 array (``np.fromiter`` over the
+    flattened tuples: 3x faster than ``np.array`` of a list of tuples)."""
+    n = len(msgs)
+    flat = itertools.chain.from_iterable(map(_message_cls().timestamp, msgs))
+    return np.fromiter(flat, dtype=np.int64, count=2 * n).reshape(n, 2)
+
+
 def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRecords:
     """Column-wise decode of consumed messages; classify data / punctuation / error rows."""
     n = len(msgs)
-    keys = [m.key() for m in msgs]
-    values = [m.value() for m in msgs]
+    msg = _message_cls()
+    keys = list(map(msg.key, msgs))
+    values = list(map(msg.value, msgs))
     first, last = (msgs[0].offset(), msgs[-1].offset()) if n else (0, -1)
     offsets = (np.arange(first, last + 1, dtype=np.int64) if last - first + 1 == n
-               else np.array([m.offset() for m in msgs], dtype=np.int64))
-    ts = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
+               else np.fromiter(map(msg.offset, msgs), dtype=np.int64, count=n))
+    ts = _timestamps(msgs)
     ts_ms = ts[:, 1].copy()
     ts_types = _SPARK_TS_TYPE[np.clip(ts[:, 0], 0, 3)]
-    headers = [m.headers() for m in msgs]
+    headers = list(map(msg.headers, msgs))
     kinds = np.full(n, KIND_DATA, dtype=object)
     punct = np.zeros(n, np.int64)
     errors: list = [None] * n
-    for i in [i for i, h in enumerate(headers) if h]:
+    marked = [i for i, h in enumerate(headers) if h] if any(headers) else []
+    for i in marked:
         for hk, hv in headers[i]:
             if hk == PUNCTUATION_HEADER:
                 try:
@@ -250,22 +276,23 @@ def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRe
                     errors[i] = (f"malformed punctuation record {topic}-{partition}@{offsets[i]}: header "
                                  f"'{PUNCTUATION_HEADER}' must be decimal epoch ms, got {hv!r}")
                 break
-    is_data = kinds == KIND_DATA
-    ev, valid = event_times(values, field, ts_ms) if is_data.all() else (None, None)
+    is_data = kinds == KIND_DATA if marked else None
+    ev, valid = event_times(values, field, ts_ms) if is_data is None or is_data.all() else (None, None)
     if ev is None:  # decode event times only for data rows
         ev = np.zeros(n, np.int64)
         valid = np.zeros(n, bool)
         idx = np.flatnonzero(is_data)
         sub_ev, sub_valid = event_times([values[i] for i in idx], field, ts_ms[idx])
         ev[idx], valid[idx] = sub_ev, sub_valid
-    bad = np.flatnonzero(is_data & ~valid)
+    bad = np.flatnonzero(~valid if is_data is None else is_data & ~valid)
     for i in bad:
         kinds[i] = KIND_ERROR
         errors[i] = (f"record {topic}-{partition}@{offsets[i]} has no event time: "
                      + (f"value is not a JSON object with integer field '{field}'" if field
                         else "record has no timestamp"))
+    all_data = len(bad) == 0 and (is_data is None or bool(is_data.all()))
     return RangeRecords(topic, partition, keys, values, offsets, ts_ms, ts_types, headers, ev, kinds,
-                        punct, errors)
+                        punct, errors, all_data)
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -282,8 +309,9 @@ def _constant(value, n: int, type_: pa.DataType) -> pa.Array:
 
 def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms: int) -> pa.RecordBatch:
     n = len(r.offsets)
-    is_data = r.kinds == KIND_DATA
-    is_punct = r.kinds == KIND_PUNCTUATION
+    all_data = r.all_data
+    is_data = None if all_data else r.kinds == KIND_DATA
+    is_punct = None if all_data else r.kinds == KIND_PUNCTUATION
     cols: list[pa.Array] = [
         pa.array(r.keys, pa.binary()), pa.array(r.values, pa.binary()),
         _constant(r.topic, n, pa.string()), _constant(r.partition, n, pa.int32()),
@@ -292,11 +320,10 @@ def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms:
     if include_headers:
         cols.append(pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in r.headers],
                              pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
-    all_data = bool(is_data.all())
     cols += [
         _constant(KIND_DATA, n, pa.string()) if all_data else pa.array(r.kinds.tolist(), pa.string()),
         _ts(r.event_ms, None if all_data else ~is_data),
-        pa.nulls(n, _TS) if not is_punct.any() else _ts(r.punctuation_ms, ~is_punct),
+        pa.nulls(n, _TS) if all_data or not is_punct.any() else _ts(r.punctuation_ms, ~is_punct),
         pa.nulls(n, pa.string()),
         _constant(processing_time_ms * 1000, n, _TS),
         pa.nulls(n, pa.string()) if all_data else pa.array(r.errors, pa.string()),

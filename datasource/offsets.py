@@ -2,14 +2,18 @@
 
 Offsets are plain dicts so Spark can write them to its offset log::
 
-    {"v": 1, "batchTimeMs": 1700000000000,
-     "partitions": {"events": {"0": {"o": 120, "e": 1699999999000}, "1": {"o": 98, "s": 0}}},
+    {"v": 2, "batchTimeMs": 1700000000000,
+     "partitions": {"events": {"0": {"o": 120, "s": 100, "p": 1699999999000}, "1": {"o": 98, "s": 0}}},
      "control": {"commands": {"0": 3}},
      "mods": {"0": {"offset": 2, "partition": 0, "key": null, "value": "{...}", "ts": 1699...}}}
 
-``o`` is the next offset to read; ``e`` the newest event time (ms) among data records of the
-partition read so far by this query (absent while none); ``s`` the start of a partition first
-seen in this batch. ``mods`` are the control-topic records assigned to the batch ending here.
+``o`` is the next offset to read; ``s`` where the batch ending here started reading the
+partition; ``p`` the newest event time (ms) among data records this query read from the partition
+before ``s`` (absent while none). The newest event time before ``o`` is therefore
+``max(p, newest in [s, o))``: the tasks compute it for the batch's punctuation, the driver for the
+next offset's ``p``. (Version 1 offsets, from older checkpoints, carried ``e``, the newest event
+time before ``o``, instead of ``s`` and ``p``; they are still read.) ``mods`` are the
+control-topic records assigned to the batch ending here.
 """
 
 from __future__ import annotations

@@ -9,10 +9,17 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
 * **Timestamp punctuation**: for every Kafka partition and micro-batch one row of kind
   ``punctuation`` after the partition's data: "no more records of this partition with event time
   below ``punctuation``", where ``punctuation`` = newest event time this query has read from the
-  partition minus ``gracePeriodMs``. The newest event time is part of the offset Spark logs
-  (``e`` in the end offset), computed by the driver from the admitted offset range, so the value
-  is monotone per partition and a replayed batch emits the same one. Records that violate it
-  (older than the grace period allows) are still delivered as data: operators decide lateness.
+  partition (up to the batch's end offset) minus ``gracePeriodMs``. The task reading the range
+  computes it as ``max(p, newest event time in the range)``, where ``p``, the newest event time
+  before the range, is part of the offset Spark logs. So the value depends only on logged offsets
+  and the records in them: it is monotone per partition and a replayed batch emits the same one.
+  The driver learns ``p`` for the next batch by scanning the current batch's range in a
+  background thread while the executors read it (off the batch's critical path; a restart or a
+  cache miss scans synchronously). With ``minPartitions`` a partition's range is split over
+  several tasks; each emits a punctuation from its piece and the partition's value for the
+  batch is their maximum (what ``watermarks.PunctuationTracker`` computes).
+  Records that violate it (older than the grace period allows) are still delivered as data:
+  operators decide lateness.
   Producers may write their own punctuation records (header ``dataflow.punctuation``); they are
   passed through in offset order as ``punctuation`` rows.
 * **Modification punctuation**: commands from ``controlTopic`` are assigned to a micro-batch by
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -51,11 +59,9 @@ class OffsetRange(InputPartition):
     partition: int
     start: int
     end: int
-    max_event_ms: int | None        # newest event time before ``end`` (streaming), or None
+    newest_before_ms: int | None    # newest data event time before ``start`` (offset ``p``), or None
     processing_time_ms: int
     mods: list = field(default_factory=list)   # modification records to emit first
-    emit_punctuation: bool = True
-    compute_punctuation: bool = False          # batch reads: derive from the range itself
     notes: list = field(default_factory=list)  # error rows to emit (e.g. malformed control records)
 
     def __post_init__(self) -> None:
@@ -67,7 +73,10 @@ def _now_ms() -> int:
 
 
 def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Rows of one task: [modifications] [data / producer punctuations / errors] [punctuation]."""
+    """Rows of one task: [modifications] [data / producer punctuations / errors] [punctuation].
+
+    The punctuation is ``max(newest_before_ms, newest data event time in the range) - grace``.
+    """
     hdr = opts.include_headers
     synthetic = []
     for m in r.mods:
@@ -81,7 +90,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                           "processing_time": r.processing_time_ms, "error": note})
     if synthetic:
         yield kafka_read.make_rows_batch(synthetic, hdr)
-    newest = r.max_event_ms
+    newest = r.newest_before_ms
     if r.end > r.start:
         c = kafka_read.consumer(opts.kafka)
         try:
@@ -94,22 +103,23 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 if not msgs:
                     continue
                 rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field)
-                if r.compute_punctuation:
-                    data_ev = rec.event_ms[rec.kinds == KIND_DATA]
-                    if len(data_ev):
-                        newest = int(data_ev.max()) if newest is None else max(newest, int(data_ev.max()))
+                newest = _newer(newest, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
         finally:
             c.close()
-    if r.emit_punctuation:
-        yield kafka_read.make_rows_batch(
-            [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
-              "punctuation": None if newest is None else newest - opts.grace_period_ms,
-              "processing_time": r.processing_time_ms}], hdr)
+    yield kafka_read.make_rows_batch(
+        [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
+          "punctuation": None if newest is None else newest - opts.grace_period_ms,
+          "processing_time": r.processing_time_ms}], hdr)
+
+
+def _newer(a: int | None, b: int | None) -> int | None:
+    return a if b is None else b if a is None else max(a, b)
 
 
 def _split(r: OffsetRange, pieces: int) -> list[OffsetRange]:
-    """Split a range for ``minPartitions``: modifications go first, the punctuation last."""
+    """Split a range for ``minPartitions``: modifications go with the first piece; every piece
+    emits the punctuation of its own records (their maximum is the partition's)."""
     n = r.end - r.start
     if pieces <= 1 or n <= 1:
         return [r]
@@ -117,9 +127,8 @@ def _split(r: OffsetRange, pieces: int) -> list[OffsetRange]:
     bounds = [r.start + (n * i) // pieces for i in range(pieces + 1)]
     out = []
     for i in range(pieces):
-        out.append(OffsetRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.max_event_ms,
-                               r.processing_time_ms, r.mods if i == 0 else [], i == pieces - 1,
-                               r.compute_punctuation, r.notes if i == 0 else []))
+        out.append(OffsetRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.newest_before_ms,
+                               r.processing_time_ms, r.mods if i == 0 else [], r.notes if i == 0 else []))
     return out
 
 
@@ -170,10 +179,13 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._available_now: dict[TP, int] | None = None
         self._available_now_control: dict[TP, int] | None = None
         self._latest: dict[TP, int] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._scans: dict[tuple[TP, int, int], Future] = {}  # (tp, begin, end) -> newest event time
+        self._scan_c = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_c"] = None
+        state.update(_c=None, _pool=None, _scans={}, _scan_c=None)
         return state
 
     def _consumer(self):
@@ -196,7 +208,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         c = self._consumer()
         tps = resolve_partitions(c, self.opts)
         start = starting_offsets(c, self.opts, tps, kafka_read.watermarks)
-        offset = {"v": 1, "batchTimeMs": _now_ms(),
+        offset = {"v": 2, "batchTimeMs": _now_ms(),
                   "partitions": to_json_partitions({tp: {"o": o} for tp, o in start.items()}),
                   "control": {}, "mods": {}}
         if self.opts.control_topic:  # commands written after the query starts
@@ -249,21 +261,60 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             return start
         parts: dict[TP, dict] = {}
         for tp in tps:
-            entry: dict = {"o": end[tp]}
-            newest = prev.get(tp, {}).get("e")
-            if end[tp] > begin[tp]:
-                newest = self._scan_newest(c, tp, begin[tp], end[tp], newest)
+            entry: dict = {"o": end[tp], "s": begin[tp]}
+            newest = self._newest_at(tp, prev[tp], start.get("v", 1)) if tp in prev else None
             if newest is not None:
-                entry["e"] = newest
-            if tp not in prev:
-                entry["s"] = begin[tp]
+                entry["p"] = newest
             parts[tp] = entry
-        return {"v": 1, "batchTimeMs": now, "partitions": to_json_partitions(parts),
+        self._scan_ahead(parts, end)
+        return {"v": 2, "batchTimeMs": now, "partitions": to_json_partitions(parts),
                 "control": to_json_partitions(control_end),
                 "mods": {str(i): m for i, m in enumerate(mods)}}
 
-    def _scan_newest(self, c, tp: TP, begin: int, end: int, newest: int | None) -> int | None:
-        """Newest data event time in ``[begin, end)`` (the punctuation's basis), scanned once."""
+    def _newest_at(self, tp: TP, entry: dict, version: int) -> int | None:
+        """Newest data event time before offset ``entry["o"]``: ``e`` in a version-1 offset;
+        otherwise ``max(p, newest in [s, o))``, the range taken from the background scan that
+        started when the offset was made, or scanned now (after a restart)."""
+        if version == 1:
+            return entry.get("e")
+        s, o = entry.get("s", entry["o"]), entry["o"]
+        if s >= o:
+            return entry.get("p")
+        scan = self._scans.pop((tp, s, o), None)
+        found = None
+        try:
+            found = scan.result() if scan is not None else None
+        except Exception:  # noqa: BLE001 - the scan is a cache; the synchronous scan reports errors
+            scan = None
+        if scan is None:
+            found = self._scan_newest(self._consumer(), tp, s, o)
+        newest = entry.get("p")
+        return found if newest is None else newest if found is None else max(newest, found)
+
+    def _scan_ahead(self, parts: dict[TP, dict], end: dict[TP, int]) -> None:
+        """Start scanning the ranges of the batch just planned in the background, so the next
+        batch's ``p`` is ready when Spark asks for it (the executors read the same ranges
+        meanwhile). Skipped when Trigger.AvailableNow has reached its end: no batch follows."""
+        for stale in self._scans.values():  # ranges of a batch that was never read back
+            stale.cancel()
+        self._scans = {}
+        if self._available_now is not None and all(end[tp] >= self._available_now.get(tp, 0) for tp in end):
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataflow-kafka-scan")
+        for tp, e in parts.items():
+            if e["o"] > e["s"]:
+                self._scans[(tp, e["s"], e["o"])] = self._pool.submit(self._scan_in_background, tp, e["s"], e["o"])
+
+    def _scan_in_background(self, tp: TP, begin: int, end: int) -> int | None:
+        if self._scan_c is None:  # the scan thread's own consumer (consumers are not thread-safe)
+            self._scan_c = kafka_read.consumer(self.opts.kafka)
+        return self._scan_newest(self._scan_c, tp, begin, end)
+
+    def _scan_newest(self, c, tp: TP, begin: int, end: int) -> int | None:
+        """Newest data event time in ``[begin, end)``: the same records and classification as the
+        executors' read of that range."""
+        newest = None
         for msgs, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
                                               fail_on_data_loss=False):
             batch_newest = kafka_read.newest_event_time(msgs, self.opts.event_time_field)
@@ -276,10 +327,11 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         cur = from_json_partitions(end["partitions"])
         mods, notes = _mods_and_notes([end["mods"][k] for k in sorted(end.get("mods", {}), key=int)])
         ranges = []
+        v1 = end.get("v", 1) == 1
         for i, (tp, e) in enumerate(sorted(cur.items())):
             s = prev[tp]["o"] if tp in prev else e.get("s", e["o"])
-            ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e"), end["batchTimeMs"], mods,
-                                      notes=notes if i == 0 else []))
+            ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
+                                      end["batchTimeMs"], mods, notes=notes if i == 0 else []))
         return _apply_min_partitions(ranges, self.opts.min_partitions)
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -289,9 +341,15 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """Nothing to commit: progress lives in Spark's checkpoint (as Spark's Kafka source)."""
 
     def stop(self) -> None:
-        if self._c is not None:
-            self._c.close()
-            self._c = None
+        if self._pool is not None:
+            for scan in self._scans.values():
+                scan.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool, self._scans = None, {}
+        for c in (self._c, self._scan_c):
+            if c is not None:
+                c.close()
+        self._c = self._scan_c = None
 
 
 class DataflowKafkaBatchReader(DataSourceReader):
@@ -324,7 +382,7 @@ class DataflowKafkaBatchReader(DataSourceReader):
             c.close()
         now = _now_ms()
         ranges = [OffsetRange(t, p, start[(t, p)], max(start[(t, p)], end[(t, p)]), None, now, mods,
-                              compute_punctuation=True, notes=notes if i == 0 else [])
+                              notes=notes if i == 0 else [])
                   for i, (t, p) in enumerate(tps)]
         return _apply_min_partitions(ranges, self.opts.min_partitions)
 

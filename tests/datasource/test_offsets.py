@@ -70,12 +70,12 @@ def test_rate_limit_admits_at_most_the_limit_in_proportion(backlog, limit):
     assert rate_limit(start, latest, limit) == end                   # deterministic
 
 
-def test_min_partitions_splits_ranges_keeping_markers_at_the_ends():
+def test_min_partitions_splits_ranges_keeping_modifications_first():
     r = OffsetRange("t", 0, 10, 110, 5, 0, mods=[{"value": "{}"}])
     pieces = _apply_min_partitions([r, OffsetRange("t", 1, 0, 0, None, 0)], 5)
     t0 = [p for p in pieces if p.partition == 0]
     assert [(p.start, p.end) for p in t0] == [(10, 30), (30, 50), (50, 70), (70, 90), (90, 110)]
     assert [bool(p.mods) for p in t0] == [True, False, False, False, False]
-    assert [p.emit_punctuation for p in t0] == [False, False, False, False, True]
+    assert [p.newest_before_ms for p in t0] == [5] * 5   # each piece's punctuation starts from p
     assert len(pieces) >= 5
-    assert [(p.start, p.end, p.emit_punctuation) for p in pieces if p.partition == 1] == [(0, 0, True)]
+    assert [(p.start, p.end) for p in pieces if p.partition == 1] == [(0, 0)]

@@ -127,6 +127,22 @@ def test_batch_read_equals_streaming_read(spark, kafka, tmp_path):
         final[r["partition"]] = r["punctuation"]
     assert {r["partition"]: r["punctuation"] for r in batch.filter("kind = 'punctuation'").collect()} == final
 
+    # minPartitions splits a partition's range over tasks; each piece emits a punctuation and
+    # their maximum per partition and batch is the unsplit stream's punctuation.
+    split = BatchCollector()
+    run_available_now(spark, {**opts, "minPartitions": "8"}, str(tmp_path / "ck-split"), split)
+    def per_batch(c: BatchCollector) -> list[dict]:
+        out_ = []
+        for b in sorted(c.batches):
+            best: dict = {}
+            for r in c.batches[b]:
+                if r["kind"] == "punctuation":
+                    best[r["partition"]] = max(best.get(r["partition"], r["punctuation"]), r["punctuation"])
+            out_.append(best)
+        return out_
+    assert any(sum(r["kind"] == "punctuation" for r in rows) > 4 for rows in split.batches.values())
+    assert per_batch(split) == per_batch(out)
+
 
 def test_sink_writes_what_the_query_produced(spark, kafka, tmp_path):
     src, dst = kafka.topic(4), kafka.topic(2, prefix="out")

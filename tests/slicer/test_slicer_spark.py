@@ -1,10 +1,10 @@
 """slice_windows end to end: Kafka → dataflow-kafka source → key groups → slicing processor.
 
 The reference is the pure engine fed with the same input: the test reads the micro-batch
-boundaries (end offset and newest event time per partition) from the query's offset log, feeds
+boundaries (end offset per partition) from the query's offset log, feeds
 one engine per key with that key's records of each batch in (partition, offset) order, and
-advances every engine with the low watermark of the batch's punctuations (min over partitions
-of their newest event time, ``gracePeriodMs=0``). A new key starts at the previous watermark.
+advances every engine with the low watermark the batch's punctuations must give (min over
+partitions of the newest event time of their records up to the end offset, ``gracePeriodMs=0``). A new key starts at the previous watermark.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def _reference(records, checkpoint: str, batches: list[int]) -> dict:
             for m in by_part.get(p, [])[done[p]:end]:
                 per_key.setdefault(m.key().decode(), []).append(json.loads(m.value()))
             done[p] = end
-            tracker.update(f"t-{p}", parts[str(p)].get("e"), end, 0)
+            seen = [json.loads(m.value())["ts"] for m in by_part.get(p, [])[:end]]
+            tracker.update(f"t-{p}", max(seen) if seen else None, end, 0)
         wm = tracker.low_watermark_ms
         rows = []
         for k, recs in per_key.items():
