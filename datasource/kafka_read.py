@@ -23,7 +23,7 @@ from datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
 
-__all__ = ["DataLossError", "consumer", "fetch_range", "RangeRecords", "records_to_batch",
+__all__ = ["DataLossError", "consumer", "list_topics", "watermarks", "fetch_range", "RangeRecords", "records_to_batch",
            "event_times", "make_rows_batch"]
 
 CHUNK = 20_000
@@ -68,6 +68,20 @@ def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[
         except KafkaException as e:
             err = e.args[0]
             if time.monotonic() >= deadline or not _transient(err):
+                raise
+            time.sleep(0.2)
+
+
+def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):
+    """Cluster metadata (of one topic, or all); transient errors are retried until ``timeout_s``."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return c.list_topics(topic, timeout=max(0.5, deadline - time.monotonic()))
+        except KafkaException as e:
+            if time.monotonic() >= deadline or not _transient(e.args[0]):
                 raise
             time.sleep(0.2)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from datasource import kafka_read
 from datasource.options import OptionError, SourceOptions
 
 __all__ = ["TP", "resolve_partitions", "starting_offsets", "rate_limit", "to_json_partitions",
@@ -34,7 +35,7 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
     from confluent_kafka import KafkaException
 
     try:
-        md = c.list_topics(timeout=min(30.0, opts.poll_timeout_ms / 1000))
+        md = kafka_read.list_topics(c, None, min(30.0, opts.poll_timeout_ms / 1000))
     except KafkaException as e:
         raise ConnectionError(f"cannot reach Kafka at kafka.bootstrap.servers="
                               f"{opts.kafka.get('bootstrap.servers')!r}: {e}") from None

@@ -32,6 +32,9 @@ OWN_OPTIONS = {
     "graceperiodms": "punctuation = newest event time seen in the partition minus this (default 0)",
     "controltopic": "topic of modification commands (JSON objects); default: none",
     "heartbeatintervalms": "run a punctuation-only micro-batch after this long without data (default: off)",
+    "rangestatstopic": "topic where streaming tasks leave each offset range's newest event time for the driver "
+                       "(default 'dataflow-kafka-range-stats', created if missing; empty: the driver reads "
+                       "every range a second time instead)",
 }
 _SINK_OPTIONS = {"topic", "includeheaders"}
 # Options Spark itself passes to a sink (writeStream.queryName, checkpointLocation, save(path)).
@@ -117,6 +120,7 @@ class SourceOptions:
     grace_period_ms: int = 0
     control_topic: str | None = None
     heartbeat_interval_ms: int | None = None
+    range_stats_topic: str | None = "dataflow-kafka-range-stats"
     extra: dict = field(default_factory=dict)
 
 
@@ -195,6 +199,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         event_time_field=opts.get("eventtimefield") or None,
         grace_period_ms=grace, control_topic=opts.get("controltopic") or None,
         heartbeat_interval_ms=heartbeat,
+        range_stats_topic=opts.get("rangestatstopic", "dataflow-kafka-range-stats").strip() or None,
     )
 
 

@@ -32,6 +32,7 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
 from __future__ import annotations
 
 import json
+import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from datasource import kafka_read
+from datasource import kafka_read, range_stats
 from datasource.offsets import (
     TP, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
 )
@@ -62,6 +63,7 @@ class OffsetRange(InputPartition):
     newest_before_ms: int | None    # newest data event time before ``start`` (offset ``p``), or None
     processing_time_ms: int
     mods: list = field(default_factory=list)   # modification records to emit first
+    publish_stats: bool = False                # streaming: leave the range's newest event time for the driver
     notes: list = field(default_factory=list)  # error rows to emit (e.g. malformed control records)
 
     def __post_init__(self) -> None:
@@ -90,7 +92,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                           "processing_time": r.processing_time_ms, "error": note})
     if synthetic:
         yield kafka_read.make_rows_batch(synthetic, hdr)
-    newest = r.newest_before_ms
+    newest = in_range = None
     if r.end > r.start:
         c = kafka_read.consumer(opts.kafka)
         try:
@@ -103,10 +105,15 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 if not msgs:
                     continue
                 rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field)
-                newest = _newer(newest, rec.newest_event_ms())
+                in_range = _newer(in_range, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
         finally:
             c.close()
+        if r.publish_stats and opts.range_stats_topic:
+            range_stats.publish(opts.kafka, opts.range_stats_topic,
+                                range_stats.range_key(r.topic, r.partition, r.start, r.end, opts.event_time_field),
+                                in_range)
+    newest = _newer(r.newest_before_ms, in_range)
     yield kafka_read.make_rows_batch(
         [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
           "punctuation": None if newest is None else newest - opts.grace_period_ms,
@@ -128,7 +135,7 @@ def _split(r: OffsetRange, pieces: int) -> list[OffsetRange]:
     out = []
     for i in range(pieces):
         out.append(OffsetRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.newest_before_ms,
-                               r.processing_time_ms, r.mods if i == 0 else [], r.notes if i == 0 else []))
+                               r.processing_time_ms, r.mods if i == 0 else [], False, r.notes if i == 0 else []))
     return out
 
 
@@ -182,11 +189,30 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._pool: ThreadPoolExecutor | None = None
         self._scans: dict[tuple[TP, int, int], Future] = {}  # (tp, begin, end) -> newest event time
         self._scan_c = None
+        self._stats: range_stats.RangeStats | None = None
+        self._stats_error: str | None = None
+        self._stats_missed = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_c=None, _pool=None, _scans={}, _scan_c=None)
+        state.update(_c=None, _pool=None, _scans={}, _scan_c=None, _stats=None)
         return state
+
+    def _stats_usable(self) -> bool:
+        """Whether tasks publish range stats (``rangeStatsTopic``; not with ``minPartitions``, whose
+        tasks read pieces of a range); the topic is created on first use."""
+        if not self.opts.range_stats_topic or self.opts.min_partitions or self._stats_error is not None:
+            return False
+        if self._stats is None:
+            stats = range_stats.RangeStats(self.opts.kafka, self.opts.range_stats_topic, self.opts.poll_timeout_ms)
+            self._stats_error = stats.ensure_topic()
+            if self._stats_error is not None:
+                logging.getLogger(__name__).warning("dataflow-kafka: %s; the driver reads each range itself",
+                                                    self._stats_error)
+                stats.close()
+                return False
+            self._stats = stats
+        return True
 
     def _consumer(self):
         if self._c is None:
@@ -198,7 +224,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return {tp: kafka_read.watermarks(c, *tp)[1] for tp in tps}
 
     def _control_tps(self) -> list[TP]:
-        md = self._consumer().list_topics(self.opts.control_topic, timeout=30)
+        md = kafka_read.list_topics(self._consumer(), self.opts.control_topic)
         t = md.topics.get(self.opts.control_topic)
         if t is None or t.error is not None:
             raise RuntimeError(f"option 'controlTopic': topic {self.opts.control_topic!r} does not exist")
@@ -273,23 +299,33 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _newest_at(self, tp: TP, entry: dict, version: int) -> int | None:
         """Newest data event time before offset ``entry["o"]``: ``e`` in a version-1 offset;
-        otherwise ``max(p, newest in [s, o))``, the range taken from the background scan that
-        started when the offset was made, or scanned now (after a restart)."""
+        otherwise ``max(p, newest in [s, o))``, the range's value taken from the range stats the
+        tasks left, else from the background scan started when the offset was made, else
+        scanned now."""
         if version == 1:
             return entry.get("e")
         s, o = entry.get("s", entry["o"]), entry["o"]
         if s >= o:
             return entry.get("p")
+        return _newer(entry.get("p"), self._range_newest(tp, s, o))
+
+    def _range_newest(self, tp: TP, s: int, o: int) -> int | None:
+        if self._stats_usable():
+            hit, found = self._stats.get(range_stats.range_key(tp[0], tp[1], s, o, self.opts.event_time_field))
+            if hit:
+                return found
+            if not self._stats_missed:
+                logging.getLogger(__name__).warning(
+                    "dataflow-kafka: no range stats for %s-%s [%d, %d) in %r; scanning ranges on the driver "
+                    "from now on", tp[0], tp[1], s, o, self.opts.range_stats_topic)
+            self._stats_missed = True  # from now on scan ahead in the background as well
         scan = self._scans.pop((tp, s, o), None)
-        found = None
-        try:
-            found = scan.result() if scan is not None else None
-        except Exception:  # noqa: BLE001 - the scan is a cache; the synchronous scan reports errors
-            scan = None
-        if scan is None:
-            found = self._scan_newest(self._consumer(), tp, s, o)
-        newest = entry.get("p")
-        return found if newest is None else newest if found is None else max(newest, found)
+        if scan is not None:
+            try:
+                return scan.result()
+            except Exception:  # noqa: BLE001 - the scan is a cache; the synchronous scan reports errors
+                pass
+        return self._scan_newest(self._consumer(), tp, s, o)
 
     def _scan_ahead(self, parts: dict[TP, dict], end: dict[TP, int]) -> None:
         """Start scanning the ranges of the batch just planned in the background, so the next
@@ -300,6 +336,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._scans = {}
         if self._available_now is not None and all(end[tp] >= self._available_now.get(tp, 0) for tp in end):
             return
+        if self._stats_usable() and not self._stats_missed:
+            return  # the tasks leave each range's newest event time
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataflow-kafka-scan")
         for tp, e in parts.items():
@@ -331,7 +369,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for i, (tp, e) in enumerate(sorted(cur.items())):
             s = prev[tp]["o"] if tp in prev else e.get("s", e["o"])
             ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
-                                      end["batchTimeMs"], mods, notes=notes if i == 0 else []))
+                                      end["batchTimeMs"], mods, publish_stats=self._stats_usable(),
+                                      notes=notes if i == 0 else []))
         return _apply_min_partitions(ranges, self.opts.min_partitions)
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -350,6 +389,9 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             if c is not None:
                 c.close()
         self._c = self._scan_c = None
+        if self._stats is not None:
+            self._stats.close()
+            self._stats = None
 
 
 class DataflowKafkaBatchReader(DataSourceReader):
@@ -373,7 +415,7 @@ class DataflowKafkaBatchReader(DataSourceReader):
                     end[tp] = wm[tp][1] if o == -1 else wm[tp][0] if o == -2 else o
             mods, notes = [], []
             if self.opts.control_topic:
-                md = c.list_topics(self.opts.control_topic, timeout=30).topics[self.opts.control_topic]
+                md = kafka_read.list_topics(c, self.opts.control_topic).topics[self.opts.control_topic]
                 ctps = [(self.opts.control_topic, p) for p in sorted(md.partitions)]
                 cw = {tp: kafka_read.watermarks(c, *tp) for tp in ctps}
                 mods, notes = _mods_and_notes(_read_control(

@@ -53,7 +53,7 @@ class KafkaHelper:
 
         c = kafka_read.consumer({"bootstrap.servers": self.bootstrap})
         try:
-            md = c.list_topics(topic, timeout=10).topics[topic]
+            md = kafka_read.list_topics(c, topic).topics[topic]
             out = []
             for p in sorted(md.partitions):
                 low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)

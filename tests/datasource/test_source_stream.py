@@ -128,9 +128,12 @@ def test_batch_read_equals_streaming_read(spark, kafka, tmp_path):
     assert {r["partition"]: r["punctuation"] for r in batch.filter("kind = 'punctuation'").collect()} == final
 
     # minPartitions splits a partition's range over tasks; each piece emits a punctuation and
-    # their maximum per partition and batch is the unsplit stream's punctuation.
-    split = BatchCollector()
+    # their maximum per partition and batch is the unsplit stream's punctuation. The driver learns
+    # each range's newest event time from the tasks' range stats (above), from its own background
+    # scan (minPartitions), or scans when the stats topic is off: the same punctuations.
+    split, unshared = BatchCollector(), BatchCollector()
     run_available_now(spark, {**opts, "minPartitions": "8"}, str(tmp_path / "ck-split"), split)
+    run_available_now(spark, {**opts, "rangeStatsTopic": ""}, str(tmp_path / "ck-unshared"), unshared)
     def per_batch(c: BatchCollector) -> list[dict]:
         out_ = []
         for b in sorted(c.batches):
@@ -141,7 +144,7 @@ def test_batch_read_equals_streaming_read(spark, kafka, tmp_path):
             out_.append(best)
         return out_
     assert any(sum(r["kind"] == "punctuation" for r in rows) > 4 for rows in split.batches.values())
-    assert per_batch(split) == per_batch(out)
+    assert per_batch(split) == per_batch(out) == per_batch(unshared)
 
 
 def test_sink_writes_what_the_query_produced(spark, kafka, tmp_path):

@@ -1,0 +1,133 @@
+"""Range statistics: the newest event time of an offset range, handed from the tasks that read the
+range to the driver, which needs it for the next offset's ``p`` (see :mod:`datasource.offsets`).
+
+Without it the driver reads every range a second time. With it, each streaming task writes one
+small record to the topic ``rangeStatsTopic`` (default ``dataflow-kafka-range-stats``, created if
+missing) after reading its range, and the driver looks the range up when it plans the next batch.
+
+It is a cache, not a source of truth: the value is a pure function of the records in the range
+and of the event-time option (both in the key), so every task that reads the range writes the
+same value; the offset log keeps the value the driver used, so a replay never reads this topic;
+and a driver that finds no entry (the write failed, the topic cannot be created, a restart after
+the entries scrolled away) scans the range itself, as it would without the topic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+
+from datasource import kafka_read
+
+__all__ = ["DEFAULT_TOPIC", "range_key", "publish", "close_producers", "RangeStats"]
+
+DEFAULT_TOPIC = "dataflow-kafka-range-stats"
+_TAIL = 10_000         # entries the driver reads back when it starts (a restarted query's last batch)
+_CACHE = 50_000        # entries the driver keeps
+_log = logging.getLogger(__name__)
+_producers: dict = {}  # one producer per Kafka configuration and Python worker process
+
+
+def range_key(topic: str, partition: int, start: int, end: int, event_time_field: str | None) -> bytes:
+    """The key of offsets ``[start, end)`` of ``topic``-``partition`` under one event-time option."""
+    return json.dumps([topic, partition, start, end, event_time_field or ""]).encode()
+
+
+def publish(kafka_conf: dict[str, str], stats_topic: str, key: bytes, newest_ms: int | None,
+            timeout_s: float = 10.0) -> bool:
+    """Executor side: write one entry and wait for the broker's acknowledgement (the driver reads
+    it when it plans the next batch). Returns False, with a warning, if the write failed."""
+    from confluent_kafka import Producer
+
+    conf_key = tuple(sorted(kafka_conf.items()))
+    producer = _producers.get(conf_key)
+    if producer is None:
+        producer = _producers[conf_key] = Producer({**kafka_conf, "linger.ms": 0, "log_level": 3})
+    failures: list = []
+    try:
+        producer.produce(stats_topic, json.dumps({"newest_ms": newest_ms}).encode(), key,
+                         on_delivery=lambda err, _msg: failures.append(err) if err else None)
+        left = producer.flush(timeout_s)
+    except Exception as e:  # noqa: BLE001 - a cache write must not fail the task
+        failures.append(e)
+        left = 0
+    if failures or left:
+        _log.warning("dataflow-kafka: could not write range stats to %r (%s); the driver will scan the "
+                     "range itself", stats_topic, failures[0] if failures else "flush timed out")
+        return False
+    return True
+
+
+def close_producers() -> None:
+    """Drop this process's stats producers (their threads stop; e.g. before the broker goes away)."""
+    for producer in _producers.values():
+        producer.flush(5)
+    _producers.clear()
+
+
+class RangeStats:
+    """Driver side: entries of the stats topic, read forward on demand."""
+
+    def __init__(self, kafka_conf: dict[str, str], topic: str, poll_timeout_ms: int) -> None:
+        self.kafka_conf, self.topic, self.poll_timeout_ms = kafka_conf, topic, poll_timeout_ms
+        self._c = None
+        self._next: dict[int, int] = {}                    # stats partition -> next offset to read
+        self._entries: OrderedDict[bytes, int | None] = OrderedDict()
+
+    def ensure_topic(self) -> str | None:
+        """Create the topic if it is missing; an error message if it cannot be used."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        c = self._consumer()
+        try:
+            md = kafka_read.list_topics(c, self.topic).topics.get(self.topic)
+            if md is not None and md.error is None:
+                return None
+            admin = AdminClient({**self.kafka_conf, "log_level": 3})
+            futures = admin.create_topics([NewTopic(self.topic, 1, 1)])
+            for f in futures.values():
+                try:
+                    f.result(30)
+                except Exception as e:  # noqa: BLE001
+                    if "TOPIC_ALREADY_EXISTS" not in str(e):
+                        raise
+            return None
+        except Exception as e:  # noqa: BLE001 - no permission, no broker support: fall back to scans
+            return f"cannot use range stats topic {self.topic!r}: {e}"
+
+    def get(self, key: bytes) -> tuple[bool, int | None]:
+        """``(found, newest event time)`` of a range key."""
+        if key not in self._entries:
+            self._read_new()
+        return (key in self._entries), self._entries.get(key)
+
+    def _consumer(self):
+        if self._c is None:
+            self._c = kafka_read.consumer(self.kafka_conf)
+        return self._c
+
+    def _read_new(self) -> None:
+        c = self._consumer()
+        md = kafka_read.list_topics(c, self.topic).topics.get(self.topic)
+        if md is None or md.error is not None:
+            return
+        for p in sorted(md.partitions):
+            low, high = kafka_read.watermarks(c, self.topic, p)
+            start = max(low, self._next.get(p, high - _TAIL))
+            for msgs, _ in kafka_read.fetch_range(c, self.topic, p, start, high, self.poll_timeout_ms,
+                                                  fail_on_data_loss=False):
+                for m in msgs:
+                    try:
+                        self._entries[m.key()] = json.loads(m.value())["newest_ms"]
+                    except (ValueError, KeyError, TypeError):
+                        continue  # not ours: a stats entry is a JSON object with newest_ms
+                    self._entries.move_to_end(m.key())
+            self._next[p] = high
+        while len(self._entries) > _CACHE:
+            self._entries.popitem(last=False)
+
+    def close(self) -> None:
+        if self._c is not None:
+            self._c.close()
+            self._c = None

@@ -1,0 +1,93 @@
+"""The range-stats side channel and the driver's ``p`` (broker, no JVM: the stream reader's
+driver methods and the tasks' ``read`` are plain Python)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+
+from datasource import range_stats
+from datasource.options import parse_source_options
+from datasource.source import DataflowKafkaStreamReader
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from tests.support import now_ms
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_stats_producers():
+    yield
+    range_stats.close_producers()   # the tasks here run in this process
+
+
+def _reader(kafka, topic: str, stats_topic: str) -> DataflowKafkaStreamReader:
+    return DataflowKafkaStreamReader(parse_source_options(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
+         "eventTimeField": "ts", "rangeStatsTopic": stats_topic}, streaming=True))
+
+
+def _produce(kafka, topic: str, times: list[int]) -> None:
+    kafka.produce(topic, [{"value": json.dumps({"ts": t}).encode(), "partition": 0} for t in times])
+
+
+@contextlib.contextmanager
+def _query(kafka, stats_topic: str | None):
+    """A fresh one-partition topic, a stream reader on it (stats topic: new, or ``""`` = off),
+    its initial offset and a base event time."""
+    topic = kafka.topic(1)
+    reader = _reader(kafka, topic, kafka.topic(1, prefix="stats") if stats_topic is None else stats_topic)
+    try:
+        yield topic, reader, reader.initialOffset(), now_ms() - 10_000
+    finally:
+        reader.stop()
+
+
+def _run_batch(reader: DataflowKafkaStreamReader, start: dict) -> tuple[dict, list[int | None]]:
+    """Plan one batch from ``start`` and run its tasks; returns the end offset and punctuations."""
+    end = reader.latestOffset(start, ReadAllAvailable())
+    puncts = []
+    for task in reader.partitions(start, end):
+        for rb in reader.read(task):
+            rows = rb.to_pylist()
+            puncts += [r["punctuation"] for r in rows if r["kind"] == "punctuation"]
+    return end, [None if p is None else int(p.timestamp() * 1000) for p in puncts]
+
+
+def test_tasks_leave_range_stats_and_the_driver_uses_them(kafka):
+    with _query(kafka, None) as (topic, reader, start, base):
+        stats = reader.opts.range_stats_topic
+        _produce(kafka, topic, [base + 5, base + 30, base + 10])
+        end1, p1 = _run_batch(reader, start)
+        assert p1 == [base + 30]                             # newest in the range, grace 0
+        key = range_stats.range_key(topic, 0, 0, 3, "ts")
+        entries = {m.key(): json.loads(m.value()) for m in kafka.consume_all(stats)}
+        assert entries == {key: {"newest_ms": base + 30}}
+        # The driver takes the next offset's p from the entry, not from the records: a forged
+        # entry for the range shows it (a real entry always equals the records' value).
+        kafka.produce(stats, [{"key": key, "value": json.dumps({"newest_ms": base + 999}).encode()}])
+        _produce(kafka, topic, [base + 20])
+        end2, p2 = _run_batch(reader, end1)
+        assert end2["partitions"][topic]["0"] == {"o": 4, "s": 3, "p": base + 999}
+        assert p2 == [base + 999]
+
+
+def test_without_stats_the_driver_scans_the_range(kafka):
+    with _query(kafka, "") as (topic, reader, start, base):
+        _produce(kafka, topic, [base + 5, base + 30, base + 10])
+        end1, p1 = _run_batch(reader, start)
+        _produce(kafka, topic, [base + 20])
+        end2, p2 = _run_batch(reader, end1)
+        assert end2["partitions"][topic]["0"] == {"o": 4, "s": 3, "p": base + 30}
+        assert (p1, p2) == ([base + 30], [base + 30])        # monotone: max(p, newest in range)
+
+
+def test_a_missing_entry_falls_back_to_a_scan(kafka):
+    with _query(kafka, None) as (topic, reader, start, base):
+        _produce(kafka, topic, [base + 5, base + 30])
+        end1 = reader.latestOffset(start, ReadAllAvailable())   # planned, but no task ran
+        _produce(kafka, topic, [base + 1])
+        end2 = reader.latestOffset(end1, ReadAllAvailable())
+        assert end2["partitions"][topic]["0"] == {"o": 3, "s": 2, "p": base + 30}
