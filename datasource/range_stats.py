@@ -41,11 +41,11 @@ def publish(kafka_conf: dict[str, str], stats_topic: str, key: bytes, newest_ms:
     from confluent_kafka import Producer
 
     conf_key = tuple(sorted(kafka_conf.items()))
-    producer = _producers.get(conf_key)
-    if producer is None:
-        producer = _producers[conf_key] = Producer({**kafka_conf, "linger.ms": 0, "log_level": 3})
     failures: list = []
     try:
+        producer = _producers.get(conf_key)
+        if producer is None:
+            producer = _producers[conf_key] = Producer({**kafka_conf, "linger.ms": 0, "log_level": 3})
         producer.produce(stats_topic, json.dumps({"newest_ms": newest_ms}).encode(), key,
                          on_delivery=lambda err, _msg: failures.append(err) if err else None)
         left = producer.flush(timeout_s)
