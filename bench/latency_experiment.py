@@ -1,8 +1,9 @@
 """End-to-end latency of FlameStream's optimistic scheme on Spark against two buffered baselines
 (the experiment of seeds/flamestream-optimistic.txt, section VI, Figures 9-12).
 
-Workload: the inverted index of :mod:`optimistic.workload` with ``--stages`` order-sensitive
-stages (default 2: posting lists by word, then document-frequency milestones by word). The text is
+Workload: the inverted index of :mod:`optimistic.workload` with 1, 2 or 3 order-sensitive
+stages (posting lists by word; then document-frequency milestones by word; then pairs of words
+reaching the same milestone, keyed by milestone: another shuffle). The text is
 **synthetic**: seeded pseudo-words whose frequencies follow Zipf's law by construction
 (``generate_documents``, vocabulary 2000, exponent 1.0, 10-30 words per document; shorter than
 Wikipedia articles so that 2 shared cores can keep up with a few documents per second).
@@ -21,10 +22,18 @@ Variants (one Spark streaming query each, ``optimistic.spark.build_pipeline``):
   event-time timers in each stage (``timeMode="EventTime"``); ``delay`` = ``(P-1) * skew + 200``
   ms, the smallest that covers the disorder (rows Spark drops are counted and reported).
 
-Triggers: Spark's default (the next micro-batch starts as soon as the previous one ends) and a
-15 s processing-time trigger (``--trigger-ms``; longer than a micro-batch takes here). Spark applies its event-time watermark one
-micro-batch after it sees the data, while our punctuations arrive in the same micro-batch as the
-data, so the native baseline pays about one trigger interval more.
+Triggers: Spark's default (the next micro-batch starts as soon as the previous one ends) and
+processing-time triggers (``--trigger-ms``). Spark applies its event-time watermark one micro-batch
+after it sees the data (and the timers it lets fire run in that next batch), while our
+punctuations arrive in the same micro-batch as the data, so the native baseline pays about one
+batch period more. With batch duration ``D`` and period ``W = max(trigger, D)`` a document waits
+on average ``W/2`` for its batch to start and ``D`` for it to run: optimistic about ``W/2 + D``,
+native about ``W/2 + D + W``. The report prints this model ratio next to the measured one (from
+each run's mean batch duration, first batch excluded).
+
+Grid (``--design sweep``, the default): a base point (the first value of ``--stages``, ``--rates``,
+``--levels`` and ``--trigger-ms``) and one factor varied at a time around it; ``--design full``
+runs every combination. ``--dry-run`` prints the points and an estimate of the run time.
 
 Latency of a document: the time its last output record is readable in the output topic (a
 consumer thread of this process polls it) minus the time the producer thread sent it; one process,
@@ -37,17 +46,20 @@ are skipped. A measured
 document still missing outputs when the run ends is counted as ``incomplete`` and enters the
 percentiles with its lower bound (run end minus send time).
 
-Reported per (variant, rate, Kafka partitions, shuffle partitions, trigger): p50/p75/p95/p99 latency,
-replay ratio (optimistic: everything arriving at the barrier over what it released, from the
-metrics topic), barrier buffer and release lag, achieved input rate, output records/s, mean
-micro-batch duration, rows dropped by Spark's watermark. Writes ``bench/out/latency.csv`` and
-``docs/img/latency_percentiles.png``, ``latency_replay_ratio.png``, ``latency_cdf.png``.
+Reported per variant and point (stages, rate, Kafka partitions, shuffle partitions, trigger):
+p50/p75/p95/p99 latency, replay ratio (optimistic: everything arriving at the barrier over what it
+released, from the metrics topic), barrier buffer and release lag, achieved input rate, output
+records/s, mean micro-batch duration (first batch excluded) and its mean query planning and
+addBatch parts, batches without input rows, rows dropped by Spark's watermark. Writes
+``bench/out/latency.csv`` (+ ``.latencies.json``) and ``docs/img/latency_percentiles.png``,
+``latency_ratio.png`` (optimistic and buffered over native, p50 and p99, with the model and the 0.5
+target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them.
 
-Run: ``.venv/bin/python bench/latency_experiment.py --quick`` (6 docs/s, 2 Kafka / 2 shuffle
-partitions, both triggers, 3 variants: about 6 minutes on 2 shared cores), or without ``--quick``
-for the grid of the figures (4 and 15 docs/s, levels 2:2 and 4:4, both triggers: about 25
-minutes). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db
-broker starts.
+Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 3 variants: 2
+stages at 10 docs/s, 2:2, default trigger; stages 1 and 3; 4 and 30 docs/s; 4:4; 5 s and 15 s
+triggers; about 20 minutes on an idle 2-core machine), ``--quick`` for a check (2 points, 6
+runs). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db broker
+starts.
 """
 
 from __future__ import annotations
@@ -107,6 +119,9 @@ class Result:
     batches: int
     dropped_by_watermark: int
     wrong_values: int
+    plan_ms_mean: float = float("nan")
+    add_batch_ms_mean: float = float("nan")
+    no_data_batches: int = 0
 
 
 def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
@@ -233,7 +248,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
                 raise q.exception()
             time.sleep(0.5)
         t_end = time.time()
-        progress = [p for p in q.recentProgress if p.get("numInputRows", 0) > 0 or p["batchId"] > 0]
+        progress = [p for p in q.recentProgress if p["batchId"] > 0]   # batch 0 includes start-up
     finally:
         q.stop()
         watcher.stop_flag.set()
@@ -264,19 +279,109 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
     in_window = [s for s, *_ in sent if lo <= s < hi]
     out_in_window = sum(1 for t, _ in watcher.seen.values() if lo <= t < hi)
     batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
+
+    def mean_of(field):
+        xs = [p["durationMs"].get(field, 0) for p in progress]
+        return sum(xs) / len(xs) if xs else float("nan")
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for p in q.recentProgress for op in p.get("stateOperators", []))
     shutil.rmtree(ck, ignore_errors=True)
     if args.verbose:
         for p in q.recentProgress:
-            print("  batch", p["batchId"], "rows", p.get("numInputRows"), p["durationMs"], flush=True)
+            ops = [(op.get("operatorName"), op.get("allUpdatesTimeMs"), op.get("commitTimeMs"),
+                    op.get("numRowsUpdated")) for op in p.get("stateOperators", [])]
+            print("  batch", p["batchId"], "rows", p.get("numInputRows"), p["durationMs"],
+                  "ops (name, updates ms, commit ms, rows updated):", ops, flush=True)
     res = Result(variant, stages_n, rate, partitions, shuffle, trigger_ms, key_groups, len(lat), incomplete,
                  pct(50), pct(75), pct(95), pct(99),
                  m["replay_ratio"] if m else None, m["tombstones_in"] if m else None,
                  m["max_buffer"] if m else None, m["lag_max_ms"] if m else None,
                  len(in_window) / args.duration, out_in_window / args.duration,
-                 sum(batch_ms) / len(batch_ms) if batch_ms else float("nan"), len(progress), dropped, wrong)
+                 sum(batch_ms) / len(batch_ms) if batch_ms else float("nan"), len(progress), dropped, wrong,
+                 mean_of("queryPlanning"), mean_of("addBatch"),
+                 sum(1 for p in progress if not p.get("numInputRows")))
     return res, lat
 
+
+# -- the grid ------------------------------------------------------------------------------------
+
+FACTORS = ("stages", "rate", "level", "trigger_ms")
+FACTOR_NAMES = {"stages": "order-sensitive stages", "rate": "input rate, docs/s",
+                "level": "Kafka:shuffle partitions", "trigger_ms": "trigger"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of the grid; every variant runs at every point."""
+
+    stages: int
+    rate: float
+    kafka_partitions: int
+    shuffle_partitions: int
+    trigger_ms: int
+
+    @property
+    def level(self) -> str:
+        return f"{self.kafka_partitions}:{self.shuffle_partitions}"
+
+    def value(self, factor: str):
+        return self.level if factor == "level" else getattr(self, factor)
+
+    def label(self, factor: str) -> str:
+        v = self.value(factor)
+        if factor == "trigger_ms":
+            return _trigger_name(v)
+        return f"{v:g}" if factor == "rate" else str(v)
+
+
+def point_of(r: Result) -> Point:
+    return Point(r.stages, r.rate, r.kafka_partitions, r.shuffle_partitions, r.trigger_ms)
+
+
+def grid(stages: list[int], rates: list[float], levels: list[tuple[int, int]], triggers: list[int],
+         design: str) -> list[Point]:
+    """``full``: every combination. ``sweep``: the base point (the first value of every list) and,
+    for each factor, its other values with the rest at the base (one factor at a time)."""
+    if design == "full":
+        return [Point(st, r, kp, sp, tr) for st in stages for (kp, sp) in levels for tr in triggers for r in rates]
+    base = Point(stages[0], rates[0], *levels[0], triggers[0])
+    pts = [base]
+    pts += [Point(st, base.rate, base.kafka_partitions, base.shuffle_partitions, base.trigger_ms) for st in stages[1:]]
+    pts += [Point(base.stages, r, base.kafka_partitions, base.shuffle_partitions, base.trigger_ms) for r in rates[1:]]
+    pts += [Point(base.stages, base.rate, kp, sp, base.trigger_ms) for kp, sp in levels[1:]]
+    pts += [Point(base.stages, base.rate, base.kafka_partitions, base.shuffle_partitions, tr) for tr in triggers[1:]]
+    return list(dict.fromkeys(pts))
+
+
+def panels(points: list[Point]) -> list[tuple[str, list[Point]]]:
+    """Groups of points where one factor varies and the others are equal (what each plot panel
+    shows), sorted by the varying factor; a single point makes one panel."""
+    out = []
+    for f in FACTORS:
+        groups: dict[tuple, list[Point]] = defaultdict(list)
+        for p in points:
+            groups[tuple(p.value(g) for g in FACTORS if g != f)].append(p)
+        for pts in groups.values():
+            if len({p.value(f) for p in pts}) > 1:
+                out.append((f, sorted(pts, key=lambda p: (p.value(f) if f != "level"
+                                                           else (p.kafka_partitions, p.shuffle_partitions)))))
+    return out or [("rate", sorted(points, key=lambda p: p.rate))]
+
+
+def _fixed(factor: str, p: Point) -> str:
+    return ", ".join(f"{g.replace('_ms', '')} {p.label(g)}" for g in FACTORS if g != factor)
+
+
+def model_ratio(o: Result, n: Result) -> float:
+    """The structural p50 ratio from the measured micro-batch durations ``D``: a document waits on
+    average half a batch period ``W = max(trigger, D)`` for its batch to start and ``D`` for it to
+    run; the native baseline waits one more period, because Spark applies the watermark the data
+    moved only in the next micro-batch, whose timers then release it."""
+    def period(r):
+        return max(r.trigger_ms, r.batch_ms_mean)
+    return (period(o) / 2 + o.batch_ms_mean) / (period(n) / 2 + n.batch_ms_mean + period(n))
+
+
+# -- plots -----------------------------------------------------------------------------------------
 
 def _trigger_name(ms: int) -> str:
     return f"{ms / 1000:g} s" if ms else "default"
@@ -291,6 +396,22 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+COLORS = {"optimistic": "tab:blue", "buffered": "tab:green", "native": "tab:red"}
+
+
+def _by(results: list[Result]) -> dict[tuple[str, Point], Result]:
+    return {(r.variant, point_of(r)): r for r in results}
+
+
+def _decorate(ax, factor: str, pts: list[Point], ylabel: str, legend_size: int) -> None:
+    """Axes of a panel where ``factor`` varies over ``pts`` (x positions 0, 1, ...)."""
+    ax.set_xticks(range(len(pts)), [p.label(factor) for p in pts])
+    ax.set_xlabel(FACTOR_NAMES[factor])
+    ax.set_ylabel(ylabel)
+    ax.set_title(_fixed(factor, pts[0]), fontsize=8)
+    ax.legend(fontsize=legend_size)
+
+
 def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
     import matplotlib
 
@@ -298,79 +419,107 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     img_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    configs = sorted({(r.kafka_partitions, r.shuffle_partitions, r.trigger_ms) for r in results})
-    rates = sorted({r.rate for r in results})
-    colors = {"optimistic": "tab:blue", "buffered": "tab:green", "native": "tab:red"}
-    # Figures 10/12: percentiles per rate, one panel per parallelism level
-    fig, axes = plt.subplots(1, len(configs), figsize=(4.2 * len(configs), 4.4), squeeze=False)
-    fig.suptitle(f"inverted index, {results[0].stages} order-sensitive stages: bar p50, dot p75, dash p95, "
-                 "whisker p99", fontsize=10)
-    for ax, (kp, sp, tr) in zip(axes[0], configs):
-        width = 0.8 / len(VARIANTS)
-        for vi, v in enumerate(VARIANTS):
-            for ri, rate in enumerate(rates):
-                r = next((x for x in results if (x.variant, x.rate, x.kafka_partitions, x.shuffle_partitions,
-                                                 x.trigger_ms) == (v, rate, kp, sp, tr)), None)
+    by, paths = _by(results), []
+    points = list(dict.fromkeys(point_of(r) for r in results))
+    pans = panels(points)
+    variants = [v for v in VARIANTS if any(r.variant == v for r in results)]
+
+    def axes_for(n_panels, h=4.2):
+        cols = min(4, n_panels)
+        rows = math.ceil(n_panels / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, h * rows), squeeze=False)
+        for ax in axes.flat[n_panels:]:
+            ax.set_visible(False)
+        return fig, list(axes.flat)
+
+    # Figures 10/12 of the paper: percentiles; one panel per varied factor
+    fig, axes = axes_for(len(pans))
+    fig.suptitle("inverted index latency: bar p50, dot p75, dash p95, whisker p99", fontsize=10)
+    for ax, (f, pts) in zip(axes, pans):
+        width = 0.8 / len(variants)
+        for vi, v in enumerate(variants):
+            for xi, p in enumerate(pts):
+                r = by.get((v, p))
                 if r is None:
                     continue
-                x = ri + (vi - (len(VARIANTS) - 1) / 2) * width
-                ax.bar(x, r.p50_ms, width * 0.9, color=colors[v], label=v if ri == 0 else None)
-                ax.errorbar([x], [r.p50_ms], yerr=[[0], [r.p99_ms - r.p50_ms]], fmt="none", ecolor="black",
-                            capsize=3, lw=1)
-                ax.plot([x], [r.p95_ms], "k_", ms=8)
-                ax.plot([x], [r.p75_ms], "k.", ms=4)
-        ax.set_xticks(range(len(rates)), [f"{r:g} docs/s" for r in rates])
-        ax.set_ylabel("end-to-end latency, ms")
-        ax.set_xlim(-0.6, len(rates) - 0.4)
-        ax.set_title(f"{kp} Kafka / {sp} shuffle partitions\ntrigger {_trigger_name(tr)}", fontsize=9)
-        ax.legend(fontsize=8)
+                x = xi + (vi - (len(variants) - 1) / 2) * width
+                ax.bar(x, r.p50_ms / 1000, width * 0.9, color=COLORS[v], label=v if xi == 0 else None)
+                ax.errorbar([x], [r.p50_ms / 1000], yerr=[[0], [(r.p99_ms - r.p50_ms) / 1000]], fmt="none",
+                            ecolor="black", capsize=3, lw=1)
+                ax.plot([x], [r.p95_ms / 1000], "k_", ms=8)
+                ax.plot([x], [r.p75_ms / 1000], "k.", ms=4)
+        _decorate(ax, f, pts, "end-to-end latency, s", 7)
     paths.append(_save(fig, img_dir / "latency_percentiles.png"))
+    # the target: optimistic / native, p50 and p99, against 0.5
+    fig, axes = axes_for(len(pans))
+    fig.suptitle("latency relative to the Spark-native baseline (target: optimistic p50 and p99 <= 0.5)",
+                 fontsize=10)
+    for ax, (f, pts) in zip(axes, pans):
+        xs = range(len(pts))
+        for v, mk in (("optimistic", "o"), ("buffered", "x")):
+            p50 = [by[(v, p)].p50_ms / by[("native", p)].p50_ms if (v, p) in by and ("native", p) in by
+                   else float("nan") for p in pts]
+            p99 = [by[(v, p)].p99_ms / by[("native", p)].p99_ms if (v, p) in by and ("native", p) in by
+                   else float("nan") for p in pts]
+            ax.plot(xs, p50, mk + "-", color=COLORS[v], label=f"{v} p50")
+            ax.plot(xs, p99, mk + "--", color=COLORS[v], alpha=0.6, label=f"{v} p99")
+        model = [model_ratio(by[("optimistic", p)], by[("native", p)])
+                 if ("optimistic", p) in by and ("native", p) in by else float("nan") for p in pts]
+        ax.plot(xs, model, "d", mfc="none", color="black", label="model p50 (batch durations)")
+        ax.axhline(0.5, color="grey", ls=":", lw=1)
+        ax.set_ylim(0, 1.3)
+        _decorate(ax, f, pts, "latency / native latency", 6)
+    paths.append(_save(fig, img_dir / "latency_ratio.png"))
     # Figure 9: replay ratio
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for kp, sp, tr in configs:
-        pts = sorted((r.rate, r.replay_ratio) for r in results if r.variant == "optimistic"
-                     and (r.kafka_partitions, r.shuffle_partitions, r.trigger_ms) == (kp, sp, tr) and r.replay_ratio)
-        if pts:
-            ax.plot(*zip(*pts), "o-", label=f"{kp} Kafka / {sp} shuffle partitions, trigger {_trigger_name(tr)}")
-    ax.axhline(1.1, color="grey", ls="--", lw=1, label="target 1.1")
-    ax.set_xlabel("input rate, docs/s")
-    ax.set_ylabel("replay ratio (arrived at barrier / released)")
-    ax.legend(fontsize=8)
+    fig, axes = axes_for(len(pans), h=3.6)
+    for ax, (f, pts) in zip(axes, pans):
+        ys = [by[("optimistic", p)].replay_ratio if ("optimistic", p) in by and by[("optimistic", p)].replay_ratio
+              else float("nan") for p in pts]
+        ax.plot(range(len(pts)), ys, "o-", color=COLORS["optimistic"], label="optimistic")
+        ax.axhline(1.1, color="grey", ls="--", lw=1, label="target 1.1")
+        ax.set_ylim(0.98, max(1.15, max((y for y in ys if y == y), default=1.0) + 0.02))
+        _decorate(ax, f, pts, "replay ratio (arrived at barrier / released)", 7)
     paths.append(_save(fig, img_dir / "latency_replay_ratio.png"))
-    # latency CDFs per variant at each rate, first configuration
-    fig, axes = plt.subplots(len(configs), len(rates), figsize=(5 * len(rates), 3.6 * len(configs)), squeeze=False)
-    for row, (kp, sp, tr) in zip(axes, configs):
-        for ax, rate in zip(row, rates):
-            for v in VARIANTS:
-                lat = lats.get((v, rate, kp, sp, tr))
-                if lat:
-                    ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], color=colors[v], label=v)
-            ax.set_xlabel("latency, ms")
-            ax.set_title(f"{rate:g} docs/s, {kp} Kafka / {sp} shuffle\ntrigger {_trigger_name(tr)}", fontsize=9)
-            ax.legend(fontsize=8)
-        row[0].set_ylabel("fraction of documents")
+    # latency CDFs, one panel per point
+    fig, axes = axes_for(len(points), h=3.4)
+    for ax, p in zip(axes, points):
+        for v in variants:
+            lat = lats.get((v, p))
+            if lat:
+                ax.plot([x / 1000 for x in lat], [(i + 1) / len(lat) for i in range(len(lat))], color=COLORS[v],
+                        label=v)
+        ax.set_xlabel("latency, s")
+        ax.set_title(f"{p.stages} stages, {p.rate:g} docs/s, {p.level}, trigger {_trigger_name(p.trigger_ms)}",
+                     fontsize=8)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("fraction of documents")
     paths.append(_save(fig, img_dir / "latency_cdf.png"))
     return paths
 
 
+# -- main ------------------------------------------------------------------------------------------
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one rate, one parallelism level, short runs")
+    ap.add_argument("--quick", action="store_true", help="a small check: 2 stages, 8 docs/s, 2:2, "
+                    "default and 5 s triggers, 12 s measured per run")
+    ap.add_argument("--design", choices=("sweep", "full"), default="sweep",
+                    help="sweep: the base point (first value of every list) and one factor varied at a "
+                    "time; full: every combination")
+    ap.add_argument("--stages", type=int, nargs="+", choices=(1, 2, 3), help="order-sensitive stages")
     ap.add_argument("--rates", type=float, nargs="+", help="documents per second")
-    ap.add_argument("--kafka-partitions", type=int, nargs="+")
-    ap.add_argument("--shuffle-partitions", type=int, nargs="+")
-    ap.add_argument("--levels", nargs="+", help="parallelism levels as KAFKA:SHUFFLE partitions (instead of "
-                    "the product of --kafka-partitions and --shuffle-partitions), e.g. 2:2 4:4")
+    ap.add_argument("--levels", nargs="+", help="parallelism levels as KAFKA:SHUFFLE partitions, e.g. 2:2 4:4")
     ap.add_argument("--trigger-ms", type=int, nargs="+", help="processing-time trigger; 0 = Spark's default")
-    ap.add_argument("--stages", type=int, default=2, choices=(1, 2, 3))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--skew-ms", type=int, default=100, help="event-time lag added per Kafka partition")
     ap.add_argument("--warmup", type=float)
     ap.add_argument("--duration", type=float)
     ap.add_argument("--cooldown", type=float, default=4.0)
     ap.add_argument("--drain", type=float, default=20.0, help="max seconds to wait for the last outputs")
+    ap.add_argument("--spark-conf", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra Spark settings for every variant")
     ap.add_argument("--no-session-warmup", action="store_true", help="skip the discarded first query")
+    ap.add_argument("--dry-run", action="store_true", help="print the grid and an estimate of its run time")
     ap.add_argument("--verbose", action="store_true", help="print every micro-batch's durations")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "latency.csv"))
     ap.add_argument("--img-dir", default=str(ROOT / "docs" / "img"))
@@ -378,44 +527,59 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.plot_only:
         return report(*_read(Path(args.out)), args)
-    args.rates = args.rates or ([6] if args.quick else [4, 15])
-    args.kafka_partitions = args.kafka_partitions or [2]
-    args.shuffle_partitions = args.shuffle_partitions or [2]
-    if not args.quick and not args.levels:
-        args.levels = ["2:2", "4:4"]
-    args.trigger_ms = args.trigger_ms or [0, 15000]
-    args.warmup = args.warmup if args.warmup is not None else (5 if args.quick else 8)
-    args.duration = args.duration if args.duration is not None else (15 if args.quick else 20)
+    args.stages = args.stages or ([2] if args.quick else [2, 1, 3])
+    args.rates = args.rates or ([8] if args.quick else [10, 4, 30])
+    args.levels = args.levels or (["2:2"] if args.quick else ["2:2", "4:4"])
+    args.trigger_ms = args.trigger_ms or ([0, 5000] if args.quick else [0, 5000, 15000])
+    args.warmup = args.warmup if args.warmup is not None else (4 if args.quick else 6)
+    args.duration = args.duration if args.duration is not None else (12 if args.quick else 15)
+    levels = [tuple(int(x) for x in lv.split(":")) for lv in args.levels]
+    points = grid(args.stages, args.rates, levels, args.trigger_ms, args.design)
+    runs = [(p, v) for p in points for v in args.variants]
+    estimate = sum(_estimate_s(p, args) for p, _ in runs) + (0 if args.no_session_warmup else 60)
+    print(f"{len(points)} points x {len(args.variants)} variants = {len(runs)} runs, about "
+          f"{estimate / 60:.0f} min on an idle 2-core machine", flush=True)
+    for p in points:
+        print(f"  {p.stages} stages, {p.rate:g} docs/s, {p.level}, trigger {_trigger_name(p.trigger_ms)}")
+    if args.dry_run:
+        return 0
 
     from brokers import kafka_broker
     from datasource.session import spark_session
 
     results, lats = [], {}
+    extra = dict(kv.split("=", 1) for kv in args.spark_conf)
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="latency-broker-")) as broker:
         spark = spark_session(master="local[2]", app_name="latency-experiment",
-                              shuffle_partitions=args.shuffle_partitions[0])
-        levels = ([tuple(int(x) for x in lv.split(":")) for lv in args.levels] if args.levels
-                  else [(kp, sp) for kp in args.kafka_partitions for sp in args.shuffle_partitions])
+                              shuffle_partitions=points[0].shuffle_partitions, extra=extra)
         if not args.no_session_warmup:   # the first query of a session pays JVM and worker start-up
             t0 = time.time()
-            run_one(spark, broker.bootstrap_servers, args.variants[0], args.stages, args.rates[0], *levels[0],
-                    0, argparse.Namespace(**{**vars(args), "warmup": 2, "duration": 4, "cooldown": 2, "drain": 10}))
+            p = points[0]
+            run_one(spark, broker.bootstrap_servers, args.variants[0], p.stages, p.rate, p.kafka_partitions,
+                    p.shuffle_partitions, 0,
+                    argparse.Namespace(**{**vars(args), "warmup": 2, "duration": 4, "cooldown": 2, "drain": 10}))
             print(f"session warm-up query done ({time.time() - t0:.0f}s), discarded", flush=True)
-        grid = [(tr, kp, sp, rate, v) for kp, sp in levels for tr in args.trigger_ms
-                for rate in args.rates for v in args.variants]
-        for tr, kp, sp, rate, v in grid:
+        for p, v in runs:
             t0 = time.time()
-            r, lat = run_one(spark, broker.bootstrap_servers, v, args.stages, rate, kp, sp, tr, args)
+            r, lat = run_one(spark, broker.bootstrap_servers, v, p.stages, p.rate, p.kafka_partitions,
+                             p.shuffle_partitions, p.trigger_ms, args)
             results.append(r)
-            lats[(v, rate, kp, sp, tr)] = lat
+            lats[(v, p)] = lat
             _write(results, lats, Path(args.out))   # after every run: a long grid can be cut short
-            print(f"{v:10s} rate={rate:g}/s P={kp} S={sp} trigger={tr}ms: p50={r.p50_ms:.0f} p75={r.p75_ms:.0f} "
-                  f"p95={r.p95_ms:.0f} p99={r.p99_ms:.0f} ms, n={r.docs_measured} "
-                  f"incomplete={r.incomplete} replay={r.replay_ratio} batch={r.batch_ms_mean:.0f}ms "
-                  f"dropped={r.dropped_by_watermark} wrong={r.wrong_values} ({time.time() - t0:.0f}s)",
-                  flush=True)
+            print(f"{v:10s} stages={p.stages} rate={p.rate:g}/s {p.level} trigger={_trigger_name(p.trigger_ms)}: "
+                  f"p50={r.p50_ms:.0f} p75={r.p75_ms:.0f} p95={r.p95_ms:.0f} p99={r.p99_ms:.0f} ms, "
+                  f"n={r.docs_measured} incomplete={r.incomplete} replay={r.replay_ratio} "
+                  f"batch={r.batch_ms_mean:.0f}ms (plan {r.plan_ms_mean:.0f}, addBatch {r.add_batch_ms_mean:.0f}, "
+                  f"{r.no_data_batches} of {r.batches} without data) dropped={r.dropped_by_watermark} "
+                  f"wrong={r.wrong_values} ({time.time() - t0:.0f}s)", flush=True)
         spark.stop()
     return report(results, lats, args)
+
+
+def _estimate_s(p: Point, args) -> float:
+    """Wall time of one run on an idle machine: query start, production, the drain (about two
+    trigger periods for the native baseline), stop."""
+    return 12 + args.warmup + args.duration + args.cooldown + 6 + 2 * p.trigger_ms / 1000
 
 
 def _write(results: list[Result], lats: dict, out: Path) -> None:
@@ -425,7 +589,7 @@ def _write(results: list[Result], lats: dict, out: Path) -> None:
         w.writeheader()
         for r in results:
             w.writerow(asdict(r))
-    out.with_suffix(".latencies.json").write_text(json.dumps([[list(k), v] for k, v in lats.items()]))
+    out.with_suffix(".latencies.json").write_text(json.dumps([[v, asdict(p), lat] for (v, p), lat in lats.items()]))
 
 
 def _read(out: Path) -> tuple[list[Result], dict]:
@@ -439,22 +603,32 @@ def _read(out: Path) -> tuple[list[Result], dict]:
                 conv[k] = (None if v in ("", "None") else int(float(v)) if t.startswith("int")
                            else float(v) if "float" in t else v)
             results.append(Result(**conv))
-    lats = {tuple(k): v for k, v in json.loads(out.with_suffix(".latencies.json").read_text())}
+    lats = {}
+    for entry in json.loads(out.with_suffix(".latencies.json").read_text()):
+        if len(entry) == 3:
+            v, p, lat = entry
+            lats[(v, Point(**p))] = lat
+        else:   # files written before the stages axis: [[variant, rate, kafka, shuffle, trigger], lat]
+            (v, rate, kp, sp, tr), lat = entry
+            stages = next((r.stages for r in results if r.variant == v and r.rate == rate), 2)
+            lats[(v, Point(stages, rate, kp, sp, tr))] = lat
     return results, lats
 
 
 def report(results: list[Result], lats: dict, args) -> int:
     _write(results, lats, Path(args.out))
     print(f"wrote {args.out}")
-    for p in plot(results, lats, Path(args.img_dir)):
-        print(f"wrote {p}")
-    for tr, kp, sp, rate in sorted({(r.trigger_ms, r.kafka_partitions, r.shuffle_partitions, r.rate) for r in results}):
-        by = {r.variant: r for r in results
-              if (r.trigger_ms, r.rate, r.kafka_partitions, r.shuffle_partitions) == (tr, rate, kp, sp)}
-        if "optimistic" in by and "native" in by:
-            o, n = by["optimistic"], by["native"]
-            print(f"trigger={tr}ms rate={rate:g} P={kp} S={sp}: optimistic/native p50 {o.p50_ms / n.p50_ms:.2f}, "
-                  f"p99 {o.p99_ms / n.p99_ms:.2f}, replay ratio {o.replay_ratio}")
+    for path in plot(results, lats, Path(args.img_dir)):
+        print(f"wrote {path}")
+    by = _by(results)
+    print("point: optimistic/native p50, p99 (model p50 from batch durations) | replay ratio | "
+          "mean batch s optimistic, native")
+    for p in dict.fromkeys(point_of(r) for r in results):
+        o, n = by.get(("optimistic", p)), by.get(("native", p))
+        if o and n:
+            print(f"  {p.stages} stages, {p.rate:g} docs/s, {p.level}, trigger {_trigger_name(p.trigger_ms)}: "
+                  f"{o.p50_ms / n.p50_ms:.2f}, {o.p99_ms / n.p99_ms:.2f} (model {model_ratio(o, n):.2f}) | "
+                  f"{o.replay_ratio} | {o.batch_ms_mean / 1000:.1f}, {n.batch_ms_mean / 1000:.1f}")
     return 0
 
 

@@ -78,7 +78,7 @@ class PunctuatedKeyGroupProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         pdf = pd.concat(list(rows), ignore_index=True)
-        blob, tracker_blob = self._state.get() if self._state.exists() else (None, None)
+        blob, tracker_blob = self._state.get() or (None, None)   # None when absent: one round trip
         tracker = (PunctuationTracker.from_bytes(bytes(tracker_blob)) if tracker_blob is not None
                    else PunctuationTracker(self.idle_timeout_ms))
         engine = self.load(None if blob is None else bytes(blob))

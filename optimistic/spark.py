@@ -40,9 +40,11 @@ late rows optimism repairs. Time is driven only by the source's punctuations, ca
 
 Markers through the stages (data-trace types)
 ---------------------------------------------
-Rows between processors have one schema (:data:`INTER_SCHEMA`) and two kinds. ``data`` rows carry
-an item: ``sort_key`` (``Meta.sort_key()``, binary), ``tombstone`` and the pickled ``payload``
-(a tombstone carries the payload of the item it cancels). ``punctuation`` rows are markers.
+Rows between processors have one schema (:data:`INTER_SCHEMA`) and two kinds. A ``data`` row
+carries, in ``items``, every item and tombstone one sender (the ingest task or an upstream key
+group) sends to one key group in this micro-batch, as one pickled list of plain tuples
+``(time_ms, source, offset, path, payload, tombstone)`` (a tombstone carries the payload of the
+item it cancels). ``punctuation`` rows are markers.
 
 - The source emits one punctuation per Kafka partition and micro-batch; ingest copies it to
   **every** key group of the first segment (a hash splitter sends every marker to all channels).
@@ -128,8 +130,7 @@ MODES = ("optimistic", "buffered", "native")
 
 INTER_SCHEMA = (
     "key_group int, kind string, topic string, partition int, offset long, timestamp timestamp, "
-    "modification string, punctuation_ms long, processing_time_ms long, event_time_ms long, "
-    "sort_key binary, tombstone boolean, payload binary"
+    "modification string, punctuation_ms long, processing_time_ms long, items binary"
 )
 """Rows between processors. The columns ``kind, topic, partition, offset, timestamp,
 modification, punctuation_ms, processing_time_ms`` follow the source's row contract, so
@@ -137,8 +138,6 @@ modification, punctuation_ms, processing_time_ms`` follow the source's row contr
 
 NATIVE_SCHEMA = ("key_group int, event_time timestamp, event_time_ms long, sort_key binary, payload binary")
 SINK_SCHEMA = "key binary, value binary, topic string, partition int"
-
-_INTER_COLS = [c.split()[0] for c in INTER_SCHEMA.split(", ")]
 
 
 def decode_json(value: bytes) -> Any:
@@ -201,50 +200,60 @@ def _apply_maps(maps: Sequence[Map], items: list[Item]) -> list[Item]:
 # -- row building --------------------------------------------------------------------------------
 
 class _Rows:
-    """Accumulates inter-processor rows of one batch, then builds a typed DataFrame once."""
+    """Accumulates the inter-processor rows of one batch, then builds a typed DataFrame once.
 
-    def __init__(self, processing_time_ms: int | None) -> None:
-        self.pt = processing_time_ms
-        self.cols: dict[str, list] = {c: [] for c in _INTER_COLS}
+    Items are not one row each: all items one sender sends to one key group travel as **one**
+    ``data`` row whose ``items`` column is a pickled list of plain tuples
+    ``(time_ms, source, offset, path, payload, tombstone)`` (:func:`_flat`). A micro-batch then
+    ships a handful of rows per key group instead of one per item, and a receiver unpickles one
+    blob per sender instead of decoding a sort key and a payload per item. ``topic`` and
+    ``partition`` of such a row name the sender (``"ingest"``/``-1`` or ``"s<i>"``/key group).
+    """
 
-    def _add(self, *values) -> None:
-        for name, v in zip(self._ROW, values):
-            self.cols[name].append(v)
+    def __init__(self, processing_time_ms: int | None, topic: str, partition: int) -> None:
+        self.pt, self.topic, self.partition = processing_time_ms, topic, partition
+        self.batches: dict[int, list[tuple]] = {}
+        self.markers: list[tuple[int, str, int, int | None, int | None]] = []
 
-    _ROW = ("key_group", "kind", "topic", "partition", "offset", "punctuation_ms", "event_time_ms",
-            "sort_key", "tombstone", "payload")
-
-    def item(self, kg: int, item: Item, topic: str, partition: int, offset: int) -> None:
-        self._add(kg, "data", topic, partition, offset, None, item.meta.time_ms, item.meta.sort_key(),
-                  bool(item.tombstone), pickle.dumps(item.payload, protocol=5))
+    def item(self, kg: int, item: Item) -> None:
+        self.batches.setdefault(kg, []).append(_flat(item))
 
     def marker(self, kg: int, topic: str, partition: int, offset: int | None, bound_ms: int | None) -> None:
-        self._add(kg, "punctuation", topic, partition, offset, bound_ms, None, None, None, None)
+        self.markers.append((kg, topic, partition, offset, bound_ms))
 
     def frame(self) -> pd.DataFrame:
-        c = self.cols
-        n = len(c["kind"])
-        df = pd.DataFrame({
-            "key_group": pd.array(c["key_group"], dtype="Int32"),
-            "kind": c["kind"],
-            "topic": c["topic"],
-            "partition": pd.array(c["partition"], dtype="Int32"),
-            "offset": pd.array(c["offset"], dtype="Int64"),
+        kgs = list(self.batches)
+        n_data, n = len(kgs), len(kgs) + len(self.markers)
+        m = self.markers
+        return pd.DataFrame({
+            "key_group": pd.array(kgs + [r[0] for r in m], dtype="Int32"),
+            "kind": ["data"] * n_data + ["punctuation"] * len(m),
+            "topic": [self.topic] * n_data + [r[1] for r in m],
+            "partition": pd.array([self.partition] * n_data + [r[2] for r in m], dtype="Int32"),
+            "offset": pd.array(list(range(n_data)) + [r[3] for r in m], dtype="Int64"),
             "timestamp": pd.Series([pd.NaT] * n, dtype="datetime64[us]"),
             "modification": [None] * n,
-            "punctuation_ms": pd.array(c["punctuation_ms"], dtype="Int64"),
+            "punctuation_ms": pd.array([None] * n_data + [r[4] for r in m], dtype="Int64"),
             "processing_time_ms": pd.array([self.pt] * n, dtype="Int64"),
-            "event_time_ms": pd.array(c["event_time_ms"], dtype="Int64"),
-            "sort_key": c["sort_key"],
-            "tombstone": pd.array(c["tombstone"], dtype="boolean"),
-            "payload": c["payload"],
+            "items": [pickle.dumps(self.batches[kg], protocol=5) for kg in kgs] + [None] * len(m),
         })
-        return df
+
+
+def _flat(item: Item) -> tuple:
+    m = item.meta
+    return (m[0], m[1], m[2], m[3], item.payload, bool(item.tombstone))
+
+
+_new = tuple.__new__  # builds Meta and Item without NamedTuple's argument handling (hot path)
 
 
 def _items_of(data: pd.DataFrame) -> list[Item]:
-    return [Item(Meta.from_sort_key(bytes(k)), pickle.loads(bytes(p)), bool(t))
-            for k, p, t in zip(data["sort_key"], data["payload"], data["tombstone"])]
+    """The items of ``data`` rows (see :class:`_Rows`), in row order."""
+    out: list[Item] = []
+    for blob in data["items"]:
+        out.extend(_new(Item, (_new(Meta, (t, s, o, p)), payload, tomb))
+                   for t, s, o, p, payload, tomb in pickle.loads(blob))
+    return out
 
 
 @dataclass(frozen=True)
@@ -266,12 +275,12 @@ def _ingest_fn(maps: tuple[Map, ...], router: _Router, decode: Callable[[bytes],
     def ingest(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
             pt = pdf["processing_time_ms"].max() if len(pdf) else None
-            rows = _Rows(None if pt is None or pd.isna(pt) else int(pt))
+            rows = _Rows(None if pt is None or pd.isna(pt) else int(pt), "ingest", -1)
             data = pdf[pdf["kind"] == "data"]
             items = [Item.source(int(t), int(p), int(o), decode(bytes(v)))
                      for t, p, o, v in zip(data["event_time_ms"], data["partition"], data["offset"], data["value"])]
-            for j, item in enumerate(_apply_maps(maps, items)):
-                rows.item(router(item), item, "ingest", -1, j)
+            for item in _apply_maps(maps, items):
+                rows.item(router(item), item)
             puncts = pdf[pdf["kind"] == "punctuation"]
             for topic, part, off, w in zip(puncts["topic"], puncts["partition"], puncts["offset"],
                                            puncts["punctuation_ms"]):
@@ -336,10 +345,10 @@ class _SegmentProcessor(PunctuatedKeyGroupProcessor):
                 yield frame
             return
         engine["seq"] += 1
-        rows = _Rows(batch.processing_time_ms)
         name = f"s{self.index}"
-        for j, item in enumerate(out):
-            rows.item(self.router(item), item, name, batch.key_group, j)
+        rows = _Rows(batch.processing_time_ms, name, batch.key_group)
+        for item in out:
+            rows.item(self.router(item), item)
         for kg in range(self.router.n):
             rows.marker(kg, name, batch.key_group, engine["seq"], w)
         yield rows.frame()

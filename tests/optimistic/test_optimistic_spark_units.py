@@ -10,7 +10,7 @@ import random
 import pandas as pd
 
 from keygroups.processor import split_batch
-from optimistic import Item, Map, run_local
+from optimistic import Item, Map, Meta, run_local
 from optimistic.spark import (
     OptimisticStageProcessor, _ingest_fn, _items_of, _Router, _Rows, _SinkSpec, encode_json, route, segments_of,
 )
@@ -32,14 +32,17 @@ def test_route_is_stable_and_in_range():
 
 
 def test_rows_round_trip_items_and_tombstones():
-    rows = _Rows(5)
-    items = [Item.source(3, 1, 2, ("a", (1, 2))), Item.source(3, 1, 2, ("a", (1, 2))).retraction()]
-    for j, it in enumerate(items):
-        rows.item(0, it, "s1", 0, j)
+    rows = _Rows(5, "s1", 0)
+    items = [Item.source(3, 1, 2, ("a", (1, 2))), Item.source(3, 1, 2, ("a", (1, 2))).retraction(),
+             Item.source(4, 0, 7, "b").derive(1, "c")]
+    for it in items:
+        rows.item(0 if it.payload != "c" else 2, it)
     rows.marker(1, "s1", 0, 1, None)
     f = rows.frame()
-    assert _items_of(f[f["kind"] == "data"]) == items
-    assert f["punctuation_ms"].isna().all() and list(f["kind"]) == ["data", "data", "punctuation"]
+    got = _items_of(f[f["kind"] == "data"])
+    assert got == items and all(type(i.meta) is Meta and type(i.meta.path) is tuple for i in got)
+    assert list(f["kind"]) == ["data", "data", "punctuation"] and list(f["key_group"]) == [0, 2, 1]
+    assert f["punctuation_ms"].isna().all() and list(f["topic"]) == ["s1"] * 3
 
 
 def _source_frame(records, puncts, pt):
