@@ -8,12 +8,15 @@ Both sides read it with ``format("dataflow-kafka")``, ``Trigger.AvailableNow`` a
 ``maxOffsetsPerTrigger``, on ``local[2]`` with 2 shuffle partitions, into the ``noop`` sink; each
 run is timed from ``start()`` to the end of ``awaitTermination()`` (micro-batch planning, Kafka
 reads, state store commits and everything else included). rows/s = input records / seconds.
+Also printed per side: micro-batches run and seconds of query planning (``recentProgress``); with
+``--repeat R`` each pair runs R times, alternating, and the median run of each side is shown.
 
 Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size ``k_i * s_i``,
 ``k_i`` in 2..5 (seeded); the first ``W`` queries run. Aggregation: sum of ``v``.
 
-* slicer: one ``slice_windows`` query with all ``W`` windows (shared slices), 4 key groups,
-  allowed lateness 2 s behind the source's punctuations.
+* slicer: one ``slice_windows`` query with all ``W`` windows (shared slices), 6 key groups (Spark
+  puts 3 on each of the 2 shuffle partitions; 4 would put 3 on one), allowed lateness 2 s behind
+  the source's punctuations.
 * Spark: the ``W`` ``groupBy(key, window(event_time, size, slide)).agg(sum(v))`` aggregations
   over the parsed source, unioned into one streaming query, ``withWatermark`` 2 s, append mode.
   That is how one writes W windows natively: Spark plans one aggregation (and one read of the
@@ -22,7 +25,8 @@ Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size 
 Both runs emit the windows the watermark closed; the output row counts are printed (Spark's
 append mode holds back windows its watermark has not passed at the end of the run).
 
-Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]``
+Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]
+[--max-offsets M] [--repeat R]``
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from bench._kafka import create_topics, dataflow_kafka_source, produce_json  # n
 
 LATENESS_MS = 2_000
 PARTITIONS = 4
+# Spark places key group g in shuffle partition pmod(murmur3(g), 2): with 4 key groups that is
+# 3 groups on one partition and 1 on the other (one core does 3/4 of the work); 6 split 3 + 3.
+KEY_GROUPS = 6
 
 
 def window_specs(n: int, seed: int = 5) -> list[tuple[int, int]]:
@@ -76,7 +83,7 @@ def slicer_query(src, specs):
     from slicer.spark import slice_windows
 
     return slice_windows(src, "CAST(key AS STRING)", [SlidingWindow(Time, s, d) for s, d in specs], [Sum()],
-                         value=VALUE, num_key_groups=4, max_lateness_ms=LATENESS_MS)
+                         value=VALUE, num_key_groups=KEY_GROUPS, max_lateness_ms=LATENESS_MS)
 
 
 def spark_query(src, specs):
@@ -96,8 +103,9 @@ def spark_query(src, specs):
     return out
 
 
-def run(df, expect_rows: int) -> tuple[float, int, int]:
-    """(seconds, input rows of the first source, output rows)."""
+def run(df) -> dict:
+    """Seconds from ``start()`` to the end, input rows of the first source, output rows, micro-batches,
+    and seconds of query planning summed over the batches (from ``recentProgress``)."""
     t0 = time.perf_counter()
     q = (df.writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp(prefix="slicer-bench-"))
          .outputMode("append").trigger(availableNow=True).start())
@@ -106,9 +114,15 @@ def run(df, expect_rows: int) -> tuple[float, int, int]:
     if q.exception() is not None:
         raise q.exception()
     progress = q.recentProgress
-    rows_in = sum(p["sources"][0]["numInputRows"] for p in progress)
-    rows_out = sum(p["sink"].get("numOutputRows", 0) or 0 for p in progress)
-    return dt, rows_in, rows_out
+    return {"s": dt, "rows_in": sum(p["sources"][0]["numInputRows"] for p in progress),
+            "rows_out": sum(p["sink"].get("numOutputRows", 0) or 0 for p in progress),
+            "batches": len(progress),
+            "planning_s": sum(p["durationMs"].get("queryPlanning", 0) for p in progress) / 1000}
+
+
+def _median(runs: list[dict]) -> dict:
+    """The run with the median time (the lower one of the middle two)."""
+    return sorted(runs, key=lambda r: r["s"])[(len(runs) - 1) // 2]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--windows", default=None, help="comma-separated window counts (default 1,20,100; quick: 1,20)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each pair (slicer, Spark) this often, alternating; report the median run of each")
     ap.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: records/2)")
     args = ap.parse_args(argv)
     n = args.records or (30_000 if args.quick else 200_000)
@@ -138,25 +154,32 @@ def main(argv: list[str] | None = None) -> None:
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         specs = window_specs(max(counts))
         # Warm-up (JVM, Python workers, codegen) on another topic, both operators.
-        run(slicer_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]), 5_000)
-        run(spark_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]), 5_000)
+        run(slicer_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]))
+        run(spark_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]))
 
         print(f"broker: {broker.kind}; {n} records, {args.keys} keys, {PARTITIONS} partitions, "
               f"maxOffsetsPerTrigger {max_offsets}; Spark local[2], 2 shuffle partitions; cores: {os.cpu_count()}; "
               f"load avg {os.getloadavg()[0]:.1f}", flush=True)
         print(f"{'windows':>7} {'slicer rows/s':>14} {'spark rows/s':>13} {'ratio':>7} "
-              f"{'slicer s':>9} {'spark s':>8} {'slicer out':>11} {'spark out':>10}", flush=True)
+              f"{'slicer s':>9} {'spark s':>8} {'batches':>8} {'planning s':>11} {'slicer out':>11} {'spark out':>10}",
+              flush=True)
         results = []
         for w in counts:
             src = lambda: _source(spark, bs, "slicer-bench", max_offsets)  # noqa: E731
-            ts, in_s, out_s = run(slicer_query(src(), specs[:w]), n)
-            tn, in_n, out_n = run(spark_query(src(), specs[:w]), n)
-            assert in_s >= n, f"slicer query read {in_s} rows (with punctuations), expected >= {n}"
-            rs, rn = n / ts, n / tn
+            runs = [(run(slicer_query(src(), specs[:w])), run(spark_query(src(), specs[:w])))
+                    for _ in range(args.repeat)]
+            sl = _median([r[0] for r in runs])
+            na = _median([r[1] for r in runs])
+            assert sl["rows_in"] >= n, f"slicer query read {sl['rows_in']} rows (with punctuations), expected >= {n}"
+            rs, rn = n / sl["s"], n / na["s"]
             results.append({"windows": w, "slicer_rows_s": rs, "spark_rows_s": rn, "ratio": rs / rn,
-                            "slicer_s": ts, "spark_s": tn, "slicer_out": out_s, "spark_out": out_n})
-            print(f"{w:>7} {rs:>14,.0f} {rn:>13,.0f} {rs / rn:>7.2f} {ts:>9.1f} {tn:>8.1f} {out_s:>11,} "
-                  f"{out_n:>10,}", flush=True)
+                            "slicer_s": sl["s"], "spark_s": na["s"], "slicer_out": sl["rows_out"],
+                            "spark_out": na["rows_out"], "slicer_batches": sl["batches"],
+                            "spark_batches": na["batches"], "slicer_planning_s": sl["planning_s"],
+                            "spark_planning_s": na["planning_s"]})
+            print(f"{w:>7} {rs:>14,.0f} {rn:>13,.0f} {rs / rn:>7.2f} {sl['s']:>9.1f} {na['s']:>8.1f} "
+                  f"{sl['batches']:>4}/{na['batches']:<3} {sl['planning_s']:>5.1f}/{na['planning_s']:<5.1f} "
+                  f"{sl['rows_out']:>11,} {na['rows_out']:>10,}", flush=True)
         print(f"load avg after: {os.getloadavg()[0]:.1f}")
         out_dir = Path(__file__).resolve().parent / "out"
         out_dir.mkdir(exist_ok=True)

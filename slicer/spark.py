@@ -79,10 +79,13 @@ from slicer.aggregates import M4, AggregateFunction, Count, Quantile
 from slicer.operator import SlicingWindowOperator
 from slicer.windows import Window
 
-__all__ = ["slice_windows", "SlicingProcessor", "output_columns"]
+__all__ = ["slice_windows", "SlicingProcessor", "output_columns", "deferred"]
 
 _VALUE = "slicer_value"
-# Columns of the source that split_batch needs, besides key_group and the epoch-ms columns.
+# Columns of the source that split_batch needs, besides key_group and the epoch-ms columns. Every
+# column costs per row in the Python worker (it regroups the rows of a key group row by row), so
+# ``timestamp`` (only used to tell modification commands apart) is sent as epoch ms on
+# modification rows and null elsewhere (see slice_windows).
 _CONTROL = ["kind", "topic", "partition", "offset", "timestamp", "modification",
             "punctuation_ms", "processing_time_ms", "event_time_ms"]
 _STATE_MAGIC = b"SKG2"
@@ -357,10 +360,75 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
     keyed = keyed.withColumn(_VALUE, val.try_cast("double"))
     internal = [f"__slicer_key_{i}" for i in range(len(specs))]
     grouped = with_key_groups(keyed, internal, num_key_groups)
-    slim = grouped.select(KEY_GROUP_COLUMN, *_CONTROL, _VALUE,
+    control = [F.when(F.col("kind") == "modification", F.unix_millis("timestamp")).alias(c) if c == "timestamp"
+               else F.col(c) for c in _CONTROL]
+    slim = grouped.select(KEY_GROUP_COLUMN, *control, _VALUE,
                           *[F.col(c).alias(n) for c, (n, _) in zip(internal, specs)])
     key_types = [(n, slim.schema[n].dataType.simpleString()) for n, _ in specs]
     columns = output_columns(key_types, aggs)
     schema = ", ".join(f"`{n}` {t}" for n, t in columns)
     proc = SlicingProcessor(template, [n for n, _ in specs], columns, idle_timeout_ms)
-    return slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(proc, schema, "Append", "None")
+    return slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(deferred(proc), schema, "Append", "None")
+
+
+def deferred(processor):
+    """``processor`` wrapped so that Spark's driver-side pre-init imports nothing of this project.
+
+    On the first micro-batch of every query run, Spark starts a fresh Python process on the
+    driver only to call ``init`` and learn the state variables (``PRE_INIT``). Unpickling a
+    :class:`SlicingProcessor` there imports slicer, keygroups, numpy and pandas, which took as
+    long as the rest of the planning. The wrapper is a local class, which cloudpickle pickles by
+    value (it needs only pyspark); it carries the real processor as bytes plus the state
+    variables its ``init`` registers (recorded here, on the driver). In ``PRE_INIT`` it registers
+    those; on executors it unpickles the real processor and delegates every call to it, so
+    results and state are exactly the real processor's.
+    """
+    from pyspark import cloudpickle
+    from pyspark.sql.streaming import StatefulProcessor
+
+    calls = _init_calls(processor)
+    blob = cloudpickle.dumps(processor)
+
+    class DeferredProcessor(StatefulProcessor):
+        def init(self, handle) -> None:
+            client = getattr(handle, "_statefulProcessorApiClient", None)
+            if getattr(getattr(client, "handle_state", None), "name", None) == "PRE_INIT":
+                self._real = None
+                for name, args in calls:
+                    getattr(handle, name)(*args)
+                return
+            import pickle
+
+            self._real = pickle.loads(blob)
+            self._real.init(handle)
+
+        def handleInputRows(self, key, rows, timerValues):
+            return self._real.handleInputRows(key, rows, timerValues)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            return self._real.handleExpiredTimer(key, timerValues, expiredTimerInfo)
+
+        def handleInitialState(self, key, initialState, timerValues) -> None:
+            self._real.handleInitialState(key, initialState, timerValues)
+
+        def close(self) -> None:
+            if getattr(self, "_real", None) is not None:
+                self._real.close()
+
+    return DeferredProcessor()
+
+
+def _init_calls(processor) -> list[tuple[str, tuple]]:
+    """The state variables ``processor.init`` registers, as ``(handle method, args)``, recorded
+    with a stand-in handle (no Spark needed). Only state declarations are allowed in there."""
+    calls: list[tuple[str, tuple]] = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            if name not in ("getValueState", "getListState", "getMapState"):
+                raise TypeError(f"deferred: {type(processor).__name__}.init calls handle.{name}; "
+                                "only state declarations can be replayed on the driver")
+            return lambda *args: calls.append((name, args))
+
+    processor.init(Recorder())
+    return calls
