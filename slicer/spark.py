@@ -18,10 +18,14 @@ cost of one slice update per record::
 How it runs
 -----------
 ``with_key_groups`` hashes every data row to one of ``num_key_groups`` key groups and replicates
-the source's punctuation and modification rows to every group; a
-:class:`~keygroups.PunctuatedKeyGroupProcessor` subclass (:class:`SlicingProcessor`) is called
-once per key group and micro-batch (``transformWithStateInPandas``, ``timeMode="None"``). The
-group's state is one blob holding one engine state per key. Per call the processor factorises
+the source's punctuation and modification rows to every group; ``pack_key_groups`` then packs,
+per Spark task, each group's rows into one Arrow IPC blob (a ``mapInArrow`` step), so the shuffle
+and pyspark's ``transformWithStateInPandas`` worker handle a few rows per key group instead of one
+per record (the worker regroups its input row by row). A
+:class:`~keygroups.packed.PackedKeyGroupProcessor` subclass (:class:`SlicingProcessor`) is called
+once per key group and micro-batch (``timeMode="None"``); it unpacks the blobs with pyarrow,
+sorted by (topic, partition, offset), so a replayed batch sees the same rows in the same order.
+The group's state is one blob holding one engine state per key. Per call the processor factorises
 the keys of the batch with pandas, stable-sorts the rows by key (so each key keeps its arrival
 order: topic, partition, offset), and makes one ``process_elements`` call per key and batch, then
 one ``process_watermark_columns`` call per key whose windows can have changed. Results are
@@ -74,7 +78,8 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, PunctuatedKeyGroupProcessor, with_key_groups
+from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, with_key_groups
+from keygroups.packed import PackedKeyGroupProcessor, pack_key_groups
 from slicer.aggregates import M4, AggregateFunction, Count, Quantile
 from slicer.operator import SlicingWindowOperator
 from slicer.windows import Window
@@ -82,10 +87,9 @@ from slicer.windows import Window
 __all__ = ["slice_windows", "SlicingProcessor", "output_columns", "deferred"]
 
 _VALUE = "slicer_value"
-# Columns of the source that split_batch needs, besides key_group and the epoch-ms columns. Every
-# column costs per row in the Python worker (it regroups the rows of a key group row by row), so
+# Columns of the source that split_batch needs, besides key_group and the epoch-ms columns.
 # ``timestamp`` (only used to tell modification commands apart) is sent as epoch ms on
-# modification rows and null elsewhere (see slice_windows).
+# modification rows and null elsewhere (see slice_windows): less to pack and shuffle.
 _CONTROL = ["kind", "topic", "partition", "offset", "timestamp", "modification",
             "punctuation_ms", "processing_time_ms", "event_time_ms"]
 _STATE_MAGIC = b"SKG2"
@@ -129,7 +133,7 @@ def output_columns(key_columns: Sequence[tuple[str, str]], aggregations) -> list
             + [("late_records", "long"), ("null_records", "long")])
 
 
-class SlicingProcessor(PunctuatedKeyGroupProcessor):
+class SlicingProcessor(PackedKeyGroupProcessor):
     """One key group: ``{key: engine state}`` in one blob; engines share one configured template.
 
     ``key_names``: the key columns of the input rows; ``columns``: the output schema
@@ -368,7 +372,8 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
     columns = output_columns(key_types, aggs)
     schema = ", ".join(f"`{n}` {t}" for n, t in columns)
     proc = SlicingProcessor(template, [n for n, _ in specs], columns, idle_timeout_ms)
-    return slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(deferred(proc), schema, "Append", "None")
+    packed = pack_key_groups(slim, None, num_key_groups)
+    return packed.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(deferred(proc), schema, "Append", "None")
 
 
 def deferred(processor):
