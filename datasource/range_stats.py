@@ -29,9 +29,13 @@ _log = logging.getLogger(__name__)
 _producers: dict = {}  # one producer per Kafka configuration and Python worker process
 
 
-def range_key(topic: str, partition: int, start: int, end: int, event_time_field: str | None) -> bytes:
-    """The key of offsets ``[start, end)`` of ``topic``-``partition`` under one event-time option."""
-    return json.dumps([topic, partition, start, end, event_time_field or ""]).encode()
+def range_key(topic: str, partition: int, start: int, end: int, event_time_field: str | None,
+              kafka_conf: dict[str, str] | None = None) -> bytes:
+    """The key of offsets ``[start, end)`` of ``topic``-``partition`` under what decides the value:
+    the event-time option and the consumer's ``isolation.level`` (aborted transactional records
+    are skipped under ``read_committed``, librdkafka's default)."""
+    isolation = (kafka_conf or {}).get("isolation.level", "read_committed")
+    return json.dumps([topic, partition, start, end, event_time_field or "", isolation]).encode()
 
 
 def publish(kafka_conf: dict[str, str], stats_topic: str, key: bytes, newest_ms: int | None,

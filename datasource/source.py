@@ -110,9 +110,8 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         finally:
             c.close()
         if r.publish_stats and opts.range_stats_topic:
-            range_stats.publish(opts.kafka, opts.range_stats_topic,
-                                range_stats.range_key(r.topic, r.partition, r.start, r.end, opts.event_time_field),
-                                in_range)
+            key = range_stats.range_key(r.topic, r.partition, r.start, r.end, opts.event_time_field, opts.kafka)
+            range_stats.publish(opts.kafka, opts.range_stats_topic, key, in_range)
     newest = _newer(r.newest_before_ms, in_range)
     yield kafka_read.make_rows_batch(
         [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
@@ -311,7 +310,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _range_newest(self, tp: TP, s: int, o: int) -> int | None:
         if self._stats_usable():
-            hit, found = self._stats.get(range_stats.range_key(tp[0], tp[1], s, o, self.opts.event_time_field))
+            key = range_stats.range_key(tp[0], tp[1], s, o, self.opts.event_time_field, self.opts.kafka)
+            hit, found = self._stats.get(key)
             if hit:
                 return found
             if not self._stats_missed:

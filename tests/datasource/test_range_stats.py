@@ -62,7 +62,7 @@ def test_tasks_leave_range_stats_and_the_driver_uses_them(kafka):
         _produce(kafka, topic, [base + 5, base + 30, base + 10])
         end1, p1 = _run_batch(reader, start)
         assert p1 == [base + 30]                             # newest in the range, grace 0
-        key = range_stats.range_key(topic, 0, 0, 3, "ts")
+        key = range_stats.range_key(topic, 0, 0, 3, "ts", reader.opts.kafka)
         entries = {m.key(): json.loads(m.value()) for m in kafka.consume_all(stats)}
         assert entries == {key: {"newest_ms": base + 30}}
         # The driver takes the next offset's p from the entry, not from the records: a forged
