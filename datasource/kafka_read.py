@@ -23,8 +23,8 @@ from datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
 
-__all__ = ["DataLossError", "consumer", "list_topics", "watermarks", "fetch_range", "RangeRecords", "records_to_batch",
-           "event_times", "make_rows_batch"]
+__all__ = ["DataLossError", "consumer", "list_topics", "watermarks", "fetch_range", "RangeRecords",
+           "records_to_batch", "event_times", "make_rows_batch"]
 
 CHUNK = 20_000
 
@@ -55,35 +55,32 @@ def _transient(err) -> bool:
         KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._ALL_BROKERS_DOWN)
 
 
-def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
-    """(log start, high watermark) of a partition; transient errors (a broker restarting, a
-    leader moving) are retried until ``timeout_s``, as Kafka clients do."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return c.get_watermark_offsets(TopicPartition(topic, partition),
-                                           timeout=max(0.5, deadline - time.monotonic()), cached=False)
-        except KafkaException as e:
-            err = e.args[0]
-            if time.monotonic() >= deadline or not _transient(err):
-                raise
-            time.sleep(0.2)
-
-
-def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):
-    """Cluster metadata (of one topic, or all); transient errors are retried until ``timeout_s``."""
+def _retrying(request, timeout_s: float):
+    """``request(remaining_s)``, retried on transient errors (a broker restarting, a leader
+    moving) until ``timeout_s`` have passed, as Kafka clients do."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return c.list_topics(topic, timeout=max(0.5, deadline - time.monotonic()))
+            return request(max(0.5, deadline - time.monotonic()))
         except KafkaException as e:
             if time.monotonic() >= deadline or not _transient(e.args[0]):
                 raise
             time.sleep(0.2)
+
+
+def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
+    """(log start, high watermark) of a partition; transient errors are retried."""
+    from confluent_kafka import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s)
+
+
+def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):
+    """Cluster metadata (of one topic, or all); transient errors are retried."""
+    return _retrying(lambda t: c.list_topics(topic, timeout=t), timeout_s)
 
 
 def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeout_ms: int,

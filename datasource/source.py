@@ -13,9 +13,9 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
   computes it as ``max(p, newest event time in the range)``, where ``p``, the newest event time
   before the range, is part of the offset Spark logs. So the value depends only on logged offsets
   and the records in them: it is monotone per partition and a replayed batch emits the same one.
-  The driver learns ``p`` for the next batch by scanning the current batch's range in a
-  background thread while the executors read it (off the batch's critical path; a restart or a
-  cache miss scans synchronously). With ``minPartitions`` a partition's range is split over
+  The driver learns the range's newest event time, for the next batch's ``p``, from the entry
+  the task leaves in ``rangeStatsTopic`` (:mod:`datasource.range_stats`); without one it scans
+  the range itself, in a background thread while the tasks read it, or synchronously. With ``minPartitions`` a partition's range is split over
   several tasks; each emits a punctuation from its piece and the partition's value for the
   batch is their maximum (what ``watermarks.PunctuationTracker`` computes).
   Records that violate it (older than the grace period allows) are still delivered as data:
@@ -355,9 +355,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         newest = None
         for msgs, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
                                               fail_on_data_loss=False):
-            batch_newest = kafka_read.newest_event_time(msgs, self.opts.event_time_field)
-            if batch_newest is not None:
-                newest = batch_newest if newest is None else max(newest, batch_newest)
+            newest = _newer(newest, kafka_read.newest_event_time(msgs, self.opts.event_time_field))
         return newest
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
