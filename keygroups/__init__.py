@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from keygroups.processor import KeyGroupBatch, PunctuatedKeyGroupProcessor
+from keygroups.processor import KeyGroupBatch, PunctuatedKeyGroupProcessor, deferred
 
-__all__ = ["with_key_groups", "KEY_GROUP_COLUMN", "PunctuatedKeyGroupProcessor", "KeyGroupBatch"]
+__all__ = ["with_key_groups", "KEY_GROUP_COLUMN", "PunctuatedKeyGroupProcessor", "KeyGroupBatch", "deferred"]
 
 KEY_GROUP_COLUMN = "key_group"
 

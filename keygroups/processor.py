@@ -39,7 +39,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from watermarks.punctuation import PunctuationTracker
 
-__all__ = ["PunctuatedKeyGroupProcessor", "KeyGroupBatch"]
+__all__ = ["PunctuatedKeyGroupProcessor", "KeyGroupBatch", "deferred"]
 
 _STATE = StructType([StructField("engine", BinaryType()), StructField("tracker", BinaryType())])
 
@@ -111,3 +111,66 @@ def split_batch(key_group: int, pdf: pd.DataFrame, tracker: PunctuationTracker) 
         tracker.update(f"{topic}-{part}", None if pd.isna(value) else int(value),
                        None if pd.isna(offset) else int(offset), processing_time or 0)
     return KeyGroupBatch(key_group, data, mods, tracker.low_watermark_ms, previous, processing_time)
+
+
+def deferred(processor):
+    """``processor`` wrapped so that Spark's driver-side pre-init imports nothing of this project.
+
+    On the first micro-batch of every query run, Spark starts a fresh Python process on the driver
+    only to call ``init`` and learn the state variables (``PRE_INIT``). Unpickling a processor there
+    imports its modules (for ``slicer.spark.SlicingProcessor``: slicer, keygroups, numpy and pandas,
+    which took as long as the rest of the planning). The wrapper is a local class, which cloudpickle
+    pickles by value (it needs only pyspark); it carries the real processor as bytes plus the state
+    variables its ``init`` registers (recorded here, on the driver). In ``PRE_INIT`` it registers
+    those; on executors it unpickles the real processor and delegates every call to it, so results
+    and state are exactly the real processor's.
+    """
+    from pyspark import cloudpickle
+    from pyspark.sql.streaming import StatefulProcessor
+
+    calls = _init_calls(processor)
+    blob = cloudpickle.dumps(processor)
+
+    class DeferredProcessor(StatefulProcessor):
+        def init(self, handle) -> None:
+            client = getattr(handle, "_statefulProcessorApiClient", None)
+            if getattr(getattr(client, "handle_state", None), "name", None) == "PRE_INIT":
+                self._real = None
+                for name, args in calls:
+                    getattr(handle, name)(*args)
+                return
+            import pickle
+
+            self._real = pickle.loads(blob)
+            self._real.init(handle)
+
+        def handleInputRows(self, key, rows, timerValues):
+            return self._real.handleInputRows(key, rows, timerValues)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            return self._real.handleExpiredTimer(key, timerValues, expiredTimerInfo)
+
+        def handleInitialState(self, key, initialState, timerValues) -> None:
+            self._real.handleInitialState(key, initialState, timerValues)
+
+        def close(self) -> None:
+            if getattr(self, "_real", None) is not None:
+                self._real.close()
+
+    return DeferredProcessor()
+
+
+def _init_calls(processor) -> list[tuple[str, tuple]]:
+    """The state variables ``processor.init`` registers, as ``(handle method, args)``, recorded
+    with a stand-in handle (no Spark needed). Only state declarations are allowed in there."""
+    calls: list[tuple[str, tuple]] = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            if name not in ("getValueState", "getListState", "getMapState"):
+                raise TypeError(f"deferred: {type(processor).__name__}.init calls handle.{name}; "
+                                "only state declarations can be replayed on the driver")
+            return lambda *args: calls.append((name, args))
+
+    processor.init(Recorder())
+    return calls

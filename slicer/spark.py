@@ -78,13 +78,13 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, with_key_groups
+from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, deferred, with_key_groups
 from keygroups.packed import PackedKeyGroupProcessor, pack_key_groups
 from slicer.aggregates import M4, AggregateFunction, Count, Quantile
 from slicer.operator import SlicingWindowOperator
 from slicer.windows import Window
 
-__all__ = ["slice_windows", "SlicingProcessor", "output_columns", "deferred"]
+__all__ = ["slice_windows", "SlicingProcessor", "output_columns"]
 
 _VALUE = "slicer_value"
 # Columns of the source that split_batch needs, besides key_group and the epoch-ms columns.
@@ -374,66 +374,3 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
     proc = SlicingProcessor(template, [n for n, _ in specs], columns, idle_timeout_ms)
     packed = pack_key_groups(slim, None, num_key_groups)
     return packed.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(deferred(proc), schema, "Append", "None")
-
-
-def deferred(processor):
-    """``processor`` wrapped so that Spark's driver-side pre-init imports nothing of this project.
-
-    On the first micro-batch of every query run, Spark starts a fresh Python process on the
-    driver only to call ``init`` and learn the state variables (``PRE_INIT``). Unpickling a
-    :class:`SlicingProcessor` there imports slicer, keygroups, numpy and pandas, which took as
-    long as the rest of the planning. The wrapper is a local class, which cloudpickle pickles by
-    value (it needs only pyspark); it carries the real processor as bytes plus the state
-    variables its ``init`` registers (recorded here, on the driver). In ``PRE_INIT`` it registers
-    those; on executors it unpickles the real processor and delegates every call to it, so
-    results and state are exactly the real processor's.
-    """
-    from pyspark import cloudpickle
-    from pyspark.sql.streaming import StatefulProcessor
-
-    calls = _init_calls(processor)
-    blob = cloudpickle.dumps(processor)
-
-    class DeferredProcessor(StatefulProcessor):
-        def init(self, handle) -> None:
-            client = getattr(handle, "_statefulProcessorApiClient", None)
-            if getattr(getattr(client, "handle_state", None), "name", None) == "PRE_INIT":
-                self._real = None
-                for name, args in calls:
-                    getattr(handle, name)(*args)
-                return
-            import pickle
-
-            self._real = pickle.loads(blob)
-            self._real.init(handle)
-
-        def handleInputRows(self, key, rows, timerValues):
-            return self._real.handleInputRows(key, rows, timerValues)
-
-        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-            return self._real.handleExpiredTimer(key, timerValues, expiredTimerInfo)
-
-        def handleInitialState(self, key, initialState, timerValues) -> None:
-            self._real.handleInitialState(key, initialState, timerValues)
-
-        def close(self) -> None:
-            if getattr(self, "_real", None) is not None:
-                self._real.close()
-
-    return DeferredProcessor()
-
-
-def _init_calls(processor) -> list[tuple[str, tuple]]:
-    """The state variables ``processor.init`` registers, as ``(handle method, args)``, recorded
-    with a stand-in handle (no Spark needed). Only state declarations are allowed in there."""
-    calls: list[tuple[str, tuple]] = []
-
-    class Recorder:
-        def __getattr__(self, name):
-            if name not in ("getValueState", "getListState", "getMapState"):
-                raise TypeError(f"deferred: {type(processor).__name__}.init calls handle.{name}; "
-                                "only state declarations can be replayed on the driver")
-            return lambda *args: calls.append((name, args))
-
-    processor.init(Recorder())
-    return calls
