@@ -109,6 +109,11 @@ class Broker:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-tail:])
 
+    def exit_code(self) -> int | None:
+        """The exit code of an embedded broker that stopped by itself, else None (running, or
+        not managed here)."""
+        return None if self._proc is None else self._proc.poll()
+
     def _start(self) -> None:
         assert self.log_path is not None
         log = open(self.log_path, "ab")

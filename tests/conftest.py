@@ -19,14 +19,34 @@ def broker(tmp_path_factory):
         yield b
 
 
+@pytest.fixture(autouse=True)
+def _broker_still_running(request):
+    """A test that used the embedded broker fails, with the broker's log, if the broker process
+    exited during it; the broker is started again (same port and data) for the tests after it."""
+    yield
+    if "broker" not in request.fixturenames:
+        return
+    b = request.getfixturevalue("broker")
+    code = b.exit_code()
+    if code is not None:
+        log = b.logs()
+        b.restart()
+        pytest.fail(f"the embedded {b.kind} broker exited with code {code} during this test "
+                    f"(restarted for the next tests); last log lines:\n{log}")
+
+
 @pytest.fixture(scope="session")
 def bootstrap(broker) -> str:
     return broker.bootstrap_servers
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(request):
     from datasource.session import spark_session
+
+    # Spark stops before the broker: its Python workers keep cached Kafka clients (range stats
+    # producers) that would otherwise retry a stopped broker until the process exits.
+    request.getfixturevalue("broker")
 
     s = spark_session(master="local[2]", shuffle_partitions=2)
     yield s
