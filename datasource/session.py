@@ -3,12 +3,28 @@
 What it sets and why: Python workers run this interpreter (``PYSPARK_PYTHON``), so executors
 import the same packages; the RocksDB state store, which ``transformWithStateInPandas`` needs;
 few shuffle partitions (tiny micro-batches are latency-bound on small machines); no UI.
+
+Fast Python start (local masters, pip-installed pyspark): Spark puts
+``$SPARK_HOME/python/lib/pyspark.zip`` first on the ``PYTHONPATH`` of every Python process it
+starts. The zip holds no byte code, so each fresh process compiles the pyspark modules it imports
+from source: importing the ``transformWithState`` pre-init worker took 1.42 s from the zip
+against 0.23 s from the installed package here. Fresh processes are started on every query start
+(the Python data source's planner and streaming runners) and on the first micro-batch of every
+``transformWithStateInPandas`` query (pre-init). With pip's layout the zip is the same release as
+the installed package, so ``PYSPARK_PYTHON`` becomes a small shell wrapper that drops that one
+zip from ``PYTHONPATH`` and runs this interpreter. Not done when ``PYSPARK_PYTHON`` is set, for
+non-local masters (executors elsewhere cannot run a wrapper written here), or with
+``fast_python_start=False``.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import stat
 import sys
+import tempfile
+from pathlib import Path
 
 __all__ = ["spark_session", "ROCKSDB_PROVIDER"]
 
@@ -16,9 +32,12 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 
 def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
-                  shuffle_partitions: int = 2, extra: dict[str, str] | None = None):
+                  shuffle_partitions: int = 2, extra: dict[str, str] | None = None,
+                  fast_python_start: bool = True):
     """Get or create a SparkSession with ``format("dataflow-kafka")`` registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "PYSPARK_PYTHON" not in os.environ:
+        wrapper = python_without_pyspark_zip() if fast_python_start and master.startswith("local") else None
+        os.environ["PYSPARK_PYTHON"] = wrapper or sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -40,3 +59,26 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
 
     register(spark)
     return spark
+
+
+def python_without_pyspark_zip() -> str | None:
+    """Path of an executable that runs this interpreter with pip-installed pyspark's own
+    ``python/lib/pyspark.zip`` removed from ``PYTHONPATH`` (see the module docstring), or None
+    when pyspark has no such zip."""
+    import pyspark
+
+    zip_path = Path(pyspark.__file__).resolve().parent / "python" / "lib" / "pyspark.zip"
+    if not zip_path.is_file() or os.name != "posix":
+        return None
+    script = (
+        "#!/bin/sh\n"
+        "# dataflow-kafka: start Python for Spark without pyspark.zip (no byte code) on PYTHONPATH\n"
+        f"PYTHONPATH=$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -vxF {shlex.quote(str(zip_path))} "
+        "| paste -sd: -)\n"
+        "export PYTHONPATH\n"
+        f"exec {shlex.quote(sys.executable)} \"$@\"\n"
+    )
+    path = Path(tempfile.mkdtemp(prefix="dataflow-kafka-python-")) / "python"
+    path.write_text(script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(path)
