@@ -7,10 +7,10 @@ Prints both rates and their ratio (target: >= 0.5). The baseline is one Python p
 consuming every partition with ``Consumer.consume(10000)`` and touching each record's key, value,
 offset and timestamp (what any consumer must do); best of two runs, one before and one after the
 Spark runs. The Spark side runs the streaming query with ``Trigger.AvailableNow`` into the no-op
-sink: in one micro-batch (the default read limit), and in ten (``maxOffsetsPerTrigger`` =
-records / 10, so the driver's background scan of each batch's range for the next punctuation
-runs beside the executors), with the record timestamp and with a JSON ``eventTimeField`` as event
-time; then the batch read. Each is timed from ``start()`` to the end of the query; for streams the
+sink: in one micro-batch (the default read limit), in ten and in a hundred
+(``maxOffsetsPerTrigger`` = records / 10 or / 100: Spark's per-batch cost shows), with the record
+timestamp and with a JSON ``eventTimeField`` as event time, and with ``maxPartitions=2`` (the
+4 partitions' ranges of a batch read by 2 tasks, one per core); then the batch read. Each is timed from ``start()`` to the end of the query; for streams the
 rate inside micro-batches (sum of ``triggerExecution``, which includes ``latestOffset``) is printed
 too. Everything runs once on a warm-up topic of the same shape first: a long-running query runs
 with a JIT-compiled JVM and started Python workers, and the first query of a JVM pays for both
@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> None:
         "stream, 1 batch, JSON eventTimeField": {"eventTimeField": "ts"},
         "stream, 10 batches, record-timestamp event time": {"maxOffsetsPerTrigger": str(n // 10)},
         "stream, 10 batches, JSON eventTimeField": {"maxOffsetsPerTrigger": str(n // 10), "eventTimeField": "ts"},
+        "stream, 10 batches, record-timestamp, maxPartitions=2": {"maxOffsetsPerTrigger": str(n // 10),
+                                                                 "maxPartitions": "2"},
+        "stream, 100 batches, record-timestamp event time": {"maxOffsetsPerTrigger": str(n // 100)},
+        "stream, 100 batches, record-timestamp, maxPartitions=2": {"maxOffsetsPerTrigger": str(n // 100),
+                                                                  "maxPartitions": "2"},
     }
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers

@@ -32,6 +32,9 @@ OWN_OPTIONS = {
     "graceperiodms": "punctuation = newest event time seen in the partition minus this (default 0)",
     "controltopic": "topic of modification commands (JSON objects); default: none",
     "heartbeatintervalms": "run a punctuation-only micro-batch after this long without data (default: off)",
+    "maxpartitions": "at most this many Spark tasks per micro-batch or batch read: offset ranges are packed "
+                     "into tasks by record count, each task reads its ranges one after another (default: one "
+                     "task per topic-partition, as Spark's Kafka source)",
     "rangestatstopic": "topic where streaming tasks leave each offset range's newest event time for the driver "
                        "(default 'dataflow-kafka-range-stats', created if missing; empty: the driver reads "
                        "every range a second time instead)",
@@ -113,6 +116,7 @@ class SourceOptions:
     ending: str | dict[str, dict[int, int]] = "latest"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
+    max_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -186,13 +190,18 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     if strategy not in ("error", "latest"):
         raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
     grace = _int(opts, "graceperiodms", 0, minimum=0)
+    min_parts = _int(opts, "minpartitions", None, minimum=1)
+    max_parts = _int(opts, "maxpartitions", None, minimum=1)
+    if min_parts and max_parts and min_parts > max_parts:
+        raise OptionError(f"options 'minPartitions' ({min_parts}) and 'maxPartitions' ({max_parts}) conflict: "
+                          "minPartitions must not exceed maxPartitions")
     heartbeat = _int(opts, "heartbeatintervalms", None, minimum=1)
     return SourceOptions(
         kafka=kafka, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=starting, starting_timestamp_ms=_int(opts, "startingtimestamp", None, minimum=0),
         starting_by_timestamp=by_ts, by_timestamp_strategy=strategy, ending=ending,
         max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", None, minimum=1),
-        min_partitions=_int(opts, "minpartitions", None, minimum=1),
+        min_partitions=min_parts, max_partitions=max_parts,
         fail_on_data_loss=_bool(opts, "failondataloss", True),
         include_headers=_bool(opts, "includeheaders", False),
         poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", 120_000, minimum=1),

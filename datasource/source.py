@@ -17,7 +17,9 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
   the task leaves in ``rangeStatsTopic`` (:mod:`datasource.range_stats`); without one it scans
   the range itself, in a background thread while the tasks read it, or synchronously. With ``minPartitions`` a partition's range is split over
   several tasks; each emits a punctuation from its piece and the partition's value for the
-  batch is their maximum (what ``watermarks.PunctuationTracker`` computes).
+  batch is their maximum (what ``watermarks.PunctuationTracker`` computes). With
+  ``maxPartitions`` several ranges share a task (:class:`RangeGroup`); each still emits its own
+  rows and punctuation.
   Records that violate it (older than the grace period allows) are still delivered as data:
   operators decide lateness.
   Producers may write their own punctuation records (header ``dataflow.punctuation``); they are
@@ -49,7 +51,7 @@ from datasource.offsets import (
 from datasource.options import SourceOptions, parse_source_options, parse_sink_options
 from datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, source_schema
 
-__all__ = ["DataflowKafkaDataSource", "OffsetRange"]
+__all__ = ["DataflowKafkaDataSource", "OffsetRange", "RangeGroup"]
 
 
 @dataclass
@@ -70,14 +72,40 @@ class OffsetRange(InputPartition):
         InputPartition.__init__(self, None)
 
 
+@dataclass
+class RangeGroup(InputPartition):
+    """One Spark task reading several offset ranges one after another, with one consumer
+    (``maxPartitions``); every range emits its own rows, punctuation included, as in its own task."""
+
+    ranges: list[OffsetRange]
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, None)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Rows of one task: [modifications] [data / producer punctuations / errors] [punctuation].
+def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
+    """Rows of one task: of its range, or of each range of a :class:`RangeGroup` in turn."""
+    if isinstance(part, OffsetRange):
+        yield from _read_range(opts, part)
+        return
+    c = kafka_read.consumer(opts.kafka) if any(r.end > r.start for r in part.ranges) else None
+    try:
+        for r in part.ranges:
+            yield from _read_range(opts, r, c)
+    finally:
+        if c is not None:
+            c.close()
+
+
+def _read_range(opts: SourceOptions, r: OffsetRange, consumer=None) -> Iterator[pa.RecordBatch]:
+    """Rows of one range: [modifications] [data / producer punctuations / errors] [punctuation].
 
     The punctuation is ``max(newest_before_ms, newest data event time in the range) - grace``.
+    ``consumer``: one to use (and leave open), else one is made and closed here.
     """
     hdr = opts.include_headers
     synthetic = []
@@ -94,7 +122,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         yield kafka_read.make_rows_batch(synthetic, hdr)
     newest = in_range = None
     if r.end > r.start:
-        c = kafka_read.consumer(opts.kafka)
+        c = consumer if consumer is not None else kafka_read.consumer(opts.kafka)
         try:
             for msgs, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
                                                           opts.poll_timeout_ms, opts.fail_on_data_loss):
@@ -108,7 +136,8 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 in_range = _newer(in_range, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
         finally:
-            c.close()
+            if consumer is None:
+                c.close()
         if r.publish_stats and opts.range_stats_topic:
             key = range_stats.range_key(r.topic, r.partition, r.start, r.end, opts.event_time_field, opts.kafka)
             range_stats.publish(opts.kafka, opts.range_stats_topic, key, in_range)
@@ -146,6 +175,22 @@ def _apply_min_partitions(ranges: list[OffsetRange], min_partitions: int | None)
     for r in ranges:
         out += _split(r, -(-(r.end - r.start) * min_partitions // total))
     return out
+
+
+def _apply_max_partitions(ranges: list[OffsetRange], max_partitions: int | None
+                          ) -> list[OffsetRange | RangeGroup]:
+    """Pack ranges into at most ``max_partitions`` tasks, largest first onto the task with the
+    fewest records (ties: lowest task); each task reads its ranges in topic, partition, offset
+    order. Deterministic: the same ranges give the same tasks."""
+    if not max_partitions or len(ranges) <= max_partitions:
+        return ranges
+    bins: list[list[OffsetRange]] = [[] for _ in range(max_partitions)]
+    load = [0] * max_partitions
+    for r in sorted(ranges, key=lambda r: (-(r.end - r.start), r.topic, r.partition, r.start)):
+        i = min(range(max_partitions), key=lambda j: (load[j], j))
+        bins[i].append(r)
+        load[i] += r.end - r.start
+    return [RangeGroup(sorted(b, key=lambda r: (r.topic, r.partition, r.start))) for b in bins if b]
 
 
 def _read_control(c, opts: SourceOptions, start: dict[TP, int], upto: dict[TP, int]) -> list[dict]:
@@ -369,10 +414,11 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
                                       end["batchTimeMs"], mods, publish_stats=self._stats_usable(),
                                       notes=notes if i == 0 else []))
-        return _apply_min_partitions(ranges, self.opts.min_partitions)
+        return _apply_max_partitions(_apply_min_partitions(ranges, self.opts.min_partitions),
+                                     self.opts.max_partitions)
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        return _read_range(self.opts, partition)
+    def read(self, partition: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to commit: progress lives in Spark's checkpoint (as Spark's Kafka source)."""
@@ -393,7 +439,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
 
 class DataflowKafkaBatchReader(DataSourceReader):
-    """``spark.read``: one task per topic-partition range between starting and ending offsets."""
+    """``spark.read``: one task per topic-partition range between starting and ending offsets
+    (split by ``minPartitions``, packed by ``maxPartitions``)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -424,10 +471,11 @@ class DataflowKafkaBatchReader(DataSourceReader):
         ranges = [OffsetRange(t, p, start[(t, p)], max(start[(t, p)], end[(t, p)]), None, now, mods,
                               notes=notes if i == 0 else [])
                   for i, (t, p) in enumerate(tps)]
-        return _apply_min_partitions(ranges, self.opts.min_partitions)
+        return _apply_max_partitions(_apply_min_partitions(ranges, self.opts.min_partitions),
+                                     self.opts.max_partitions)
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        return _read_range(self.opts, partition)
+    def read(self, partition: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)
 
 
 class DataflowKafkaDataSource(DataSource):

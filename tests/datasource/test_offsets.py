@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from datasource import kafka_read
 from datasource.offsets import rate_limit, resolve_partitions, starting_offsets
 from datasource.options import OptionError, parse_source_options
-from datasource.source import OffsetRange, _apply_min_partitions
+from datasource.source import OffsetRange, RangeGroup, _apply_max_partitions, _apply_min_partitions
 from tests.support import now_ms
 
 
@@ -79,3 +79,20 @@ def test_min_partitions_splits_ranges_keeping_modifications_first():
     assert [p.newest_before_ms for p in t0] == [5] * 5   # each piece's punctuation starts from p
     assert len(pieces) >= 5
     assert [(p.start, p.end) for p in pieces if p.partition == 1] == [(0, 0)]
+
+
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=12), st.integers(1, 6))
+def test_max_partitions_packs_every_range_once_into_balanced_tasks(sizes, max_parts):
+    ranges = [OffsetRange("t", p, 100, 100 + n, None, 0) for p, n in enumerate(sizes)]
+    tasks = _apply_max_partitions(ranges, max_parts)
+    if len(ranges) <= max_parts:
+        assert tasks == ranges
+        return
+    assert tasks == _apply_max_partitions(list(reversed(ranges)), max_parts)      # deterministic
+    assert len(tasks) <= max_parts and all(isinstance(t, RangeGroup) for t in tasks)
+    got = [r for t in tasks for r in t.ranges]
+    assert sorted(got, key=lambda r: r.partition) == ranges                       # each range once
+    for t in tasks:                                                               # read in offset order
+        assert t.ranges == sorted(t.ranges, key=lambda r: (r.topic, r.partition, r.start))
+    loads = [sum(r.end - r.start for r in t.ranges) for t in tasks]
+    assert max(loads) - min(loads) <= max(sizes)                                  # greedy balance

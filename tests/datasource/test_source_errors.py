@@ -25,6 +25,9 @@ BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
     ({"subscribePattern": "(unclosed"}, "not a valid regex"),
     ({"assign": "[0,1]"}, "option 'assign' must be JSON like"),
     ({"subscribe": "a", "gracePeriodMs": "-5"}, "option 'graceperiodms' must be >= 0, got -5"),
+    ({"subscribe": "a", "maxPartitions": "0"}, "option 'maxpartitions' must be >= 1, got 0"),
+    ({"subscribe": "a", "minPartitions": "8", "maxPartitions": "2"},
+     "options 'minPartitions' (8) and 'maxPartitions' (2) conflict"),
 ])
 def test_option_errors_name_the_option(options, message):
     with pytest.raises(OptionError) as e:

@@ -146,6 +146,21 @@ def test_batch_read_equals_streaming_read(spark, kafka, tmp_path):
     assert any(sum(r["kind"] == "punctuation" for r in rows) > 4 for rows in split.batches.values())
     assert per_batch(split) == per_batch(out) == per_batch(unshared)
 
+    # maxPartitions=1 reads the 4 ranges of a batch in one task: the same rows in every batch.
+    class TaskCounter(BatchCollector):
+        def __call__(self, df, batch_id: int) -> None:
+            tasks[batch_id] = df.rdd.getNumPartitions()
+            super().__call__(df, batch_id)
+
+    tasks: dict[int, int] = {}
+    packed = TaskCounter()
+    run_available_now(spark, {**opts, "maxPartitions": "1"}, str(tmp_path / "ck-packed"), packed)
+    assert set(tasks.values()) == {1}
+    keep = ("kind", "topic", "partition", "offset", "key", "value", "event_time", "punctuation", "error")
+    def rows(c: BatchCollector) -> list[list[str]]:
+        return [sorted(repr(tuple(r[k] for k in keep)) for r in c.batches[b]) for b in sorted(c.batches)]
+    assert rows(packed) == rows(out)
+
 
 def test_sink_writes_what_the_query_produced(spark, kafka, tmp_path):
     src, dst = kafka.topic(4), kafka.topic(2, prefix="out")
