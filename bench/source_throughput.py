@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         _produce(bs, "warmup", n, args.partitions, args.value_bytes)
         _produce(bs, "bench", n, args.partitions, args.value_bytes)
         spark = spark_session(shuffle_partitions=2)
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "1000")  # every batch's progress
         for options in variants.values():  # JIT, Python workers: what a running query has
             _spark_stream(spark, bs, "warmup", n, options)
         _spark_batch(spark, bs, "warmup", n)
