@@ -37,6 +37,7 @@ conformance: setup
 
 bench: setup
 	$(PY) -m bench.source_throughput
+	$(PY) -m bench.source_batch_cost
 	$(PY) -m bench.slicer_engine --quick
 	$(PY) -m bench.dataflow_engine --quick
 
