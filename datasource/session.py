@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["spark_session", "ROCKSDB_PROVIDER"]
+__all__ = ["spark_session", "python_without_pyspark_zip", "ROCKSDB_PROVIDER"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
