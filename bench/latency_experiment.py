@@ -53,7 +53,8 @@ records/s, mean micro-batch duration (first batch excluded) and its mean query p
 addBatch parts, batches without input rows, rows dropped by Spark's watermark. Writes
 ``bench/out/latency.csv`` (+ ``.latencies.json``) and ``docs/img/latency_percentiles.png``,
 ``latency_ratio.png`` (optimistic and buffered over native, p50 and p99, with the model and the 0.5
-target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them.
+target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them. ``--quick``
+writes ``bench/out/latency-quick.csv`` and its figures to ``bench/out/`` (not the README's).
 
 Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 3 variants: 2
 stages at 10 docs/s, 2:2, default trigger; stages 1 and 3; 4 and 30 docs/s; 4:4; 5 s and 15 s
@@ -521,10 +522,16 @@ def main(argv=None) -> int:
     ap.add_argument("--no-session-warmup", action="store_true", help="skip the discarded first query")
     ap.add_argument("--dry-run", action="store_true", help="print the grid and an estimate of its run time")
     ap.add_argument("--verbose", action="store_true", help="print every micro-batch's durations")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "latency.csv"))
-    ap.add_argument("--img-dir", default=str(ROOT / "docs" / "img"))
+    ap.add_argument("--out", default=None,
+                    help="CSV of the runs (default bench/out/latency.csv; --quick: bench/out/latency-quick.csv)")
+    ap.add_argument("--img-dir", default=None,
+                    help="figures (default docs/img, the README's; --quick: bench/out, so a check does not "
+                    "replace the documented figures)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the figures from --out")
     args = ap.parse_args(argv)
+    out_dir = ROOT / "bench" / "out"
+    args.out = args.out or str(out_dir / ("latency-quick.csv" if args.quick else "latency.csv"))
+    args.img_dir = args.img_dir or str(out_dir if args.quick else ROOT / "docs" / "img")
     if args.plot_only:
         return report(*_read(Path(args.out)), args)
     args.stages = args.stages or ([2] if args.quick else [2, 1, 3])
