@@ -25,6 +25,13 @@ Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size 
 Both runs emit the windows the watermark closed; the output row counts are printed (Spark's
 append mode holds back windows its watermark has not passed at the end of the run).
 
+Floor (on by default, ``--no-floor`` skips it): the slicer's plan exactly (key groups, packing, the
+``transformWithStateInPandas`` processor with its state round trips) but with a processor that
+computes nothing (:class:`NoopSlicingProcessor`), run alternating with the other two at the first
+window count. It is what a ``transformWithStateInPandas`` operator costs here before any work; it
+does not depend on the number of windows. ``floor/spark`` is the best ratio any processor in this
+plan could reach against Spark's native aggregation.
+
 Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]
 [--max-offsets M] [--repeat R]``
 """
@@ -78,12 +85,32 @@ def _source(spark, bootstrap: str, topic: str, max_offsets: int):
 VALUE = "get_json_object(CAST(value AS STRING), '$.v')"
 
 
-def slicer_query(src, specs):
+def _noop_processor_class():
+    from slicer.spark import SlicingProcessor
+
+    class NoopSlicingProcessor(SlicingProcessor):
+        """The slicer's processor minus the slicing: state is read and written (as an empty
+        blob) and the batch is unpacked and split as usual, nothing is computed or emitted."""
+
+        def load(self, blob):
+            return {}
+
+        def dump(self, engines) -> bytes:
+            return b""
+
+        def on_batch(self, engines, batch):
+            return iter(())
+
+    return NoopSlicingProcessor
+
+
+def slicer_query(src, specs, floor: bool = False):
     from slicer import SlidingWindow, Sum, Time
     from slicer.spark import slice_windows
 
     return slice_windows(src, "CAST(key AS STRING)", [SlidingWindow(Time, s, d) for s, d in specs], [Sum()],
-                         value=VALUE, num_key_groups=KEY_GROUPS, max_lateness_ms=LATENESS_MS)
+                         value=VALUE, num_key_groups=KEY_GROUPS, max_lateness_ms=LATENESS_MS,
+                         processor_class=_noop_processor_class() if floor else None)
 
 
 def spark_query(src, specs):
@@ -136,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each pair (slicer, Spark) this often, alternating; report the median run of each")
     ap.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: records/2)")
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="skip the floor run (the slicer's plan with a processor that computes nothing)")
     args = ap.parse_args(argv)
     n = args.records or (30_000 if args.quick else 200_000)
     max_offsets = args.max_offsets or (n if args.quick else max(1, n // 2))
@@ -164,12 +193,20 @@ def main(argv: list[str] | None = None) -> None:
               f"{'slicer s':>9} {'spark s':>8} {'batches':>8} {'planning s':>11} {'slicer out':>11} {'spark out':>10}",
               flush=True)
         results = []
+        floor = None
         for w in counts:
             src = lambda: _source(spark, bs, "slicer-bench", max_offsets)  # noqa: E731
-            runs = [(run(slicer_query(src(), specs[:w])), run(spark_query(src(), specs[:w])))
+            with_floor = args.floor and floor is None
+            runs = [(run(slicer_query(src(), specs[:w])), run(spark_query(src(), specs[:w])),
+                     run(slicer_query(src(), specs[:w], floor=True)) if with_floor else None)
                     for _ in range(args.repeat)]
             sl = _median([r[0] for r in runs])
             na = _median([r[1] for r in runs])
+            if with_floor:
+                fl = _median([r[2] for r in runs])
+                floor = {"windows": w, "floor_rows_s": n / fl["s"], "floor_s": fl["s"],
+                         "floor_planning_s": fl["planning_s"], "spark_s": na["s"],
+                         "floor_over_spark": na["s"] / fl["s"], "slicer_over_floor": fl["s"] / sl["s"]}
             assert sl["rows_in"] >= n, f"slicer query read {sl['rows_in']} rows (with punctuations), expected >= {n}"
             rs, rn = n / sl["s"], n / na["s"]
             results.append({"windows": w, "slicer_rows_s": rs, "spark_rows_s": rn, "ratio": rs / rn,
@@ -180,11 +217,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{w:>7} {rs:>14,.0f} {rn:>13,.0f} {rs / rn:>7.2f} {sl['s']:>9.1f} {na['s']:>8.1f} "
                   f"{sl['batches']:>4}/{na['batches']:<3} {sl['planning_s']:>5.1f}/{na['planning_s']:<5.1f} "
                   f"{sl['rows_out']:>11,} {na['rows_out']:>10,}", flush=True)
+        if floor is not None:
+            print(f"floor (the slicer's plan, processor computing nothing; {floor['windows']} window runs): "
+                  f"{floor['floor_rows_s']:,.0f} rows/s, {floor['floor_s']:.1f} s, planning {floor['floor_planning_s']:.1f} s; "
+                  f"floor/spark {floor['floor_over_spark']:.2f}, slicer/floor {floor['slicer_over_floor']:.2f}", flush=True)
         print(f"load avg after: {os.getloadavg()[0]:.1f}")
         out_dir = Path(__file__).resolve().parent / "out"
         out_dir.mkdir(exist_ok=True)
         (out_dir / ("slicer_spark_quick.json" if args.quick else "slicer_spark.json")).write_text(
-            json.dumps({"records": n, "keys": args.keys, "max_offsets": max_offsets, "results": results}, indent=1))
+            json.dumps({"records": n, "keys": args.keys, "max_offsets": max_offsets, "results": results,
+                        "floor": floor}, indent=1))
         spark.stop()
 
 

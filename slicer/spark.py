@@ -324,7 +324,8 @@ def _key_specs(df, key) -> list[tuple[str, str]]:
 def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window],
                   aggregations: Iterable[AggregateFunction], value="try_cast(CAST(value AS STRING) AS DOUBLE)",
                   num_key_groups: int = 8, max_lateness_ms: int = 1000, stream_order: str = "out_of_order",
-                  store: str = "lazy", idle_timeout_ms: int | None = None):
+                  store: str = "lazy", idle_timeout_ms: int | None = None,
+                  processor_class: type | None = None):
     """Window aggregates per key of a ``format("dataflow-kafka")`` stream (see module docstring).
 
     Parameters
@@ -339,6 +340,9 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
     max_lateness_ms : allowed lateness behind the punctuation watermark.
     stream_order, store : passed to :class:`~slicer.SlicingWindowOperator`.
     idle_timeout_ms : idle-partition policy of the punctuation tracker (``None``: never idle).
+    processor_class : a :class:`SlicingProcessor` subclass to run instead, with the same
+        constructor (``bench/slicer_spark.py`` runs one that computes nothing, to measure what
+        the plan costs without any slicing).
     """
     from pyspark.sql import Column
     from pyspark.sql import functions as F
@@ -350,6 +354,9 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
         raise ValueError("slice_windows: at least one window")
     if not aggs:
         raise ValueError("slice_windows: at least one aggregation")
+    processor_class = processor_class or SlicingProcessor
+    if not (isinstance(processor_class, type) and issubclass(processor_class, SlicingProcessor)):
+        raise TypeError(f"slice_windows: processor_class must be a SlicingProcessor subclass, got {processor_class!r}")
     for fn in aggs:
         template.add_aggregation(fn)
     for w in wins:
@@ -371,6 +378,6 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
     key_types = [(n, slim.schema[n].dataType.simpleString()) for n, _ in specs]
     columns = output_columns(key_types, aggs)
     schema = ", ".join(f"`{n}` {t}" for n, t in columns)
-    proc = SlicingProcessor(template, [n for n, _ in specs], columns, idle_timeout_ms)
+    proc = processor_class(template, [n for n, _ in specs], columns, idle_timeout_ms)
     packed = pack_key_groups(slim, None, num_key_groups)
     return packed.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(deferred(proc), schema, "Append", "None")

@@ -179,3 +179,10 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     assert any(r[5] for r in windows)                                      # updates from late records
     assert {r[2] for r in windows} == set(range(len(WINDOWS)))
     assert sum(r[2] for r in drops) > 0 and sum(r[3] for r in drops) == len(range(0, 800, 151))
+
+
+def test_processor_class_must_be_a_slicing_processor():
+    from slicer.spark import slice_windows
+
+    with pytest.raises(TypeError, match="processor_class must be a SlicingProcessor subclass, got <class 'dict'>"):
+        slice_windows(None, "key", [TumblingWindow(Time, 1_000)], [Sum()], processor_class=dict)
