@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
@@ -91,12 +92,21 @@ class PunctuatedKeyGroupProcessor(StatefulProcessor):
 
 
 def split_batch(key_group: int, pdf: pd.DataFrame, tracker: PunctuationTracker) -> KeyGroupBatch:
-    """Split rows by kind and advance ``tracker`` with the batch's punctuations (pure, testable)."""
-    kinds = pdf["kind"]
-    data = pdf[kinds == "data"].sort_values(["topic", "partition", "offset"], kind="stable")
+    """Split rows by kind and advance ``tracker`` with the batch's punctuations (pure, testable).
+
+    Data rows come out in (topic, partition, offset) order; rows that already are in that order
+    (as :mod:`keygroups.packed` unpacks them) are not sorted again.
+    """
+    kinds = pdf["kind"].to_numpy(dtype=object)
+    is_data = kinds == "data"                 # the one comparison over every row
+    data = pdf[is_data]
+    if not _in_offset_order(data):
+        data = data.sort_values(["topic", "partition", "offset"], kind="stable")
+    control = pdf[~is_data]                   # punctuations and modifications: a few rows
+    control_kinds = control["kind"]
     # One copy per Kafka partition arrives; a command is identified by its text and the control
     # record's timestamp (two identical commands in the same millisecond count as one).
-    mods_rows = pdf[kinds == "modification"]
+    mods_rows = control[control_kinds == "modification"]
     seen, mods = set(), []
     for text, ts in zip(mods_rows["modification"], mods_rows["timestamp"]):
         if (text, ts) not in seen:
@@ -105,12 +115,31 @@ def split_batch(key_group: int, pdf: pd.DataFrame, tracker: PunctuationTracker) 
     previous = tracker.low_watermark_ms
     pt = pdf["processing_time_ms"].max() if len(pdf) else None
     processing_time = None if pt is None or pd.isna(pt) else int(pt)
-    puncts = pdf[(kinds == "punctuation")]
+    puncts = control[control_kinds == "punctuation"]
     for topic, part, value, offset in zip(puncts["topic"], puncts["partition"], puncts["punctuation_ms"],
                                           puncts["offset"]):
         tracker.update(f"{topic}-{part}", None if pd.isna(value) else int(value),
                        None if pd.isna(offset) else int(offset), processing_time or 0)
     return KeyGroupBatch(key_group, data, mods, tracker.low_watermark_ms, previous, processing_time)
+
+
+def _in_offset_order(data: pd.DataFrame) -> bool:
+    """Whether ``data`` is sorted by (topic, partition, offset), without nulls in those columns."""
+    if len(data) < 2:
+        return True
+    cols = [data[c] for c in ("topic", "partition", "offset")]
+    if any(c.hasnans for c in cols):
+        return False
+    topic = cols[0].to_numpy(dtype=object)
+    part = cols[1].to_numpy(dtype=np.int64)
+    off = cols[2].to_numpy(dtype=np.int64)
+    same_topic = topic[1:] == topic[:-1]
+    if not (same_topic.all() or bool((topic[1:] >= topic[:-1]).all())):
+        return False
+    dp, do = np.diff(part), np.diff(off)
+    # within a topic: partition ascending, and offset ascending within a partition
+    ok = ~same_topic | (dp > 0) | ((dp == 0) & (do >= 0))
+    return bool(ok.all())
 
 
 def deferred(processor):
