@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{w:>7} {rs:>14,.0f} {rn:>13,.0f} {rs / rn:>7.2f} {sl['s']:>9.1f} {na['s']:>8.1f} "
                   f"{sl['batches']:>4}/{na['batches']:<3} {sl['planning_s']:>5.1f}/{na['planning_s']:<5.1f} "
                   f"{sl['rows_out']:>11,} {na['rows_out']:>10,}", flush=True)
+            if args.repeat > 1:
+                print("        runs (s, in order): slicer " + " ".join(f"{r[0]['s']:.1f}" for r in runs)
+                      + "; spark " + " ".join(f"{r[1]['s']:.1f}" for r in runs)
+                      + ("; floor " + " ".join(f"{r[2]['s']:.1f}" for r in runs) if with_floor else ""), flush=True)
         if floor is not None:
             print(f"floor (the slicer's plan, processor computing nothing; {floor['windows']} window runs): "
                   f"{floor['floor_rows_s']:,.0f} rows/s, {floor['floor_s']:.1f} s, planning {floor['floor_planning_s']:.1f} s; "
