@@ -25,11 +25,21 @@ per record (the worker regroups its input row by row). A
 :class:`~keygroups.packed.PackedKeyGroupProcessor` subclass (:class:`SlicingProcessor`) is called
 once per key group and micro-batch (``timeMode="None"``); it unpacks the blobs with pyarrow,
 sorted by (topic, partition, offset), so a replayed batch sees the same rows in the same order.
-The group's state is one blob holding one engine state per key. Per call the processor factorises
-the keys of the batch with pandas, stable-sorts the rows by key (so each key keeps its arrival
-order: topic, partition, offset), and makes one ``process_elements`` call per key and batch, then
-one ``process_watermark_columns`` call per key whose windows can have changed. Results are
-assembled column-wise (no row loop).
+Per call the processor factorises the keys of the batch with pandas. Then:
+
+* when every window is a ``TumblingWindow`` or ``SlidingWindow`` on ``Time`` and every
+  aggregation is ``Sum``, ``CountAgg``, ``Mean``, ``Min`` or ``Max`` (the usual case), all keys of
+  the group share one :class:`~slicer.keyed.KeyedSlicingOperator`: one table of (key, slice)
+  partial aggregates, a fixed number of numpy calls per batch whatever the number of keys, and
+  the group's state is that table;
+* otherwise (sessions, count windows, holistic or user-defined aggregations, ...) each key has
+  its own :class:`~slicer.SlicingWindowOperator` (about 1 ms of Python per key and batch): the
+  rows are stable-sorted by key (each key keeps its arrival order: topic, partition, offset),
+  with one ``process_elements`` call per key and batch, then one ``process_watermark_columns``
+  call per key whose windows can have changed; the state is one blob of engine states per key.
+
+Both give the same results (``tests/slicer/test_slicer_keyed.py``). Results are assembled
+column-wise (no row loop).
 
 Event-time progress is the source's punctuations: ``batch.low_watermark_ms``, the minimum over
 Kafka partitions of their newest punctuation (:class:`watermarks.PunctuationTracker`; idle
@@ -81,6 +91,7 @@ import pandas as pd
 from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, deferred, with_key_groups
 from keygroups.packed import PackedKeyGroupProcessor, pack_key_groups
 from slicer.aggregates import M4, AggregateFunction, Count, Quantile
+from slicer.keyed import KeyedSlicingOperator
 from slicer.operator import SlicingWindowOperator
 from slicer.windows import Window
 
@@ -92,7 +103,8 @@ _VALUE = "slicer_value"
 # modification rows and null elsewhere (see slice_windows): less to pack and shuffle.
 _CONTROL = ["kind", "topic", "partition", "offset", "timestamp", "modification",
             "punctuation_ms", "processing_time_ms", "event_time_ms"]
-_STATE_MAGIC = b"SKG2"
+_STATE_MAGIC = b"SKG2"          # {key: engine bytes}, one SlicingWindowOperator per key
+_KEYED_MAGIC = b"SKK1"          # one KeyedSlicingOperator for all keys of the group
 _TOKEN = 16
 # Engines of recently dumped key-group states, by the state's token (a Python worker that gets
 # the same key group again skips deserialising it). See SlicingProcessor.load.
@@ -147,6 +159,8 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         self.key_names = list(key_names)
         self.columns = [c for c, _ in columns]
         self.agg_columns = _agg_columns(template.aggregations)
+        # all keys in one table when the workload allows it (slicer.keyed), else one engine per key
+        self.keyed = KeyedSlicingOperator.supports(template)
 
     # -- state ----------------------------------------------------------------------------------
     def load(self, blob: bytes | None) -> dict:
@@ -160,21 +174,30 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         always starts from the committed bytes.
         """
         if blob is None:
-            return {}
-        if blob[:4] != _STATE_MAGIC:
-            raise ValueError("SlicingProcessor: key group state has an unknown format")
+            return KeyedSlicingOperator(self.template) if self.keyed else {}
+        magic = _KEYED_MAGIC if self.keyed else _STATE_MAGIC
+        if blob[:4] != magic:
+            raise ValueError(f"SlicingProcessor: key group state has an unknown format ({bytes(blob[:4])!r}, "
+                             f"expected {magic!r}; windows or aggregations changed against the checkpoint?)")
         cached = _CACHE.pop(blob[4:4 + _TOKEN], None)
         if cached is not None:
             return cached
+        if self.keyed:
+            return KeyedSlicingOperator.from_bytes(blob[4 + _TOKEN:], self.template)
         return pickle.loads(blob[4 + _TOKEN:])
 
-    def dump(self, engines: dict) -> bytes:
-        out = {k: (v if isinstance(v, bytes) else v.to_bytes(include_config=False)) for k, v in engines.items()}
+    def dump(self, engines) -> bytes:
+        if self.keyed:
+            magic, payload = _KEYED_MAGIC, engines.to_bytes()
+        else:
+            magic = _STATE_MAGIC
+            payload = pickle.dumps({k: (v if isinstance(v, bytes) else v.to_bytes(include_config=False))
+                                    for k, v in engines.items()}, protocol=5)
         token = os.urandom(_TOKEN)
         _CACHE[token] = engines
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
-        return _STATE_MAGIC + token + pickle.dumps(out, protocol=5)
+        return magic + token + payload
 
     def _engine(self, engines: dict, key, watermark: int | None) -> SlicingWindowOperator:
         op = engines.get(key)
@@ -196,22 +219,31 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         return blob
 
     # -- one micro-batch of one key group ---------------------------------------------------------
-    def on_batch(self, engines: dict, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
+    def _columns(self, data: pd.DataFrame):
+        """``(keys, codes, values, ts, bad)``: the batch's distinct keys (first-seen order), each
+        row's index into them, values, event times, and rows with a null value or time."""
+        if len(self.key_names) == 1:
+            codes, uniques = pd.factorize(data[self.key_names[0]], use_na_sentinel=False)
+            keys = [_none_if_na(k) for k in uniques]
+        else:
+            mi = pd.MultiIndex.from_frame(data[self.key_names])
+            codes, uniques = pd.factorize(mi, use_na_sentinel=False)
+            keys = [tuple(_none_if_na(x) for x in k) for k in uniques]
+        values = pd.to_numeric(data[_VALUE], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        ts_col = data["event_time_ms"]
+        bad = np.isnan(values) | ts_col.isna().to_numpy()
+        ts = ts_col.to_numpy(np.int64, na_value=0) if bad.any() else ts_col.to_numpy(np.int64)
+        return keys, np.asarray(codes, np.int64), values, ts, bad
+
+    def on_batch(self, engines, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
+        if self.keyed:
+            yield from self._on_batch_keyed(engines, batch)
+            return
         prev_wm, wm = batch.previous_low_watermark_ms, batch.low_watermark_ms
         data = batch.data
         touched: dict = {}            # key -> [late, null] for keys with records this batch
         if len(data):
-            if len(self.key_names) == 1:
-                codes, uniques = pd.factorize(data[self.key_names[0]], use_na_sentinel=False)
-                keys = [_none_if_na(k) for k in uniques]
-            else:
-                mi = pd.MultiIndex.from_frame(data[self.key_names])
-                codes, uniques = pd.factorize(mi, use_na_sentinel=False)
-                keys = [tuple(_none_if_na(x) for x in k) for k in uniques]
-            values = pd.to_numeric(data[_VALUE], errors="coerce").to_numpy(np.float64, na_value=np.nan)
-            ts_col = data["event_time_ms"]
-            bad = np.isnan(values) | ts_col.isna().to_numpy()
-            ts = ts_col.to_numpy(np.int64, na_value=0) if bad.any() else ts_col.to_numpy(np.int64)
+            keys, codes, values, ts, bad = self._columns(data)
             order = np.argsort(codes, kind="stable")
             bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
             values, ts, bad = values[order], ts[order], bad[order]
@@ -240,19 +272,45 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         if frame is not None:
             yield frame
 
+    def _on_batch_keyed(self, op: KeyedSlicingOperator, batch: KeyGroupBatch) -> Iterator[pd.DataFrame]:
+        """The same micro-batch for all keys at once (:mod:`slicer.keyed`). The group's watermark
+        is every key's, so processing all keys on every watermark equals the per-key path's
+        "all keys when it advanced, else the keys with records"."""
+        prev_wm, wm = batch.previous_low_watermark_ms, batch.low_watermark_ms
+        if op.watermark is None and prev_wm is not None:
+            op.watermark = prev_wm                # new keys start at the group's watermark
+        drops: list = []
+        data = batch.data
+        if len(data):
+            keys, codes, values, ts, bad = self._columns(data)
+            key_codes = op.codes_of(keys)
+            nulls = np.bincount(codes[bad], minlength=len(keys))
+            ok = ~bad
+            dropped = op.process_elements(key_codes[codes[ok]], values[ok], ts[ok])
+            late = dropped[key_codes]
+            drops = [(keys[i], int(late[i]), int(nulls[i])) for i in np.flatnonzero(late + nulls).tolist()]
+        parts = []
+        if wm is not None:
+            row_keys, res = op.process_watermark(wm)
+            if len(res):
+                parts.append((row_keys, res))
+        frame = self._frame(parts, drops)
+        if frame is not None:
+            yield frame
+
     def _frame(self, parts, drops) -> pd.DataFrame | None:
         n_win, n_drop = sum(len(r) for _, r in parts), len(drops)
         if n_win + n_drop == 0:
             return None
         cols: dict[str, object] = {}
-        rep = np.array([len(r) for _, r in parts], np.int64)
-        keys_all = [k for k, _ in parts] + [k for k, _, _ in drops]
-        reps_all = np.concatenate([rep, np.ones(n_drop, np.int64)])
+        # a part's key: one key for all its rows, or (keyed path) an object array, one per row
+        row_keys = [k if isinstance(k, np.ndarray) else np.repeat(_objects([k]), len(r)) for k, r in parts]
+        key_col = np.concatenate(row_keys + [_objects([k for k, _, _ in drops])])
         if len(self.key_names) == 1:
-            cols[self.key_names[0]] = np.repeat(np.array(keys_all + [None], dtype=object)[:-1], reps_all)
+            cols[self.key_names[0]] = key_col
         else:
             for j, name in enumerate(self.key_names):
-                cols[name] = np.repeat(np.array([k[j] for k in keys_all] + [None], dtype=object)[:-1], reps_all)
+                cols[name] = _objects([k[j] for k in key_col.tolist()])
 
         def cat(arrays, pad_dtype, fill):
             pad = np.full(n_drop, fill, dtype=pad_dtype)
@@ -294,6 +352,14 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         cols["late_records"] = pd.array([None] * n_win + [d[1] for d in drops], dtype="Int64")
         cols["null_records"] = pd.array([None] * n_win + [d[2] for d in drops], dtype="Int64")
         return pd.DataFrame({k: cols[k] for k in self.columns})
+
+
+def _objects(items: list) -> np.ndarray:
+    """A 1-d object array of ``items`` (tuples stay elements, not rows)."""
+    out = np.empty(len(items), object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
 
 
 def _none_if_na(k):

@@ -16,8 +16,10 @@ import random
 import pytest
 
 from slicer import (
-    M4, CountAgg, Median, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, Time, TumblingWindow,
+    M4, CountAgg, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, Time,
+    TumblingWindow,
 )
+from slicer.keyed import KeyedSlicingOperator
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -26,6 +28,11 @@ PARTITIONS, KEYS, LATENESS = 3, 7, 1_500
 WINDOWS = [SlidingWindow(Time, 2_000, 500), TumblingWindow(Time, 1_000), SessionWindow(Time, 300),
            SlidingWindow(Time, 3_000, 1_000)]
 AGGS = [Sum(), CountAgg(), M4(), Median()]
+# Tumbling and sliding time windows with distributive/algebraic aggregations: all keys of a key
+# group in one table (slicer.keyed) instead of one engine per key.
+KEYED_WINDOWS = [SlidingWindow(Time, 2_000, 500), TumblingWindow(Time, 1_000), SlidingWindow(Time, 3_000, 1_000, 250)]
+KEYED_AGGS = [Sum(), CountAgg(), Mean(), Min(), Max()]
+CONFIGS = {"per_key": (WINDOWS, AGGS), "keyed": (KEYED_WINDOWS, KEYED_AGGS)}
 VALUE = "get_json_object(CAST(value AS STRING), '$.amount')"
 
 
@@ -44,16 +51,20 @@ def _events(base: int, start: int, n: int, rnd: random.Random) -> list[dict]:
     return out
 
 
-def _template() -> SlicingWindowOperator:
+def _template(windows, aggs) -> SlicingWindowOperator:
     op = SlicingWindowOperator(LATENESS)
-    for a in AGGS:
+    for a in aggs:
         op.add_aggregation(a)
-    for w in WINDOWS:
+    for w in windows:
         op.add_window(w)
     return op
 
 
-def _reference(records, checkpoint: str, batches: list[int]) -> dict:
+def _flat(values) -> tuple:
+    return tuple(x for v in values for x in (v if isinstance(v, tuple) else (v,)))
+
+
+def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> dict:
     """``{batch: sorted rows}`` of the pure engine, batches cut as in the offset log."""
     from watermarks.punctuation import PunctuationTracker
 
@@ -80,7 +91,7 @@ def _reference(records, checkpoint: str, batches: list[int]) -> dict:
         rows = []
         for k, recs in per_key.items():
             if k not in engines:
-                engines[k] = SlicingWindowOperator.from_bytes(_template().to_bytes())
+                engines[k] = SlicingWindowOperator.from_bytes(_template(windows, aggs).to_bytes())
                 if prev_wm is not None:
                     engines[k].process_watermark(prev_wm)
             op = engines[k]
@@ -94,13 +105,15 @@ def _reference(records, checkpoint: str, batches: list[int]) -> dict:
         if wm is not None:
             for k, op in engines.items():
                 for r in op.process_watermark(wm):
-                    rows.append(("window", k, r.query_id, r.start, r.end, r.update, r.values[0], r.values[1],
-                                 *r.values[2], r.values[3]))
+                    rows.append(("window", k, r.query_id, r.start, r.end, r.update, *_flat(r.values)))
         out[b] = sorted(rows, key=repr)
     return out
 
 
-def _spark_rows(collector: BatchCollector) -> dict:
+def _spark_rows(collector: BatchCollector, aggs) -> dict:
+    from slicer.spark import _agg_columns
+
+    cols = [c for c, _ in _agg_columns(aggs)]
     out = {}
     for b, rows in collector.batches.items():
         conv = []
@@ -109,8 +122,7 @@ def _spark_rows(collector: BatchCollector) -> dict:
                 conv.append(("dropped", r["key"], r["late_records"], r["null_records"]))
             else:
                 conv.append(("window", r["key"], r["query_id"], r["window_start"], r["window_end"], r["update"],
-                             r["sum"], r["count"], r["m4_min"], r["m4_max"], r["m4_first"], r["m4_last"],
-                             r["median"]))
+                             *(r[c] for c in cols)))
         out[b] = sorted(conv, key=repr)
     return out
 
@@ -130,8 +142,12 @@ def _same(a, b) -> bool:
     return True
 
 
-def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp_path):
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp_path, config):
     from slicer.spark import slice_windows
+
+    windows, aggs = CONFIGS[config]
+    assert KeyedSlicingOperator.supports(_template(windows, aggs)) == (config == "keyed")
 
     topic = kafka.topic(PARTITIONS)
     rnd = random.Random(11)
@@ -142,7 +158,7 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     reader = spark.readStream.format("dataflow-kafka")
     for k, v in opts.items():
         reader = reader.option(k, v)
-    out_df = slice_windows(reader.load(), key="CAST(key AS STRING)", windows=WINDOWS, aggregations=AGGS,
+    out_df = slice_windows(reader.load(), key="CAST(key AS STRING)", windows=windows, aggregations=aggs,
                            value=VALUE, num_key_groups=3, max_lateness_ms=LATENESS)
     ck = str(tmp_path / "ck")
     out = BatchCollector()
@@ -164,20 +180,20 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     # Crash during the last batch (the restarted run's): Spark replays it from the offset log and
     # the state of the batch before; the replayed output must be the same.
     last = batches[-1]
-    before = _spark_rows(out)[last]
+    before = _spark_rows(out, aggs)[last]
     forget_batches_from(ck, last)
     run()
     assert sorted(out.batches) == batches
-    got = _spark_rows(out)
+    got = _spark_rows(out, aggs)
     assert _same(got[last], before)
 
-    expected = _reference(kafka.consume_all(topic), ck, batches)
+    expected = _reference(kafka.consume_all(topic), ck, batches, windows, aggs)
     for b in batches:
         assert _same(got[b], expected[b]), f"batch {b}:\n{got[b]}\n!=\n{expected[b]}"
     windows = [r for b in batches for r in got[b] if r[0] == "window"]
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]
     assert any(r[5] for r in windows)                                      # updates from late records
-    assert {r[2] for r in windows} == set(range(len(WINDOWS)))
+    assert {r[2] for r in windows} == set(range(len(CONFIGS[config][0])))
     assert sum(r[2] for r in drops) > 0 and sum(r[3] for r in drops) == len(range(0, 800, 151))
 
 

@@ -1,0 +1,281 @@
+"""All keys of a key group at once: one table of (key, slice) partial aggregates.
+
+:class:`~slicer.spark.SlicingProcessor` keeps one :class:`~slicer.SlicingWindowOperator` per
+key, which costs about 1 ms of Python per key and micro-batch whatever the key's record count:
+with thousands of keys per key group that, not the records, is the bill. For the workload where
+it is possible, :class:`KeyedSlicingOperator` does the same work for every key of the group in a
+fixed number of numpy calls:
+
+* every window is a ``TumblingWindow`` or ``SlidingWindow`` on ``Time``: context free, so every
+  slice edge is known a priori (Scotty section 4.4) and is the same for all keys: a slice is the
+  span between consecutive edges of the queries' start and end progressions;
+* every aggregation is ``Sum``, ``CountAgg``, ``Min``, ``Max`` or ``Mean``: distributive or
+  algebraic, so slices keep partial aggregates only, no records, in order or not (section 5.1,
+  Figure 6), and an out-of-order record just updates its slice (section 5.2: no split, no merge);
+* ``stream_order="out_of_order"`` and records not forced to be kept.
+
+The table holds one row per (key, slice) with records, sorted by (key, slice start). Window
+aggregates are combined from the slices they cover (section 5.3 step 3) for all keys and windows
+in one pass. :meth:`KeyedSlicingOperator.supports` says whether an operator's configuration
+qualifies; :class:`~slicer.spark.SlicingProcessor` uses this class then, else one operator per key.
+
+Semantics are exactly those of one :class:`~slicer.SlicingWindowOperator` per key driven as the
+Spark processor drives them (tested against it with hypothesis, ``tests/slicer/test_slicer_keyed.py``):
+all keys share the group's watermark (a key seen for the first time starts at it); records with
+``ts < watermark - max_lateness`` are dropped and counted per key; on watermark ``w`` after ``p``
+a key emits its windows with ``p < end <= w`` that hold records, and, as updates, its windows with
+``p - max_lateness < end <= p`` that got records since ``p``; windows are ``[start, end)``.
+Floating-point sums may differ from the per-key operator's in the last bits (slices combine in
+another order).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from slicer.aggregates import Count, Max, Mean, Min, Sum
+from slicer.results import WindowResults
+from slicer.windows import SlidingWindow, Time, progression_points
+
+__all__ = ["KeyedSlicingOperator"]
+
+_MAGIC = b"SLK1"
+_BUILTINS = (Sum, Count, Min, Max, Mean)
+_PAIRS_PER_CHUNK = 1 << 20
+
+
+class KeyedSlicingOperator:
+    """Tumbling and sliding time windows with Sum/Count/Min/Max/Mean for many keys at once.
+
+    ``template``: a configured :class:`~slicer.SlicingWindowOperator` (windows, aggregations,
+    lateness) that :meth:`supports` accepts. Keys are any hashable values; a key's code is its
+    position in :attr:`keys` (first-seen order).
+    """
+
+    def __init__(self, template) -> None:
+        if not self.supports(template):
+            raise ValueError("KeyedSlicingOperator: needs Time TumblingWindow/SlidingWindow queries, Sum/CountAgg/"
+                             "Min/Max/Mean aggregations, stream_order='out_of_order' and no forced record keeping")
+        self.lateness = int(template.max_lateness)
+        self.aggregations = list(template.aggregations)
+        qs = sorted(template.windows.queries.values(), key=lambda q: q.id)
+        self.query_ids = np.array([q.id for q in qs], np.int64)
+        self.size = np.array([q.window.size for q in qs], np.int64)
+        self.slide = np.array([q.window.slide for q in qs], np.int64)
+        self.offset = np.array([q.window.offset for q in qs], np.int64)
+        # slice edges: the distinct (period, phase) progressions of all window starts and ends
+        prog = {(int(sl), int(o % sl)) for sl, o in zip(self.slide, self.offset)}
+        prog |= {(int(sl), int((o + s) % sl)) for sl, o, s in zip(self.slide, self.offset, self.size)}
+        self._periods = np.array(sorted(prog), np.int64)[:, 0]
+        self._phases = np.array(sorted(prog), np.int64)[:, 1]
+        self.keys: list = []
+        self._codes: dict = {}
+        self.watermark: int | None = None
+        self._empty_table()
+
+    @staticmethod
+    def supports(template) -> bool:
+        """Whether ``template`` (a :class:`~slicer.SlicingWindowOperator`) runs here unchanged."""
+        qs = list(template.windows.queries.values())
+        return (bool(qs) and bool(template.aggregations)
+                and all(isinstance(q.window, SlidingWindow) and q.window.measure is Time and q.context is None
+                        and q.start_at == np.iinfo(np.int64).min for q in qs)
+                and all(type(a) in _BUILTINS for a in template.aggregations)
+                and template.stream_order.value == "out_of_order" and not template.keep_records)
+
+    # ------------------------------------------------------------------ table
+    def _empty_table(self) -> None:
+        self.kc = np.zeros(0, np.int64)          # key code
+        self.cell = np.zeros(0, np.int64)        # slice start (ms)
+        self.cnt = np.zeros(0, np.int64)
+        self.sum = np.zeros(0, np.float64)
+        self.min = np.zeros(0, np.float64)
+        self.max = np.zeros(0, np.float64)
+        self.dirty = np.zeros(0, bool)           # received records since the last watermark
+
+    def slice_start(self, ts: np.ndarray) -> np.ndarray:
+        """Start of the slice holding each time: the latest edge at or before it."""
+        ts = np.asarray(ts, np.int64)
+        edges = ts[None, :] - (ts[None, :] - self._phases[:, None]) % self._periods[:, None]
+        return edges.max(axis=0) if len(self._periods) else ts
+
+    def codes_of(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """Codes of ``keys``, registering new ones (in order)."""
+        out = np.empty(len(keys), np.int64)
+        for i, k in enumerate(keys):
+            c = self._codes.get(k)
+            if c is None:
+                c = self._codes[k] = len(self.keys)
+                self.keys.append(k)
+            out[i] = c
+        return out
+
+    # ------------------------------------------------------------------ records
+    def process_elements(self, codes: np.ndarray, values: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Add records (key codes from :meth:`codes_of`, values, event times; any order).
+        Returns the number of records dropped as too late, per key code (length ``len(keys)``)."""
+        codes = np.asarray(codes, np.int64)
+        values = np.asarray(values, np.float64)
+        ts = np.asarray(ts, np.int64)
+        dropped = np.zeros(len(self.keys), np.int64)
+        if self.watermark is not None and ts.size:
+            late = ts < self.watermark - self.lateness
+            if late.any():
+                dropped += np.bincount(codes[late], minlength=len(self.keys))
+                keep = ~late
+                codes, values, ts = codes[keep], values[keep], ts[keep]
+        if ts.size == 0:
+            return dropped
+        cells = self.slice_start(ts)
+        kc = np.concatenate([self.kc, codes])
+        cell = np.concatenate([self.cell, cells])
+        order = np.lexsort((cell, kc))
+        kc, cell = kc[order], cell[order]
+        new = np.ones(kc.size, bool)
+        new[1:] = (kc[1:] != kc[:-1]) | (cell[1:] != cell[:-1])
+        starts = np.flatnonzero(new)
+        cnt = np.concatenate([self.cnt, np.ones(ts.size, np.int64)])[order]
+        sm = np.concatenate([self.sum, values])[order]
+        mn = np.concatenate([self.min, values])[order]
+        mx = np.concatenate([self.max, values])[order]
+        dirty = np.concatenate([self.dirty, np.ones(ts.size, bool)])[order]
+        self.kc, self.cell = kc[starts], cell[starts]
+        self.cnt = np.add.reduceat(cnt, starts)
+        self.sum = np.add.reduceat(sm, starts)
+        self.min = np.minimum.reduceat(mn, starts)
+        self.max = np.maximum.reduceat(mx, starts)
+        self.dirty = np.logical_or.reduceat(dirty, starts)
+        return dropped
+
+    # ------------------------------------------------------------------ watermarks
+    def process_watermark(self, wm: int) -> tuple[np.ndarray, WindowResults]:
+        """Advance every key to watermark ``wm``: ``(keys, results)``, one row per window, the
+        key of each row in an object array (rows ordered by key code, then end, query id,
+        start); ``update`` as in the per-key operator. Afterwards keys left without slices are
+        forgotten (they behave exactly as new keys) and the other keys' codes may change."""
+        names = [a.name for a in self.aggregations]
+        prev = self.watermark
+        wm = int(wm) if prev is None else max(int(wm), prev)
+        if self.kc.size == 0:
+            self.watermark = wm
+            self._forget_idle_keys()
+            return np.zeros(0, object), WindowResults.concat(names, [])
+        lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
+        # windows (query index, start, end) ending in (prev, wm]: emitted if they hold records
+        lo = lo_data if prev is None else max(prev, lo_data)
+        q, e = progression_points(self.slide, (self.offset + self.size) % self.slide, lo,
+                                  np.minimum(wm, hi_data + self.size))
+        upd = np.zeros(e.size, bool)
+        if prev is not None:     # windows ending in (prev - lateness, prev]: updates if they got records
+            uq, ue = progression_points(self.slide, (self.offset + self.size) % self.slide,
+                                        max(prev - self.lateness, lo_data), np.minimum(prev, hi_data + self.size))
+            q, e = np.concatenate([q, uq]), np.concatenate([e, ue])
+            upd = np.concatenate([upd, np.ones(ue.size, bool)])
+        s = e - self.size[q]
+        codes, results = self._windows(q, s, e, upd, names)
+        keys = np.empty(codes.size, object)
+        for i, c in enumerate(codes.tolist()):
+            keys[i] = self.keys[c]
+        self.watermark = wm
+        self.dirty[:] = False
+        self._evict(wm - self.lateness)
+        self._forget_idle_keys()
+        return keys, results
+
+    def _forget_idle_keys(self) -> None:
+        used = np.zeros(len(self.keys), bool)
+        used[self.kc] = True
+        if used.all():
+            return
+        remap = np.cumsum(used) - 1
+        self.kc = remap[self.kc]
+        self.keys = [k for k, u in zip(self.keys, used.tolist()) if u]
+        self._codes = {k: i for i, k in enumerate(self.keys)}
+
+    def _windows(self, q, s, e, upd, names) -> tuple[np.ndarray, WindowResults]:
+        """Aggregates of every (key, window) pair that holds records (updates: new records)."""
+        keys = np.flatnonzero(np.bincount(self.kc, minlength=len(self.keys)))
+        n_w = e.size
+        if n_w == 0 or keys.size == 0:
+            return np.zeros(0, np.int64), WindowResults.concat(names, [])
+        # position of (key, time) in the table, sorted by (key, cell): one searchsorted per bound
+        base = int(min(self.cell.min(), s.min()))
+        shift = max(1, int(max(self.cell.max(), e.max()) - base + 1).bit_length())
+        if keys.max() >= (1 << (62 - shift)):
+            raise OverflowError("KeyedSlicingOperator: too many keys for the time span of this batch")
+        comp = (self.kc << shift) | (self.cell - base)
+        cum = np.concatenate(([0], np.cumsum(self.cnt)))
+        cdirty = np.concatenate(([0], np.cumsum(self.dirty)))
+        found = []
+        step = max(1, _PAIRS_PER_CHUNK // n_w)      # bounds the (key, window) temporaries
+        for first in range(0, keys.size, step):
+            chunk = keys[first:first + step]
+            kk = np.repeat(chunk, n_w)
+            w = np.tile(np.arange(n_w), chunk.size)
+            lo = np.searchsorted(comp, (kk << shift) | (s[w] - base), "left")
+            hi = np.searchsorted(comp, (kk << shift) | (e[w] - base), "left")
+            ok = np.where(upd[w], cdirty[hi] > cdirty[lo], cum[hi] > cum[lo])
+            found.append((kk[ok], w[ok], lo[ok], hi[ok]))
+        kk, w, lo, hi = (np.concatenate([f[i] for f in found]) for i in range(4))
+        order = np.lexsort((s[w], self.query_ids[q[w]], e[w], kk))
+        kk, w, lo, hi = kk[order], w[order], lo[order], hi[order]
+        count = cum[hi] - cum[lo]
+        sums = _range_reduce(np.add, self.sum, lo, hi)
+        values = []
+        for a in self.aggregations:
+            if isinstance(a, Mean):
+                values.append(sums / count)
+            elif isinstance(a, Sum):
+                values.append(sums)
+            elif isinstance(a, Count):
+                values.append(count.astype(np.float64))
+            elif isinstance(a, Min):
+                values.append(_range_reduce(np.minimum, self.min, lo, hi))
+            else:
+                values.append(_range_reduce(np.maximum, self.max, lo, hi))
+        res = WindowResults(names, self.query_ids[q[w]], np.full(kk.size, Time.value, object),
+                            s[w], e[w], upd[w].copy(), values)
+        return kk, res
+
+    def _evict(self, horizon: int) -> None:
+        """Drop slices no window that can still be emitted or updated needs: every window of
+        query ``i`` ending after ``horizon`` starts at or after its first start past
+        ``horizon - size_i`` (as ``WindowManager._cutoff``)."""
+        low = horizon - self.size
+        cut = int((low + 1 + (self.offset - low - 1) % self.slide).min())
+        keep = self.cell >= cut
+        if not keep.all():
+            for name in ("kc", "cell", "cnt", "sum", "min", "max", "dirty"):
+                setattr(self, name, getattr(self, name)[keep])
+
+    # ------------------------------------------------------------------ state
+    def to_bytes(self) -> bytes:
+        """The state (keys, watermark, table); the configuration comes from the template."""
+        table = {n: getattr(self, n) for n in ("kc", "cell", "cnt", "sum", "min", "max", "dirty")}
+        return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "table": table}, protocol=5)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, template) -> "KeyedSlicingOperator":
+        if data[:4] != _MAGIC:
+            raise ValueError("KeyedSlicingOperator.from_bytes: not a keyed slicer state (bad header)")
+        st = pickle.loads(data[4:])
+        op = cls(template)
+        op.keys = list(st["keys"])
+        op._codes = {k: i for i, k in enumerate(op.keys)}
+        op.watermark = st["wm"]
+        for name, arr in st["table"].items():
+            setattr(op, name, arr)
+        return op
+
+
+def _range_reduce(ufunc, arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(arr[lo[i]:hi[i]])`` for non-empty ranges, in one ``reduceat`` call."""
+    if lo.size == 0:
+        return np.zeros(0, arr.dtype)
+    padded = np.append(arr, arr[:1])              # hi may equal len(arr)
+    idx = np.empty(2 * lo.size, np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    return ufunc.reduceat(padded, idx)[0::2]
