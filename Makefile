@@ -39,6 +39,7 @@ bench: setup
 	$(PY) -m bench.source_throughput
 	$(PY) -m bench.source_batch_cost
 	$(PY) -m bench.slicer_engine --quick
+	$(PY) -m bench.slicer_keys --quick
 	$(PY) -m bench.dataflow_engine --quick
 
 clean:

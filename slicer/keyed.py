@@ -176,9 +176,10 @@ class KeyedSlicingOperator:
             upd = np.concatenate([upd, np.ones(ue.size, bool)])
         s = e - self.size[q]
         codes, results = self._windows(q, s, e, upd, names)
-        keys = np.empty(codes.size, object)
-        for i, c in enumerate(codes.tolist()):
-            keys[i] = self.keys[c]
+        table = np.empty(len(self.keys), object)   # tuples stay elements
+        for i, k in enumerate(self.keys):
+            table[i] = k
+        keys = table[codes]
         self.watermark = wm
         self.dirty[:] = False
         self._evict(wm - self.lateness)

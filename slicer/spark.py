@@ -316,14 +316,27 @@ class SlicingProcessor(PackedKeyGroupProcessor):
             pad = np.full(n_drop, fill, dtype=pad_dtype)
             return np.concatenate([*arrays, pad]) if arrays else pad
 
+        # nullable columns as masked arrays: null on the "dropped" rows (or on the window rows)
+        on_drops = np.concatenate([np.zeros(n_win, bool), np.ones(n_drop, bool)])
+
+        def ints(arrays, dtype=np.int64):
+            """Window-row values, then null on the dropped rows."""
+            data = np.concatenate([*(np.asarray(a, dtype) for a in arrays), np.zeros(n_drop, dtype)])
+            cls = pd.arrays.BooleanArray if dtype is bool else pd.arrays.IntegerArray
+            return cls(data, on_drops.copy())
+
+        def drop_counts(values):
+            """Null on the window rows, then the dropped rows' counts."""
+            data = np.concatenate([np.zeros(n_win, np.int64), np.asarray(values, np.int64)])
+            return pd.arrays.IntegerArray(data, ~on_drops)
+
         res = [r for _, r in parts]
-        cols["kind"] = np.array(["window"] * n_win + ["dropped"] * n_drop, dtype=object)
-        cols["query_id"] = pd.array(np.concatenate([r.query_id for r in res] + [np.zeros(0, np.int64)])
-                                    .tolist() + [None] * n_drop, dtype="Int32")
+        cols["kind"] = np.repeat(np.array(["window", "dropped"], dtype=object), [n_win, n_drop])
+        cols["query_id"] = ints([r.query_id for r in res], np.int32)
         cols["measure"] = cat([r.measure.astype(object) for r in res], object, None)
-        cols["window_start"] = pd.array(cat([r.start for r in res], object, None), dtype="Int64")
-        cols["window_end"] = pd.array(cat([r.end for r in res], object, None), dtype="Int64")
-        cols["update"] = pd.array(cat([r.update for r in res], object, None), dtype="boolean")
+        cols["window_start"] = ints([r.start for r in res])
+        cols["window_end"] = ints([r.end for r in res])
+        cols["update"] = ints([r.update for r in res], bool)
         c = 0
         for i, fn in enumerate(self.template.aggregations):
             vals = [r.values[i] for r in res]
@@ -336,8 +349,7 @@ class SlicingProcessor(PackedKeyGroupProcessor):
             name, typ = self.agg_columns[c]
             c += 1
             if isinstance(fn, Count):
-                flat = np.concatenate(vals) if vals else np.zeros(0)
-                cols[name] = pd.array(flat.astype(np.int64).tolist() + [None] * n_drop, dtype="Int64")
+                cols[name] = ints([np.asarray(v, np.float64) for v in vals])
             elif typ == "double" and all(isinstance(v, np.ndarray) for v in vals):
                 flat = np.concatenate(vals) if vals else np.zeros(0)
                 cols[name] = np.concatenate([flat.astype(np.float64), np.full(n_drop, np.nan)])
@@ -349,8 +361,8 @@ class SlicingProcessor(PackedKeyGroupProcessor):
                 if typ.startswith("array"):
                     flat = [None if x is None else [float(y) for y in np.atleast_1d(x)] for x in flat]
                 cols[name] = pd.Series(flat + [None] * n_drop, dtype=object)
-        cols["late_records"] = pd.array([None] * n_win + [d[1] for d in drops], dtype="Int64")
-        cols["null_records"] = pd.array([None] * n_win + [d[2] for d in drops], dtype="Int64")
+        cols["late_records"] = drop_counts([d[1] for d in drops])
+        cols["null_records"] = drop_counts([d[2] for d in drops])
         return pd.DataFrame({k: cols[k] for k in self.columns})
 
 

@@ -1,0 +1,105 @@
+"""Records/s of the slicing processor's work per key group as the number of keys grows: one
+``SlicingWindowOperator`` per key (the baseline, same run) against one ``KeyedSlicingOperator``
+for all keys of the group (``slicer.keyed``).
+
+What is timed is ``SlicingProcessor.on_batch`` plus the state dump for micro-batches of one key
+group (the work a ``transformWithStateInPandas`` call does after Spark hands it the rows), one
+core, no Spark: ``--records`` records per batch (default 20,000), event times 1 ms apart with 10 %
+delayed by up to 1 s, sliding windows as in ``bench/slicer_spark.py``, Sum, allowed lateness 2 s,
+a watermark per batch that trails the newest record by 1 s. Two warm-up batches, then
+``--batches`` timed ones (default 5). Output rows are checked equal between the two paths.
+
+Run: ``.venv/bin/python -m bench.slicer_keys [--quick] [--keys 10,100,1000,10000] [--windows 1,20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.slicer_spark import LATENESS_MS, window_specs  # noqa: E402
+
+
+def batches(n_batches: int, records: int, keys: int, seed: int = 3):
+    """Key-group micro-batches as ``KeyGroupBatch`` objects (data rows in offset order)."""
+    from keygroups.processor import KeyGroupBatch
+
+    rnd = np.random.default_rng(seed)
+    base = 1_700_000_000_000
+    wm = None
+    for b in range(n_batches):
+        i = np.arange(b * records, (b + 1) * records)
+        ts = base + i - np.where(rnd.random(records) < 0.1, rnd.integers(0, 1_000, records), 0)
+        data = pd.DataFrame({
+            "key": np.array([f"k{k}" for k in rnd.integers(0, keys, records)], dtype=object),
+            "slicer_value": rnd.integers(1, 100, records).astype(np.float64),
+            "event_time_ms": pd.array(ts, dtype="Int64"),
+        })
+        prev, wm = wm, int(base + (b + 1) * records - 1_000)
+        yield KeyGroupBatch(0, data, [], wm, prev, None)
+
+
+def run(processor, batch_list, warmup: int = 2):
+    """Seconds for the timed batches and the output rows (as a sorted frame)."""
+    engines, blob, spent, frames = processor.load(None), None, 0.0, []
+    for j, batch in enumerate(batch_list):
+        t0 = time.perf_counter()
+        out = list(processor.on_batch(engines, batch))
+        blob = processor.dump(engines)
+        dt = time.perf_counter() - t0
+        engines = processor.load(blob)
+        if j >= warmup:
+            spent += dt
+        frames += out
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(rows):
+        rows = rows.sort_values(["key", "query_id", "window_start", "window_end", "update"]).reset_index(drop=True)
+    return spent, rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    from slicer import SlidingWindow, SlicingWindowOperator, Sum, Time
+    from slicer.spark import SlicingProcessor, output_columns
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="keys 100,1000; 3 timed batches")
+    ap.add_argument("--keys", default=None, help="comma-separated keys per key group (default 10,100,1000,10000)")
+    ap.add_argument("--windows", default="1,20", help="comma-separated window counts")
+    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--batches", type=int, default=None)
+    args = ap.parse_args(argv)
+    key_counts = [int(k) for k in (args.keys or ("100,1000" if args.quick else "10,100,1000,10000")).split(",")]
+    timed = args.batches or (3 if args.quick else 5)
+    print(f"{args.records} records per batch, {timed} timed batches after 2 warm-up; one key group, one core; "
+          f"load avg {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{'windows':>7} {'keys':>6} {'per-key rec/s':>14} {'keyed rec/s':>12} {'ratio':>7} {'rows out':>9}", flush=True)
+    for w in (int(x) for x in args.windows.split(",")):
+        template = SlicingWindowOperator(LATENESS_MS)
+        template.add_aggregation(Sum())
+        for size, slide in window_specs(w):
+            template.add_window(SlidingWindow(Time, size, slide))
+        columns = output_columns([("key", "string")], [Sum()])
+        for keys in key_counts:
+            data = list(batches(timed + 2, args.records, keys))
+            per_key = SlicingProcessor(template, ["key"], columns)
+            per_key.keyed = False                     # the baseline: one engine per key
+            keyed = SlicingProcessor(template, ["key"], columns)
+            assert keyed.keyed
+            t_base, rows_base = run(per_key, data)
+            t_keyed, rows_keyed = run(keyed, data)
+            pd.testing.assert_frame_equal(rows_keyed, rows_base, check_exact=False, rtol=1e-9)
+            n = timed * args.records
+            print(f"{w:>7} {keys:>6} {n / t_base:>14,.0f} {n / t_keyed:>12,.0f} {t_base / t_keyed:>7.1f} "
+                  f"{len(rows_base):>9,}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
