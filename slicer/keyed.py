@@ -99,8 +99,12 @@ class KeyedSlicingOperator:
     def slice_start(self, ts: np.ndarray) -> np.ndarray:
         """Start of the slice holding each time: the latest edge at or before it."""
         ts = np.asarray(ts, np.int64)
-        edges = ts[None, :] - (ts[None, :] - self._phases[:, None]) % self._periods[:, None]
-        return edges.max(axis=0) if len(self._periods) else ts
+        out = np.empty_like(ts)
+        step = max(1, _PAIRS_PER_CHUNK // len(self._periods))   # bounds the (edge, record) matrix
+        for lo in range(0, ts.size, step):
+            t = ts[None, lo:lo + step]
+            out[lo:lo + step] = (t - (t - self._phases[:, None]) % self._periods[:, None]).max(axis=0)
+        return out
 
     def codes_of(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Codes of ``keys``, registering new ones (in order)."""

@@ -170,3 +170,18 @@ def test_lateness_boundary_matches_per_key(windows):
         assert got == want
         prev = wm
     assert want[0] and any(r[4] for r in want[0])
+
+
+def test_slice_start_is_the_latest_edge_in_chunks(monkeypatch):
+    import slicer.keyed as keyed
+
+    template = _template([SlidingWindow(Time, 30, 7, 3), TumblingWindow(Time, 11, -4)], [Sum], 0)
+    op = KeyedSlicingOperator(template)
+    ts = np.arange(-200, 400, 3, dtype=np.int64)
+    edges = sorted({e for w in template.windows.queries.values()
+                    for k in range(-100, 100) for e in (k * w.window.slide + w.window.offset,
+                                                        k * w.window.slide + w.window.offset + w.window.size)})
+    want = np.array([max(e for e in edges if e <= t) for t in ts.tolist()])
+    assert np.array_equal(op.slice_start(ts), want)
+    monkeypatch.setattr(keyed, "_PAIRS_PER_CHUNK", 10)      # several chunks
+    assert np.array_equal(op.slice_start(ts), want)
