@@ -185,3 +185,19 @@ def test_slice_start_is_the_latest_edge_in_chunks(monkeypatch):
     assert np.array_equal(op.slice_start(ts), want)
     monkeypatch.setattr(keyed, "_PAIRS_PER_CHUNK", 10)      # several chunks
     assert np.array_equal(op.slice_start(ts), want)
+
+
+def test_processor_refuses_a_state_of_the_other_path():
+    """A checkpoint written by one engine per key is refused (clearly) by the keyed path and the
+    other way round, e.g. after the windows or aggregations of a query changed."""
+    from slicer.spark import SlicingProcessor, output_columns
+
+    keyed = SlicingProcessor(_template([TumblingWindow(Time, 10)], [Sum], 0), ["key"],
+                             output_columns([("key", "string")], [Sum()]))
+    per_key = SlicingProcessor(_template([SessionWindow(Time, 10)], [Sum], 0), ["key"],
+                               output_columns([("key", "string")], [Sum()]))
+    assert keyed.keyed and not per_key.keyed
+    with pytest.raises(ValueError, match="unknown format .*SKG2.*expected b'SKK1'"):
+        keyed.load(per_key.dump(per_key.load(None)))
+    with pytest.raises(ValueError, match="unknown format .*SKK1.*expected b'SKG2'"):
+        per_key.load(keyed.dump(keyed.load(None)))
