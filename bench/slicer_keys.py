@@ -8,6 +8,8 @@ core, no Spark: ``--records`` records per batch (default 20,000), event times 1 
 delayed by up to 1 s, sliding windows as in ``bench/slicer_spark.py``, Sum, allowed lateness 2 s,
 a watermark per batch that trails the newest record by 1 s. Two warm-up batches, then
 ``--batches`` timed ones (default 5). Output rows are checked equal between the two paths.
+Last, the keyed state's size (bytes per key and window) at 1k, 10k and 100k records per second
+of event time, for the last window count: flat, as it stores slices, not records.
 
 Run: ``.venv/bin/python -m bench.slicer_keys [--quick] [--keys 10,100,1000,10000] [--windows 1,20]``
 """
@@ -28,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.slicer_spark import LATENESS_MS, window_specs  # noqa: E402
 
 
-def batches(n_batches: int, records: int, keys: int, seed: int = 3):
-    """Key-group micro-batches as ``KeyGroupBatch`` objects (data rows in offset order)."""
+def batches(n_batches: int, records: int, keys: int, seed: int = 3, rate: int = 1_000):
+    """Key-group micro-batches as ``KeyGroupBatch`` objects (data rows in offset order); ``rate``
+    records per second of event time."""
     from keygroups.processor import KeyGroupBatch
 
     rnd = np.random.default_rng(seed)
@@ -37,13 +40,13 @@ def batches(n_batches: int, records: int, keys: int, seed: int = 3):
     wm = None
     for b in range(n_batches):
         i = np.arange(b * records, (b + 1) * records)
-        ts = base + i - np.where(rnd.random(records) < 0.1, rnd.integers(0, 1_000, records), 0)
+        ts = base + i * 1_000 // rate - np.where(rnd.random(records) < 0.1, rnd.integers(0, 1_000, records), 0)
         data = pd.DataFrame({
             "key": np.array([f"k{k}" for k in rnd.integers(0, keys, records)], dtype=object),
             "slicer_value": rnd.integers(1, 100, records).astype(np.float64),
             "event_time_ms": pd.array(ts, dtype="Int64"),
         })
-        prev, wm = wm, int(base + (b + 1) * records - 1_000)
+        prev, wm = wm, int(base + (b + 1) * records * 1_000 // rate - 1_000)
         yield KeyGroupBatch(0, data, [], wm, prev, None)
 
 
@@ -99,6 +102,25 @@ def main(argv: list[str] | None = None) -> None:
             n = timed * args.records
             print(f"{w:>7} {keys:>6} {n / t_base:>14,.0f} {n / t_keyed:>12,.0f} {t_base / t_keyed:>7.1f} "
                   f"{len(rows_base):>9,}", flush=True)
+    memory(template, columns)
+
+
+def memory(template, columns, keys: int = 100, seconds: int = 20) -> None:
+    """Keyed state size as the record rate grows: it holds (key, slice) partials, not records."""
+    from slicer.spark import SlicingProcessor
+
+    n_windows = len(template.windows.queries)
+    print(f"\nkeyed state, {keys} keys, {n_windows} windows, Sum, after {seconds} s of event time")
+    print(f"{'rate rec/s':>11} {'records':>9} {'state bytes':>12} {'table rows':>11} {'bytes/(key, window)':>20}")
+    for rate in (1_000, 10_000, 100_000):
+        per_batch = rate // 2
+        proc = SlicingProcessor(template, ["key"], columns)
+        engines = proc.load(None)
+        for batch in batches(2 * seconds, per_batch, keys, rate=rate):
+            list(proc.on_batch(engines, batch))
+        size = len(engines.to_bytes())
+        print(f"{rate:>11,} {2 * seconds * per_batch:>9,} {size:>12,} {engines.kc.size:>11,} "
+              f"{size / (keys * n_windows):>20,.1f}", flush=True)
 
 
 if __name__ == "__main__":
