@@ -163,11 +163,12 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         self.keyed = KeyedSlicingOperator.supports(template)
 
     # -- state ----------------------------------------------------------------------------------
-    def load(self, blob: bytes | None) -> dict:
-        """``{key: engine or engine bytes}``; engines are restored lazily (see ``_engine``).
+    def load(self, blob: bytes | None) -> "dict | KeyedSlicingOperator":
+        """The group's :class:`~slicer.keyed.KeyedSlicingOperator` (keyed path), or ``{key: engine
+        or engine bytes}`` with engines restored lazily (see ``_engine``).
 
-        The blob is ``magic, token, pickle({key: engine bytes})`` with a fresh random token per
-        dump. If this Python worker dumped exactly that state (same token), its live engines are
+        The blob is ``magic, token, payload`` (payload: the keyed operator's bytes, or
+        ``pickle({key: engine bytes})``) with a fresh random token per dump. If this Python worker dumped exactly that state (same token), its live engines are
         reused instead of being deserialised. The cache entry is *taken* (popped): an attempt
         that fails after mutating the engines leaves no entry behind, and a state that was dumped
         but never committed has a token the state store does not hold, so a retry or replay
