@@ -9,9 +9,11 @@ fixed number of numpy calls:
 * every window is a ``TumblingWindow`` or ``SlidingWindow`` on ``Time``: context free, so every
   slice edge is known a priori (Scotty section 4.4) and is the same for all keys: a slice is the
   span between consecutive edges of the queries' start and end progressions;
-* every aggregation is ``Sum``, ``CountAgg``, ``Min``, ``Max`` or ``Mean``: distributive or
-  algebraic, so slices keep partial aggregates only, no records, in order or not (section 5.1,
+* every aggregation is ``Sum``, ``CountAgg``, ``Min``, ``Max``, ``Mean`` or ``M4``: distributive
+  or algebraic, so slices keep partial aggregates only, no records, in order or not (section 5.1,
   Figure 6), and an out-of-order record just updates its slice (section 5.2: no split, no merge);
+  M4's first and last are the records with the smallest and largest (event time, arrival), kept
+  per slice with their time and arrival number, as the per-key kernel does;
 * ``stream_order="out_of_order"`` and records not forced to be kept.
 
 The table holds one row per (key, slice) with records, sorted by (key, slice start). Window
@@ -36,19 +38,22 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from slicer.aggregates import Count, Max, Mean, Min, Sum
+from slicer.aggregates import M4, Count, Max, Mean, Min, Sum
 from slicer.results import WindowResults
 from slicer.windows import SlidingWindow, Time, progression_points
 
 __all__ = ["KeyedSlicingOperator"]
 
 _MAGIC = b"SLK1"
-_BUILTINS = (Sum, Count, Min, Max, Mean)
+_BUILTINS = (Sum, Count, Min, Max, Mean, M4)
+_BASE = ("kc", "cell", "cnt", "sum", "min", "max", "dirty")
+# M4 only: value, event time and arrival number of the first and of the last record of a slice
+_EDGES = ("fv", "ft", "fs", "lv", "lt", "ls")
 _PAIRS_PER_CHUNK = 1 << 20
 
 
 class KeyedSlicingOperator:
-    """Tumbling and sliding time windows with Sum/Count/Min/Max/Mean for many keys at once.
+    """Tumbling and sliding time windows with Sum/Count/Min/Max/Mean/M4 for many keys at once.
 
     ``template``: a configured :class:`~slicer.SlicingWindowOperator` (windows, aggregations,
     lateness) that :meth:`supports` accepts. Keys are any hashable values; a key's code is its
@@ -58,7 +63,7 @@ class KeyedSlicingOperator:
     def __init__(self, template) -> None:
         if not self.supports(template):
             raise ValueError("KeyedSlicingOperator: needs Time TumblingWindow/SlidingWindow queries, Sum/CountAgg/"
-                             "Min/Max/Mean aggregations, stream_order='out_of_order' and no forced record keeping")
+                             "Min/Max/Mean/M4 aggregations, stream_order='out_of_order' and no forced record keeping")
         self.lateness = int(template.max_lateness)
         self.aggregations = list(template.aggregations)
         qs = sorted(template.windows.queries.values(), key=lambda q: q.id)
@@ -74,6 +79,9 @@ class KeyedSlicingOperator:
         self.keys: list = []
         self._codes: dict = {}
         self.watermark: int | None = None
+        self.edges = any(isinstance(a, M4) for a in self.aggregations)
+        self._columns = _BASE + (_EDGES if self.edges else ())
+        self._seq = 0                            # arrival number of the next accepted record
         self._empty_table()
 
     @staticmethod
@@ -95,6 +103,9 @@ class KeyedSlicingOperator:
         self.min = np.zeros(0, np.float64)
         self.max = np.zeros(0, np.float64)
         self.dirty = np.zeros(0, bool)           # received records since the last watermark
+        if self.edges:
+            for c in _EDGES:
+                setattr(self, c, np.zeros(0, np.float64 if c.endswith("v") else np.int64))
 
     def slice_start(self, ts: np.ndarray) -> np.ndarray:
         """Start of the slice holding each time: the latest edge at or before it."""
@@ -133,9 +144,11 @@ class KeyedSlicingOperator:
                 codes, values, ts = codes[keep], values[keep], ts[keep]
         if ts.size == 0:
             return dropped
+        seq = np.arange(self._seq, self._seq + ts.size, dtype=np.int64)   # arrival order (M4 ties)
+        self._seq += int(ts.size)
         cells = self.slice_start(ts)
-        kc = np.concatenate([self.kc, codes])
-        cell = np.concatenate([self.cell, cells])
+        kc = kc_unsorted = np.concatenate([self.kc, codes])
+        cell = cell_unsorted = np.concatenate([self.cell, cells])
         order = np.lexsort((cell, kc))
         kc, cell = kc[order], cell[order]
         new = np.ones(kc.size, bool)
@@ -152,6 +165,18 @@ class KeyedSlicingOperator:
         self.min = np.minimum.reduceat(mn, starts)
         self.max = np.maximum.reduceat(mx, starts)
         self.dirty = np.logical_or.reduceat(dirty, starts)
+        if self.edges:
+            # first / last record of each slice by (event time, arrival): the group structure is
+            # the same in any order sorted by (key, cell) first, so the group starts carry over
+            ends = np.append(starts[1:], kc.size) - 1
+            for c, pick in (("f", starts), ("l", ends)):
+                t = np.concatenate([getattr(self, c + "t"), ts])
+                q = np.concatenate([getattr(self, c + "s"), seq])
+                v = np.concatenate([getattr(self, c + "v"), values])
+                o = np.lexsort((q, t, cell_unsorted, kc_unsorted))[pick]
+                setattr(self, c + "t", t[o])
+                setattr(self, c + "s", q[o])
+                setattr(self, c + "v", v[o])
         return dropped
 
     # ------------------------------------------------------------------ watermarks
@@ -239,11 +264,24 @@ class KeyedSlicingOperator:
                 values.append(count.astype(np.float64))
             elif isinstance(a, Min):
                 values.append(_range_reduce(np.minimum, self.min, lo, hi))
-            else:
+            elif isinstance(a, Max):
                 values.append(_range_reduce(np.maximum, self.max, lo, hi))
+            else:                    # M4: (min, max, first, last), as the per-key kernel lowers it
+                values.append(np.column_stack([_range_reduce(np.minimum, self.min, lo, hi),
+                                               _range_reduce(np.maximum, self.max, lo, hi),
+                                               self._edge_values("f", lo, hi), self._edge_values("l", lo, hi)]))
         res = WindowResults(names, self.query_ids[q[w]], np.full(kk.size, Time.value, object),
                             s[w], e[w], upd[w].copy(), values)
         return kk, res
+
+    def _edge_values(self, c: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Value of the first (``c="f"``) or last (``"l"``) record of each slice range: the slice
+        whose edge record has the smallest / largest (event time, arrival) rank."""
+        by_rank = np.lexsort((getattr(self, c + "s"), getattr(self, c + "t")))
+        rank = np.empty_like(by_rank)
+        rank[by_rank] = np.arange(by_rank.size)
+        best = _range_reduce(np.minimum if c == "f" else np.maximum, rank, lo, hi)
+        return getattr(self, c + "v")[by_rank[best]]
 
     def _evict(self, horizon: int) -> None:
         """Drop slices no window that can still be emitted or updated needs: every window of
@@ -253,14 +291,15 @@ class KeyedSlicingOperator:
         cut = int((low + 1 + (self.offset - low - 1) % self.slide).min())
         keep = self.cell >= cut
         if not keep.all():
-            for name in ("kc", "cell", "cnt", "sum", "min", "max", "dirty"):
+            for name in self._columns:
                 setattr(self, name, getattr(self, name)[keep])
 
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:
         """The state (keys, watermark, table); the configuration comes from the template."""
-        table = {n: getattr(self, n) for n in ("kc", "cell", "cnt", "sum", "min", "max", "dirty")}
-        return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "table": table}, protocol=5)
+        table = {n: getattr(self, n) for n in self._columns}
+        return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "seq": self._seq, "table": table},
+                                     protocol=5)
 
     @classmethod
     def from_bytes(cls, data: bytes, template) -> "KeyedSlicingOperator":
@@ -270,7 +309,7 @@ class KeyedSlicingOperator:
         op = cls(template)
         op.keys = list(st["keys"])
         op._codes = {k: i for i, k in enumerate(op.keys)}
-        op.watermark = st["wm"]
+        op.watermark, op._seq = st["wm"], st["seq"]
         for name, arr in st["table"].items():
             setattr(op, name, arr)
         return op

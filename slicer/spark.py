@@ -28,7 +28,7 @@ sorted by (topic, partition, offset), so a replayed batch sees the same rows in 
 Per call the processor factorises the keys of the batch with pandas. Then:
 
 * when every window is a ``TumblingWindow`` or ``SlidingWindow`` on ``Time`` and every
-  aggregation is ``Sum``, ``CountAgg``, ``Mean``, ``Min`` or ``Max`` (the usual case), all keys of
+  aggregation is ``Sum``, ``CountAgg``, ``Mean``, ``Min``, ``Max`` or ``M4`` (the usual case), all keys of
   the group share one :class:`~slicer.keyed.KeyedSlicingOperator`: one table of (key, slice)
   partial aggregates, a fixed number of numpy calls per batch whatever the number of keys, and
   the group's state is that table;

@@ -31,7 +31,7 @@ AGGS = [Sum(), CountAgg(), M4(), Median()]
 # Tumbling and sliding time windows with distributive/algebraic aggregations: all keys of a key
 # group in one table (slicer.keyed) instead of one engine per key.
 KEYED_WINDOWS = [SlidingWindow(Time, 2_000, 500), TumblingWindow(Time, 1_000), SlidingWindow(Time, 3_000, 1_000, 250)]
-KEYED_AGGS = [Sum(), CountAgg(), Mean(), Min(), Max()]
+KEYED_AGGS = [Sum(), CountAgg(), Mean(), Min(), Max(), M4()]
 CONFIGS = {"per_key": (WINDOWS, AGGS), "keyed": (KEYED_WINDOWS, KEYED_AGGS)}
 VALUE = "get_json_object(CAST(value AS STRING), '$.amount')"
 
