@@ -33,7 +33,7 @@ does not depend on the number of windows. ``floor/spark`` is the best ratio any 
 plan could reach against Spark's native aggregation.
 
 Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]
-[--max-offsets M] [--repeat R]``
+[--max-offsets M] [--repeat R] [--no-floor]``
 """
 
 from __future__ import annotations
