@@ -39,7 +39,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from slicer.aggregates import M4, Count, Max, Mean, Min, Sum
-from slicer.results import WindowResults
+from slicer.results import WindowResults, object_array
 from slicer.windows import SlidingWindow, Time, progression_points
 
 __all__ = ["KeyedSlicingOperator"]
@@ -71,9 +71,10 @@ class KeyedSlicingOperator:
         self.size = np.array([q.window.size for q in qs], np.int64)
         self.slide = np.array([q.window.slide for q in qs], np.int64)
         self.offset = np.array([q.window.offset for q in qs], np.int64)
+        self._end_phase = (self.offset + self.size) % self.slide     # window ends = this (mod slide)
         # slice edges: the distinct (period, phase) progressions of all window starts and ends
         prog = {(int(sl), int(o % sl)) for sl, o in zip(self.slide, self.offset)}
-        prog |= {(int(sl), int((o + s) % sl)) for sl, o, s in zip(self.slide, self.offset, self.size)}
+        prog |= {(int(sl), int(ph)) for sl, ph in zip(self.slide, self._end_phase)}
         self._periods = np.array(sorted(prog), np.int64)[:, 0]
         self._phases = np.array(sorted(prog), np.int64)[:, 1]
         self.keys: list = []
@@ -195,20 +196,17 @@ class KeyedSlicingOperator:
         lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
         # windows (query index, start, end) ending in (prev, wm]: emitted if they hold records
         lo = lo_data if prev is None else max(prev, lo_data)
-        q, e = progression_points(self.slide, (self.offset + self.size) % self.slide, lo,
+        q, e = progression_points(self.slide, self._end_phase, lo,
                                   np.minimum(wm, hi_data + self.size))
         upd = np.zeros(e.size, bool)
         if prev is not None:     # windows ending in (prev - lateness, prev]: updates if they got records
-            uq, ue = progression_points(self.slide, (self.offset + self.size) % self.slide,
+            uq, ue = progression_points(self.slide, self._end_phase,
                                         max(prev - self.lateness, lo_data), np.minimum(prev, hi_data + self.size))
             q, e = np.concatenate([q, uq]), np.concatenate([e, ue])
             upd = np.concatenate([upd, np.ones(ue.size, bool)])
         s = e - self.size[q]
         codes, results = self._windows(q, s, e, upd, names)
-        table = np.empty(len(self.keys), object)   # tuples stay elements
-        for i, k in enumerate(self.keys):
-            table[i] = k
-        keys = table[codes]
+        keys = object_array(self.keys)[codes]
         self.watermark = wm
         self.dirty[:] = False
         self._evict(wm - self.lateness)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WindowResult", "WindowResults"]
+__all__ = ["WindowResult", "WindowResults", "object_array"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +85,11 @@ class WindowResults:
         vals = [v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()] for v in self.values]
         return WindowResults(self.names, self.query_id[idx], self.measure[idx], self.start[idx],
                              self.end[idx], self.update[idx], vals)
+
+
+def object_array(items) -> np.ndarray:
+    """A 1-d object array of ``items`` (tuple keys stay elements; ``np.array`` would make rows)."""
+    out = np.empty(len(items), object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out

@@ -93,6 +93,7 @@ from keygroups.packed import PackedKeyGroupProcessor, pack_key_groups
 from slicer.aggregates import M4, AggregateFunction, Count, Quantile
 from slicer.keyed import KeyedSlicingOperator
 from slicer.operator import SlicingWindowOperator
+from slicer.results import object_array
 from slicer.windows import Window
 
 __all__ = ["slice_windows", "SlicingProcessor", "output_columns"]
@@ -305,13 +306,14 @@ class SlicingProcessor(PackedKeyGroupProcessor):
             return None
         cols: dict[str, object] = {}
         # a part's key: one key for all its rows, or (keyed path) an object array, one per row
-        row_keys = [k if isinstance(k, np.ndarray) else np.repeat(_objects([k]), len(r)) for k, r in parts]
-        key_col = np.concatenate(row_keys + [_objects([k for k, _, _ in drops])])
+        row_keys = [k if isinstance(k, np.ndarray) else np.repeat(object_array([k]), len(r))
+                    for k, r in parts]
+        key_col = np.concatenate(row_keys + [object_array([k for k, _, _ in drops])])
         if len(self.key_names) == 1:
             cols[self.key_names[0]] = key_col
         else:
             for j, name in enumerate(self.key_names):
-                cols[name] = _objects([k[j] for k in key_col.tolist()])
+                cols[name] = object_array([k[j] for k in key_col.tolist()])
 
         def cat(arrays, pad_dtype, fill):
             pad = np.full(n_drop, fill, dtype=pad_dtype)
@@ -350,7 +352,7 @@ class SlicingProcessor(PackedKeyGroupProcessor):
             name, typ = self.agg_columns[c]
             c += 1
             if isinstance(fn, Count):
-                cols[name] = ints([np.asarray(v, np.float64) for v in vals])
+                cols[name] = ints(vals)
             elif typ == "double" and all(isinstance(v, np.ndarray) for v in vals):
                 flat = np.concatenate(vals) if vals else np.zeros(0)
                 cols[name] = np.concatenate([flat.astype(np.float64), np.full(n_drop, np.nan)])
@@ -365,14 +367,6 @@ class SlicingProcessor(PackedKeyGroupProcessor):
         cols["late_records"] = drop_counts([d[1] for d in drops])
         cols["null_records"] = drop_counts([d[2] for d in drops])
         return pd.DataFrame({k: cols[k] for k in self.columns})
-
-
-def _objects(items: list) -> np.ndarray:
-    """A 1-d object array of ``items`` (tuples stay elements, not rows)."""
-    out = np.empty(len(items), object)
-    for i, x in enumerate(items):
-        out[i] = x
-    return out
 
 
 def _none_if_na(k):
