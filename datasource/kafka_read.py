@@ -338,6 +338,7 @@ def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms:
         pa.nulls(n, pa.string()),
         _constant(processing_time_ms * 1000, n, _TS),
         pa.nulls(n, pa.string()) if all_data else pa.array(r.errors, pa.string()),
+        pa.nulls(n, pa.int64()),  # control_offset: modification rows only
     ]
     return pa.RecordBatch.from_arrays(cols, schema=arrow_schema(include_headers))
 

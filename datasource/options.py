@@ -29,7 +29,8 @@ SPARK_SOURCE_OPTIONS = {
 #: Options of this project (not in Spark's Kafka source).
 OWN_OPTIONS = {
     "eventtimefield": "JSON field of the value holding the event time in epoch ms (default: the Kafka record timestamp)",
-    "graceperiodms": "punctuation = newest event time seen in the partition minus this (default 0)",
+    "watermarkdelayms": "punctuation = newest event time read from the partition minus this: the watermark's "
+                        "delay, like withWatermark's delayThreshold, not an operator's allowed lateness (default 0)",
     "controltopic": "topic of modification commands (JSON objects); default: none",
     "heartbeatintervalms": "run a punctuation-only micro-batch after this long without data (default: off)",
     "maxpartitions": "at most this many Spark tasks per micro-batch or batch read: offset ranges are packed "
@@ -39,6 +40,8 @@ OWN_OPTIONS = {
                        "(default 'dataflow-kafka-range-stats', created if missing; empty: the driver reads "
                        "every range a second time instead)",
 }
+#: Options of this project that were renamed: old name -> new name (the old name is an error).
+RENAMED_OPTIONS = {"graceperiodms": ("gracePeriodMs", "watermarkDelayMs")}
 _SINK_OPTIONS = {"topic", "includeheaders"}
 # Options Spark itself passes to a sink (writeStream.queryName, checkpointLocation, save(path)).
 _SPARK_PASSED_SINK_OPTIONS = {"path", "checkpointlocation", "queryname"}
@@ -121,7 +124,7 @@ class SourceOptions:
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     event_time_field: str | None = None
-    grace_period_ms: int = 0
+    watermark_delay_ms: int = 0
     control_topic: str | None = None
     heartbeat_interval_ms: int | None = None
     range_stats_topic: str | None = "dataflow-kafka-range-stats"
@@ -131,6 +134,11 @@ class SourceOptions:
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     """Validate ``options`` for a streaming (``readStream``) or batch (``read``) query."""
     opts = _lower(options)
+    for key, (old, new) in RENAMED_OPTIONS.items():
+        if key in opts:
+            raise OptionError(f"option '{old}' was renamed to '{new}' (same meaning: punctuation = "
+                              f"newest event time read from the partition minus this delay); use "
+                              f".option('{new}', {opts[key]!r})")
     unknown = sorted(k for k in opts if not k.startswith("kafka.")
                      and k not in SPARK_SOURCE_OPTIONS and k not in OWN_OPTIONS and k != "path")
     if unknown:
@@ -189,7 +197,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
         raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
-    grace = _int(opts, "graceperiodms", 0, minimum=0)
+    delay = _int(opts, "watermarkdelayms", 0, minimum=0)
     min_parts = _int(opts, "minpartitions", None, minimum=1)
     max_parts = _int(opts, "maxpartitions", None, minimum=1)
     if min_parts and max_parts and min_parts > max_parts:
@@ -206,7 +214,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         include_headers=_bool(opts, "includeheaders", False),
         poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", 120_000, minimum=1),
         event_time_field=opts.get("eventtimefield") or None,
-        grace_period_ms=grace, control_topic=opts.get("controltopic") or None,
+        watermark_delay_ms=delay, control_topic=opts.get("controltopic") or None,
         heartbeat_interval_ms=heartbeat,
         range_stats_topic=opts.get("rangestatstopic", "dataflow-kafka-range-stats").strip() or None,
     )

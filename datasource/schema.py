@@ -1,7 +1,9 @@
 """Row schema of the ``dataflow-kafka`` source and the timestampType codes it uses.
 
 The first columns are exactly Spark's Kafka source schema; the rest carry what order-aware
-operators need (see docs/ARCHITECTURE.md, "Row contract").
+operators need (see docs/ARCHITECTURE.md, "Row contract"). ``control_offset`` (last) is the offset
+of a modification row's command in ``controlTopic`` (null on other rows): every Kafka partition's
+task emits a copy of each command, and operators deduplicate and order the copies by it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def source_schema(include_headers: bool) -> StructType:
         StructField("modification", StringType()),
         StructField("processing_time", TimestampType()),
         StructField("error", StringType()),
+        # Last, so Spark's Kafka columns and the earlier columns keep their positions.
+        StructField("control_offset", LongType()),
     ]
     return StructType(fields)
 

@@ -9,7 +9,7 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
 * **Timestamp punctuation**: for every Kafka partition and micro-batch one row of kind
   ``punctuation`` after the partition's data: "no more records of this partition with event time
   below ``punctuation``", where ``punctuation`` = newest event time this query has read from the
-  partition (up to the batch's end offset) minus ``gracePeriodMs``. The task reading the range
+  partition (up to the batch's end offset) minus ``watermarkDelayMs``. The task reading the range
   computes it as ``max(p, newest event time in the range)``, where ``p``, the newest event time
   before the range, is part of the offset Spark logs. So the value depends only on logged offsets
   and the records in them: it is monotone per partition and a replayed batch emits the same one.
@@ -20,7 +20,7 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
   batch is their maximum (what ``watermarks.PunctuationTracker`` computes). With
   ``maxPartitions`` several ranges share a task (:class:`RangeGroup`); each still emits its own
   rows and punctuation.
-  Records that violate it (older than the grace period allows) are still delivered as data:
+  Records that violate it (older than the watermark delay allows) are still delivered as data:
   operators decide lateness.
   Producers may write their own punctuation records (header ``dataflow.punctuation``); they are
   passed through in offset order as ``punctuation`` rows.
@@ -48,7 +48,7 @@ from datasource import kafka_read, range_stats
 from datasource.offsets import (
     TP, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
 )
-from datasource.options import SourceOptions, parse_source_options, parse_sink_options
+from datasource.options import OptionError, SourceOptions, parse_source_options, parse_sink_options
 from datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, source_schema
 
 __all__ = ["DataflowKafkaDataSource", "OffsetRange", "RangeGroup"]
@@ -99,7 +99,7 @@ def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.Re
 def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Rows of one range: [modifications] [data / producer punctuations / errors] [punctuation].
 
-    The punctuation is ``max(newest_before_ms, newest data event time in the range) - grace``.
+    The punctuation is ``max(newest_before_ms, newest data event time in the range) - watermarkDelayMs``.
     """
     hdr = opts.include_headers
     synthetic = []
@@ -108,7 +108,8 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                           "value": None if m.get("value") is None else m["value"].encode(),
                           "topic": r.topic, "partition": r.partition, "offset": r.start,
                           "timestamp": m.get("ts"), "timestampType": 0, "kind": KIND_MODIFICATION,
-                          "modification": m.get("value"), "processing_time": r.processing_time_ms})
+                          "modification": m.get("value"), "processing_time": r.processing_time_ms,
+                          "control_offset": m.get("offset")})
     for note in r.notes:
         synthetic.append({"topic": r.topic, "partition": r.partition, "offset": r.start, "kind": KIND_ERROR,
                           "processing_time": r.processing_time_ms, "error": note})
@@ -137,7 +138,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
     newest = _newer(r.newest_before_ms, in_range)
     yield kafka_read.make_rows_batch(
         [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
-          "punctuation": None if newest is None else newest - opts.grace_period_ms,
+          "punctuation": None if newest is None else newest - opts.watermark_delay_ms,
           "processing_time": r.processing_time_ms}], hdr)
 
 
@@ -215,6 +216,21 @@ def _read_control(c, opts: SourceOptions, start: dict[TP, int], upto: dict[TP, i
     return mods
 
 
+def _control_partitions(c, opts: SourceOptions) -> list[TP]:
+    """The control topic's one partition. Modification punctuations need a total order (Enorm
+    §6.2): commands are emitted in control-topic offset order (``control_offset``), which only a
+    single partition gives, so a control topic with more partitions is an error."""
+    md = kafka_read.list_topics(c, opts.control_topic)
+    t = md.topics.get(opts.control_topic)
+    if t is None or t.error is not None:
+        raise OptionError(f"option 'controlTopic': topic {opts.control_topic!r} does not exist")
+    if len(t.partitions) != 1:
+        raise OptionError(f"option 'controlTopic': topic {opts.control_topic!r} has {len(t.partitions)} "
+                          "partitions; a control topic must have exactly 1 (modification punctuations need "
+                          "a total order)")
+    return [(opts.control_topic, p) for p in sorted(t.partitions)]
+
+
 def _mods_and_notes(mods: list[dict]) -> tuple[list[dict], list[str]]:
     return [m for m in mods if "error" not in m], [m["error"] for m in mods if "error" in m]
 
@@ -266,11 +282,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return {tp: kafka_read.watermarks(c, *tp)[1] for tp in tps}
 
     def _control_tps(self) -> list[TP]:
-        md = kafka_read.list_topics(self._consumer(), self.opts.control_topic)
-        t = md.topics.get(self.opts.control_topic)
-        if t is None or t.error is not None:
-            raise RuntimeError(f"option 'controlTopic': topic {self.opts.control_topic!r} does not exist")
-        return [(self.opts.control_topic, p) for p in sorted(t.partitions)]
+        return _control_partitions(self._consumer(), self.opts)
 
     def initialOffset(self) -> dict:
         c = self._consumer()
@@ -458,8 +470,7 @@ class DataflowKafkaBatchReader(DataSourceReader):
                     end[tp] = wm[tp][1] if o == -1 else wm[tp][0] if o == -2 else o
             mods, notes = [], []
             if self.opts.control_topic:
-                md = kafka_read.list_topics(c, self.opts.control_topic).topics[self.opts.control_topic]
-                ctps = [(self.opts.control_topic, p) for p in sorted(md.partitions)]
+                ctps = _control_partitions(c, self.opts)
                 cw = {tp: kafka_read.watermarks(c, *tp) for tp in ctps}
                 mods, notes = _mods_and_notes(_read_control(
                     c, self.opts, {tp: w[0] for tp, w in cw.items()}, {tp: w[1] for tp, w in cw.items()}))

@@ -37,7 +37,7 @@ def test_exactly_once_punctuations_and_modifications_across_restart_and_replay(s
     events = _events(n, now_ms() - 60_000)
     ck = str(tmp_path / "ck")
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-            "eventTimeField": "ts", "gracePeriodMs": str(GRACE), "maxOffsetsPerTrigger": "300",
+            "eventTimeField": "ts", "watermarkDelayMs": str(GRACE), "maxOffsetsPerTrigger": "300",
             "controlTopic": control}
     out = BatchCollector()
 
@@ -110,13 +110,13 @@ def test_batch_read_equals_streaming_read(spark, kafka, tmp_path):
     topic = kafka.topic(4)
     kafka.produce(topic, _events(600, now_ms() - 30_000, seed=3))
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-            "eventTimeField": "ts", "gracePeriodMs": str(GRACE), "maxOffsetsPerTrigger": "250"}
+            "eventTimeField": "ts", "watermarkDelayMs": str(GRACE), "maxOffsetsPerTrigger": "250"}
     out = BatchCollector()
     run_available_now(spark, opts, str(tmp_path / "ck"), out)
     ending = json.dumps({topic: {str(p): 150 for p in range(4)}})
     batch = (spark.read.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
              .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", ending)
-             .option("eventTimeField", "ts").option("gracePeriodMs", str(GRACE)).load())
+             .option("eventTimeField", "ts").option("watermarkDelayMs", str(GRACE)).load())
     cols = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "event_time", "kind"]
     got = sorted(tuple(r[c] for c in cols) for r in batch.collect() if r["kind"] == "data")
     expected = sorted(tuple(r[c] for c in cols) for r in out.rows("data"))
