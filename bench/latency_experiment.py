@@ -11,7 +11,7 @@ Wikipedia articles so that 2 shared cores can keep up with a few documents per s
 Input: one producer thread sends documents to a Kafka topic of ``P`` partitions (round robin)
 with exponential gaps at a target rate. Event time = wall-clock send time minus a per-partition
 clock lag ``partition * --skew-ms`` (sources behind different paths), so event times are in order
-within a partition (``gracePeriodMs`` 0) and out of order across partitions: the stateful stages
+within a partition (``watermarkDelayMs`` 0) and out of order across partitions: the stateful stages
 see late documents and optimism has to repair them.
 
 Variants (one Spark streaming query each, ``optimistic.spark.build_pipeline``):

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                                                             args.rate, stop), daemon=True)
         source = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bs)
                   .option("subscribe", "events").option("startingOffsets", "earliest")
-                  .option("eventTimeField", "ts").option("gracePeriodMs", "1000")
+                  .option("eventTimeField", "ts").option("watermarkDelayMs", "1000")
                   .option("controlTopic", "events-control").load())
         ck = tempfile.mkdtemp(prefix="dataflow-kafka-demo-")
         query = (source.writeStream.foreachBatch(per_batch).option("checkpointLocation", ck)

@@ -53,8 +53,8 @@ records later than the lateness would only show up in Spark's aggregate
 ``numRowsDroppedByWatermark`` metric and not per key, and the result would depend on how
 partitions interleave in a micro-batch. The punctuations are per partition, recorded in the
 offsets, and give the same result on replay. Users who want "max event time minus a delay"
-semantics get it from the source: ``gracePeriodMs`` (punctuation = newest event time minus
-the grace period) together with ``max_lateness_ms`` here.
+semantics get it from the source: ``watermarkDelayMs`` (punctuation = newest event time minus
+the watermark delay) together with ``max_lateness_ms`` here.
 
 Output columns
 --------------

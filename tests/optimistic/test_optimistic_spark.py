@@ -45,7 +45,7 @@ def _records(n_docs: int, seed: int):
 def _run(spark, kafka, topic, out_topic, metrics_topic, ck, stages, mode="optimistic", max_offsets=40):
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
-           .option("gracePeriodMs", GRACE_MS).option("maxOffsetsPerTrigger", max_offsets).load())
+           .option("watermarkDelayMs", GRACE_MS).option("maxOffsetsPerTrigger", max_offsets).load())
     out = build_pipeline(src, stages, output_topic=out_topic, metrics_topic=metrics_topic, mode=mode,
                          key_groups=[3, 2], decode=decode_doc, output_partitions=2)
     q = (out.writeStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 def _run(spark, kafka, topic, out_topic, ck, stages, mode, **kw):
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
-           .option("gracePeriodMs", GRACE_MS).option("maxOffsetsPerTrigger", 60).load())
+           .option("watermarkDelayMs", GRACE_MS).option("maxOffsetsPerTrigger", 60).load())
     out = build_pipeline(src, stages, output_topic=out_topic, mode=mode, key_groups=[3, 2],
                          decode=decode_doc, output_partitions=2, **kw)
     q = (out.writeStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)

@@ -4,7 +4,7 @@ The reference is the pure engine fed with the same input: the test reads the mic
 boundaries (end offset per partition) from the query's offset log, feeds
 one engine per key with that key's records of each batch in (partition, offset) order, and
 advances every engine with the low watermark the batch's punctuations must give (min over
-partitions of the newest event time of their records up to the end offset, ``gracePeriodMs=0``). A new key starts at the previous watermark.
+partitions of the newest event time of their records up to the end offset, ``watermarkDelayMs=0``). A new key starts at the previous watermark.
 """
 
 from __future__ import annotations
