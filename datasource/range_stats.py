@@ -19,6 +19,7 @@ import logging
 from collections import OrderedDict
 
 from datasource import kafka_read
+from datasource.sink import ProducerCache
 
 __all__ = ["DEFAULT_TOPIC", "range_key", "publish", "close_producers", "RangeStats"]
 
@@ -26,7 +27,7 @@ DEFAULT_TOPIC = "dataflow-kafka-range-stats"
 _TAIL = 10_000         # entries the driver reads back when it starts (a restarted query's last batch)
 _CACHE = 50_000        # entries the driver keeps
 _log = logging.getLogger(__name__)
-_producers: dict = {}  # one producer per Kafka configuration and Python worker process
+_producers = ProducerCache({}, forced={"linger.ms": 0, "log_level": 3})  # per Kafka configuration and process
 
 
 def range_key(topic: str, partition: int, start: int, end: int, event_time_field: str | None,
@@ -41,15 +42,17 @@ def range_key(topic: str, partition: int, start: int, end: int, event_time_field
 def publish(kafka_conf: dict[str, str], stats_topic: str, key: bytes, newest_ms: int | None,
             timeout_s: float = 10.0) -> bool:
     """Executor side: write one entry and wait for the broker's acknowledgement (the driver reads
-    it when it plans the next batch). Returns False, with a warning, if the write failed."""
-    from confluent_kafka import Producer
+    it when it plans the next batch). Returns False, with a warning, if the write failed.
 
-    conf_key = tuple(sorted(kafka_conf.items()))
+    The producer is kept per Python process and Kafka configuration (``_producers``, a
+    :class:`datasource.sink.ProducerCache`): each call flushes its entry before it returns, so
+    nothing waits in the producer between tasks. After a failed or timed-out write the producer
+    is dropped (the next task makes a new one rather than wait behind a stuck queue), and one
+    that reported a fatal error is replaced; cached producers are flushed at process exit where
+    Python runs exit hooks (pyspark's forked workers do not, and have nothing pending)."""
     failures: list = []
     try:
-        producer = _producers.get(conf_key)
-        if producer is None:
-            producer = _producers[conf_key] = Producer({**kafka_conf, "linger.ms": 0, "log_level": 3})
+        producer = _producers.acquire(kafka_conf).producer
         producer.produce(stats_topic, json.dumps({"newest_ms": newest_ms}).encode(), key,
                          on_delivery=lambda err, _msg: failures.append(err) if err else None)
         left = producer.flush(timeout_s)
@@ -57,17 +60,17 @@ def publish(kafka_conf: dict[str, str], stats_topic: str, key: bytes, newest_ms:
         failures.append(e)
         left = 0
     if failures or left:
+        _producers.drop(kafka_conf)
         _log.warning("dataflow-kafka: could not write range stats to %r (%s); the driver will scan the "
                      "range itself", stats_topic, failures[0] if failures else "flush timed out")
         return False
     return True
 
 
-def close_producers() -> None:
-    """Drop this process's stats producers (their threads stop; e.g. before the broker goes away)."""
-    for producer in _producers.values():
-        producer.flush(5)
-    _producers.clear()
+def close_producers(timeout_s: float = 5.0) -> None:
+    """Flush (for at most ``timeout_s`` each) and drop this process's stats producers (their
+    threads stop; e.g. before the broker goes away)."""
+    _producers.close(timeout_s)
 
 
 class RangeStats:
