@@ -4,6 +4,24 @@ What it sets and why: Python workers run this interpreter (``PYSPARK_PYTHON``), 
 import the same packages; the RocksDB state store, which ``transformWithStateInPandas`` needs;
 few shuffle partitions (tiny micro-batches are latency-bound on small machines); no UI.
 
+Low-latency state store settings (``LOW_LATENCY_DEFAULTS``; local masters, ``low_latency=True``;
+``extra=`` overrides each one). Only settings that change neither results nor durability:
+
+* ``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true``: each stateful
+  operator's commit writes the batch's changed keys (a changelog file) instead of uploading a
+  RocksDB snapshot; snapshots are made in the background by state store maintenance. Same
+  durability (the changelog is in the checkpoint before the batch commits); recovery replays at
+  most ``minDeltasForSnapshot`` changelogs on top of the last snapshot. Spark allows switching
+  it on and off for an existing checkpoint.
+* ``spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=false``: RocksDB does not count
+  every key on each commit (a read of the whole store); the cost is a metric:
+  ``stateOperators[].numRowsTotal`` is no longer reported correctly in query progress.
+
+Not set here, because they trade durability or integrity for speed (see docs/latency.md for
+their measured effect): ``spark.sql.streaming.checkpoint.fileChecksum.enabled=false`` (state
+store checkpoint files are written and read without checksums, so a corrupted file goes
+undetected) and a checkpoint location on tmpfs (lost with the machine).
+
 Fast Python start (local masters, pip-installed pyspark): Spark puts
 ``$SPARK_HOME/python/lib/pyspark.zip`` first on the ``PYTHONPATH`` of every Python process it
 starts. The zip holds no byte code, so each fresh process compiles the pyspark modules it imports
@@ -26,15 +44,26 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["spark_session", "python_without_pyspark_zip", "ROCKSDB_PROVIDER"]
+__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "ROCKSDB_PROVIDER",
+           "LOW_LATENCY_DEFAULTS"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+#: State store settings that shorten every stateful micro-batch without changing results or
+#: durability (module docstring); applied on local masters unless ``low_latency=False``.
+LOW_LATENCY_DEFAULTS = {
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
+}
 
 
 def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
                   shuffle_partitions: int = 2, extra: dict[str, str] | None = None,
-                  fast_python_start: bool = True):
-    """Get or create a SparkSession with ``format("dataflow-kafka")`` registered."""
+                  fast_python_start: bool = True, low_latency: bool = True):
+    """Get or create a SparkSession with ``format("dataflow-kafka")`` registered.
+
+    ``extra``: more Spark settings; they override everything set here, including
+    ``LOW_LATENCY_DEFAULTS`` (applied on local masters when ``low_latency``)."""
     if "PYSPARK_PYTHON" not in os.environ:
         wrapper = python_without_pyspark_zip() if fast_python_start and master.startswith("local") else None
         os.environ["PYSPARK_PYTHON"] = wrapper or sys.executable
@@ -42,16 +71,8 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.default.parallelism", str(max(2, shuffle_partitions)))
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1"))
-    for k, v in (extra or {}).items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in session_settings(master, shuffle_partitions, extra, low_latency).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -59,6 +80,26 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
 
     register(spark)
     return spark
+
+
+def session_settings(master: str = "local[2]", shuffle_partitions: int = 2, extra: dict[str, str] | None = None,
+                     low_latency: bool = True) -> dict[str, str]:
+    """The Spark settings :func:`spark_session` applies: ours, then ``LOW_LATENCY_DEFAULTS`` (local
+    masters, ``low_latency``), then ``extra``, which overrides any of them."""
+    settings = {
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.default.parallelism": str(max(2, shuffle_partitions)),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+    }
+    if low_latency and master.startswith("local"):
+        settings.update(LOW_LATENCY_DEFAULTS)
+    settings.update(extra or {})
+    return settings
 
 
 def python_without_pyspark_zip() -> str | None:

@@ -31,3 +31,42 @@ def test_wrapper_drops_only_pysparks_zip_and_runs_this_interpreter(tmp_path):
     # without the wrapper the zip shadows the installed package
     plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "pyspark.zip" in plain.splitlines()[1]
+
+
+# -- low-latency defaults -----------------------------------------------------------------------------
+
+def test_low_latency_defaults_on_local_masters_only_and_extra_overrides_them():
+    from datasource.session import LOW_LATENCY_DEFAULTS, ROCKSDB_PROVIDER, session_settings
+
+    local = session_settings("local[2]", shuffle_partitions=1)
+    assert {k: local[k] for k in LOW_LATENCY_DEFAULTS} == LOW_LATENCY_DEFAULTS
+    assert local["spark.sql.shuffle.partitions"] == "1"
+    assert local["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    cluster = session_settings("spark://127.0.0.1:7077")
+    assert not set(LOW_LATENCY_DEFAULTS) & set(cluster)
+    assert not set(LOW_LATENCY_DEFAULTS) & set(session_settings("local[2]", low_latency=False))
+    key = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+    overridden = session_settings("local[2]", shuffle_partitions=1,
+                                  extra={key: "false", "spark.sql.shuffle.partitions": "3", "spark.x": "y"})
+    assert (overridden[key], overridden["spark.sql.shuffle.partitions"], overridden["spark.x"]) == ("false", "3", "y")
+
+
+@pytest.mark.spark
+def test_the_session_runs_stateful_queries_with_changelog_checkpoints_and_no_row_count(spark, tmp_path):
+    """The setting names are real: Spark's RocksDB store reads them by prefix and would ignore a
+    typo, so check what it did: changelog files instead of snapshot zips, no total row count."""
+    from datasource.session import LOW_LATENCY_DEFAULTS
+
+    assert all(spark.conf.get(k) == v for k, v in LOW_LATENCY_DEFAULTS.items())
+    ck = tmp_path / "ck"
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 50).load()
+          .selectExpr("value % 7 AS k").groupBy("k").count())
+    for _ in range(2):
+        q = (df.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(ck))
+             .trigger(once=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+    op = q.lastProgress["stateOperators"][0]
+    assert op["numRowsUpdated"] == 7 and op["numRowsTotal"] == 0
+    files = {p.name for p in (ck / "state").rglob("*") if p.is_file() and not p.name.startswith(".")}
+    assert {"1.changelog", "2.changelog"} <= files and not any(f.endswith(".zip") for f in files), files
