@@ -38,9 +38,10 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from watermarks.punctuation import PunctuationTracker
+from keygroups.contract import _in_offset_order
+from keygroups.punctuation import PunctuationTracker
 
-__all__ = ["PunctuatedKeyGroupProcessor", "KeyGroupBatch", "deferred"]
+__all__ = ["StageProcessor", "PunctuatedKeyGroupProcessor", "KeyGroupBatch", "deferred"]
 
 _STATE = StructType([StructField("engine", BinaryType()), StructField("tracker", BinaryType())])
 
@@ -91,6 +92,40 @@ class PunctuatedKeyGroupProcessor(StatefulProcessor):
         pass
 
 
+class StageProcessor(StatefulProcessor):
+    """The ``transformWithStateInPandas`` processor of a stage operator: one binary value state
+    per key group, :func:`keygroups.operator.run_key_group` per call. ``packed``: the input comes
+    from :func:`keygroups.packed.pack_key_groups` (Arrow IPC blobs to unpack)."""
+
+    def __init__(self, spec, packed: bool = False) -> None:
+        self.spec, self.packed = spec, packed
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self._state = handle.getValueState("operator", _OPERATOR_STATE)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        from keygroups.operator import run_key_group
+
+        if self.packed:
+            from keygroups.packed import PAYLOAD_COLUMN, unpack_key_group
+
+            pdf = unpack_key_group([p for part in rows for p in part[PAYLOAD_COLUMN]])
+        else:
+            pdf = pd.concat(list(rows), ignore_index=True)
+        stored = self._state.get()
+        blob = None if stored is None or stored[0] is None else bytes(stored[0])
+        out, blob = run_key_group(self.spec, int(key[0]), pdf, blob)
+        self._state.update((blob,))
+        if out is not None and len(out):
+            yield out
+
+    def close(self) -> None:
+        pass
+
+
+_OPERATOR_STATE = StructType([StructField("blob", BinaryType())])
+
+
 def split_batch(key_group: int, pdf: pd.DataFrame, tracker: PunctuationTracker) -> KeyGroupBatch:
     """Split rows by kind and advance ``tracker`` with the batch's punctuations (pure, testable).
 
@@ -121,25 +156,6 @@ def split_batch(key_group: int, pdf: pd.DataFrame, tracker: PunctuationTracker) 
         tracker.update(f"{topic}-{part}", None if pd.isna(value) else int(value),
                        None if pd.isna(offset) else int(offset), processing_time or 0)
     return KeyGroupBatch(key_group, data, mods, tracker.low_watermark_ms, previous, processing_time)
-
-
-def _in_offset_order(data: pd.DataFrame) -> bool:
-    """Whether ``data`` is sorted by (topic, partition, offset), without nulls in those columns."""
-    if len(data) < 2:
-        return True
-    cols = [data[c] for c in ("topic", "partition", "offset")]
-    if any(c.hasnans for c in cols):
-        return False
-    topic = cols[0].to_numpy(dtype=object)
-    part = cols[1].to_numpy(dtype=np.int64)
-    off = cols[2].to_numpy(dtype=np.int64)
-    same_topic = topic[1:] == topic[:-1]
-    if not (same_topic.all() or bool((topic[1:] >= topic[:-1]).all())):
-        return False
-    dp, do = np.diff(part), np.diff(off)
-    # within a topic: partition ascending, and offset ascending within a partition
-    ok = ~same_topic | (dp > 0) | ((dp == 0) & (do >= 0))
-    return bool(ok.all())
 
 
 def deferred(processor):

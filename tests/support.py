@@ -111,3 +111,45 @@ def forget_batches_from(checkpoint: str, batch_id: int) -> None:
 def offset_log(checkpoint: str, batch_id: int) -> dict:
     text = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
     return json.loads(text[-1])
+
+
+def source_batches(records, checkpoint: str, batch_ids, event_time_field: str | None = "ts",
+                   delay_ms: int = 0, topic: str | None = None):
+    """The source's micro-batches of a finished query, rebuilt without Spark from the records
+    (``kafka.consume_all``) and the query's offset log: per batch, modification rows (one copy per
+    partition), data rows in offset order, one punctuation row per partition
+    (``max(p, newest in range) - delay``), as frames of the row contract with epoch-ms columns.
+    The reference input of a pipeline's ``run_local``."""
+    import pandas as pd
+
+    by_tp: dict = {}
+    for m in records:
+        by_tp.setdefault((m.topic(), m.partition()), {})[m.offset()] = m
+    frames = []
+    for b in batch_ids:
+        log = offset_log(checkpoint, b)
+        pt = log["batchTimeMs"]
+        rows = []
+        parts = [(t, int(p), e) for t, ps in log["partitions"].items() for p, e in ps.items()
+                 if topic is None or t == topic]
+        mods = sorted(log.get("mods", {}).values(), key=lambda m: m["offset"])
+        for t, p, e in sorted(parts):
+            for m in mods:
+                rows.append({"kind": "modification", "topic": t, "partition": p, "offset": e["s"],
+                             "modification": m["value"], "control_offset": m["offset"],
+                             "processing_time_ms": pt})
+            newest = e.get("p")
+            for off in range(e["s"], e["o"]):
+                m = by_tp[(t, p)][off]
+                if event_time_field is None:
+                    ts = m.timestamp()[1]
+                else:
+                    ts = json.loads(m.value())[event_time_field]
+                newest = ts if newest is None else max(newest, ts)
+                rows.append({"kind": "data", "topic": t, "partition": p, "offset": off, "key": m.key(),
+                             "value": m.value(), "event_time_ms": ts, "processing_time_ms": pt})
+            rows.append({"kind": "punctuation", "topic": t, "partition": p, "offset": e["o"],
+                         "punctuation_ms": None if newest is None else newest - delay_ms,
+                         "processing_time_ms": pt})
+        frames.append(pd.DataFrame(rows))
+    return frames

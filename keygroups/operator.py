@@ -1,0 +1,233 @@
+"""One stage operator: consecutive stages fused in one key group, per micro-batch (pure, no Spark).
+
+:func:`run_key_group` is the whole per-batch logic of a stage operator for one key group. The
+``transformWithStateInPandas`` processor (:class:`keygroups.processor.StageProcessor`) and the
+local runner (:func:`keygroups.pipeline.Pipeline.run_local`) both call it, so a pipeline computes
+the same on Spark and without it.
+
+Per call: split the rows by kind (:func:`keygroups.contract.split_rows`); drop modifications
+already applied (by ``control_offset``); fold the punctuation rows into the key group's
+:class:`~keygroups.punctuation.PunctuationTracker` (min over senders); then run the stages in
+order, each one's output (data and output low watermark) being the next one's input; emit the
+new modifications (key group 0 only: the next operator's routing copies them to every key group),
+the last stage's data rows, the pass-on rows (errors, reports), the stages' ``dropped`` and
+``metrics`` rows, and one punctuation row carrying the last stage's output low watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from keygroups.contract import (
+    CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION, Modification,
+    conform, control_frame, split_rows,
+)
+from keygroups.punctuation import PunctuationTracker
+from keygroups.routing import KEY_GROUP_COLUMN
+from keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
+
+__all__ = ["OperatorSpec", "OperatorState", "run_key_group", "FusionError"]
+
+_MAGIC = b"KGO1"
+_TOKEN = 16
+# Live states of recently dumped key groups, by the state's token: a Python worker that gets the
+# same key group again skips deserialising it (see _load).
+_CACHE: "OrderedDict[bytes, OperatorState]" = OrderedDict()
+_CACHE_SIZE = 64
+
+
+class FusionError(RuntimeError):
+    """A fused stage's routing put a row in another key group than the one it runs in."""
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """What a stage operator runs (picklable): fused ``stages``, the Python router of the next
+    operator (None: the next operator routes by columns in the JVM, or this is the last one), and
+    the output schema (control columns, ``key_group`` when ``out_router`` is set, data columns)."""
+
+    stages: tuple[Stage, ...]
+    out_router: PythonRouter | None = None
+    data_columns: tuple[tuple[str, str], ...] = ()
+    idle_timeout_ms: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.stages[-1].name)
+
+    def output_columns(self) -> list[tuple[str, str]]:
+        cols = list(CONTROL_COLUMNS)
+        if self.out_router is not None:
+            cols.append((KEY_GROUP_COLUMN, "int"))
+        names = {c for c, _ in cols}
+        return cols + [c for c in self.data_columns if c[0] not in names]
+
+
+@dataclass
+class OperatorState:
+    """A key group's state: tracker, one state per stage, output watermarks, counters."""
+
+    tracker: PunctuationTracker
+    states: list
+    out_watermarks: list = field(default_factory=list)
+    last_control_offset: int | None = None
+    seq: int = 0                 # batches run (offset of this key group's punctuation rows)
+    emitted: int = 0             # data rows emitted (offset of the next data row)
+
+
+def _new_state(spec: OperatorSpec) -> OperatorState:
+    return OperatorState(PunctuationTracker(spec.idle_timeout_ms), [s.new_state() for s in spec.stages],
+                         [None] * len(spec.stages))
+
+
+def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
+    """The state in ``blob`` (magic, token, payload). If this process dumped exactly that state
+    (same token) its live objects are *taken* from the cache: an attempt that fails after
+    mutating them leaves no entry, and a dump that was never committed has a token the state
+    store does not hold, so a retry or replay always starts from the committed bytes."""
+    if blob is None:
+        return _new_state(spec)
+    blob = bytes(blob)
+    if blob[:4] != _MAGIC:
+        raise ValueError(f"stage operator {spec.name!r}: key group state has an unknown format "
+                         f"({blob[:4]!r}, expected {_MAGIC!r})")
+    cached = _CACHE.pop(blob[4:4 + _TOKEN], None)
+    if cached is not None:
+        return cached
+    tracker, stage_blobs, out_wms, last, seq, emitted = pickle.loads(blob[4 + _TOKEN:])
+    if len(stage_blobs) != len(spec.stages):
+        raise ValueError(f"stage operator {spec.name!r}: the checkpoint holds {len(stage_blobs)} stage "
+                         f"states, the pipeline has {len(spec.stages)} stages here (pipeline changed?)")
+    states = [s.load_state(b) for s, b in zip(spec.stages, stage_blobs)]
+    return OperatorState(PunctuationTracker.from_bytes(tracker), states, list(out_wms), last, seq, emitted)
+
+
+def _dump(spec: OperatorSpec, st: OperatorState) -> bytes:
+    payload = pickle.dumps((st.tracker.to_bytes(), [s.dump_state(x) for s, x in zip(spec.stages, st.states)],
+                            st.out_watermarks, st.last_control_offset, st.seq, st.emitted), protocol=5)
+    token = os.urandom(_TOKEN)
+    _CACHE[token] = st
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return _MAGIC + token + payload
+
+
+def _fold_punctuations(tracker: PunctuationTracker, puncts: pd.DataFrame, pt: int | None) -> None:
+    for topic, part, value, offset in zip(puncts["topic"], puncts["partition"], puncts["punctuation_ms"],
+                                          puncts["offset"]):
+        tracker.update(f"{topic}-{part}", None if pd.isna(value) else int(value),
+                       None if pd.isna(offset) else int(offset), pt or 0)
+
+
+def _monotone(prev: int | None, new: int | None) -> int | None:
+    if new is None:
+        return prev
+    return new if prev is None else max(prev, new)
+
+
+def _key_text(key: Any) -> str | None:
+    if key is None or isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "replace")
+    try:
+        return json.dumps(list(key) if isinstance(key, tuple) else key, default=str)
+    except (TypeError, ValueError):
+        return repr(key)
+
+
+def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
+    """The previous fused stage's output as ``stage``'s input data."""
+    router = stage.python_router()
+    if router is not None:
+        rows, groups = router(prev_data)
+        groups = np.asarray(groups)
+        if len(groups) and bool((groups != key_group).any()):
+            bad = int(np.flatnonzero(groups != key_group)[0])
+            raise FusionError(
+                f"stage {stage.name!r} is fused after {prev.name!r} but its key puts row {bad} of key group "
+                f"{key_group} into key group {int(groups[bad])}: key it like {prev.name!r} or pass fuse=False")
+        return rows
+    frame = prev.output_frame(prev_data)
+    if frame is None:
+        return None
+    renames = {name: expr for name, expr in stage.inputs().items() if name != expr}
+    if renames:
+        frame = frame.assign(**{name: frame[expr] for name, expr in renames.items()})
+    return frame
+
+
+def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: bytes | None
+                  ) -> tuple[pd.DataFrame | None, bytes]:
+    """One micro-batch of one key group: ``(output rows or None, new state blob)``."""
+    st = _load(spec, blob)
+    split = split_rows(pdf)
+    pt = split.processing_time_ms
+    mods = [m for m in split.modifications
+            if st.last_control_offset is None or m.control_offset is None or m.control_offset > st.last_control_offset]
+    previous = st.tracker.low_watermark_ms
+    _fold_punctuations(st.tracker, split.punctuations, pt)
+    wm, prev_wm = st.tracker.low_watermark_ms, previous
+    data: Any = split.data
+    reports: list[dict] = []
+    prev_stage: Stage | None = None
+    for i, stage in enumerate(spec.stages):
+        if prev_stage is not None:
+            data = _handoff(prev_stage, data, stage, key_group)
+        out: StageOutput = stage.process(st.states[i], StageInput(key_group, data, mods, wm, prev_wm, pt))
+        before = st.out_watermarks[i]
+        st.out_watermarks[i] = _monotone(before, out.watermark_ms)
+        wm, prev_wm = st.out_watermarks[i], before
+        for d in out.dropped:
+            if d.count:
+                reports.append({"kind": KIND_DROPPED, "topic": stage.name, "partition": key_group,
+                                "processing_time_ms": pt, "dropped_key": _key_text(d.key),
+                                "dropped_reason": d.reason, "dropped_count": int(d.count)})
+        if out.metrics is not None:
+            reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group,
+                            "processing_time_ms": pt, "metrics": json.dumps(out.metrics, default=str)})
+        data, prev_stage = out.data, stage
+    for m in mods:
+        if m.control_offset is not None:
+            st.last_control_offset = _monotone(st.last_control_offset, m.control_offset)
+    frames: list[pd.DataFrame] = []
+    name = spec.name
+    if key_group == 0 and mods:
+        frames.append(control_frame([{"kind": KIND_MODIFICATION, "topic": name, "partition": 0,
+                                      "modification": m.text, "control_offset": m.control_offset,
+                                      "processing_time_ms": pt} for m in mods]))
+    last = spec.stages[-1]
+    if spec.out_router is not None:
+        rows, groups = spec.out_router(data) if data is not None else (None, None)
+        if rows is not None and len(rows):
+            rows = rows.assign(**{KEY_GROUP_COLUMN: np.asarray(groups, np.int64)})
+    else:
+        rows = last.output_frame(data) if data is not None else None
+    if rows is not None and len(rows):
+        n = len(rows)
+        rows = rows.assign(kind=KIND_DATA, topic=name, partition=key_group,
+                           offset=np.arange(st.emitted, st.emitted + n, dtype=np.int64), processing_time_ms=pt)
+        st.emitted += n
+        frames.append(rows)
+    if len(split.pass_on):
+        frames.append(split.pass_on)
+    if reports:
+        frames.append(control_frame(reports))
+    st.seq += 1
+    frames.append(control_frame([{"kind": KIND_PUNCTUATION, "topic": name, "partition": key_group,
+                                  "offset": st.seq, "punctuation_ms": st.out_watermarks[-1],
+                                  "processing_time_ms": pt}]))
+    out_frame = conform(frames, spec.output_columns())
+    return out_frame, _dump(spec, st)
+
+
+def operator_names(stages: Sequence[Stage]) -> list[str]:
+    return [str(s.name) for s in stages]

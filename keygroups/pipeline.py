@@ -1,0 +1,335 @@
+"""Pipelines of stages in one Spark query: ``stage_a.then(stage_b)``, fusion, and a local runner.
+
+A :class:`Pipeline` is a chain of :class:`~keygroups.stage.Stage` objects. :meth:`Pipeline.plan`
+cuts it into **operators**: consecutive stages keyed by the same key group run in one
+``transformWithStateInPandas`` operator (fused), because every stateful operator costs Spark a
+shuffle, a state round trip and a commit per micro-batch; a stage with another key starts a new
+operator (one shuffle). :meth:`Pipeline.apply` builds the Spark plan on a streaming DataFrame of
+the row contract (the source's, usually); :meth:`Pipeline.run_local` runs the same operators on
+micro-batches given as pandas frames, without Spark (the same per-key-group code,
+:func:`keygroups.operator.run_key_group`), for tests and for reasoning about a pipeline.
+
+Fusion rule (``fuse=None``, the default, decides automatically):
+
+- a stage with column inputs fuses after the previous stage when it has the same number of key
+  groups, every input is a plain column of the previous stage's output, and its key columns are
+  that stage's :meth:`~keygroups.stage.Stage.output_key_columns` (so every row stays in its key
+  group: data-trace types §4, a keyed operator after a hash split by the same key);
+- a stage routed in Python fuses when ``stage.fusable_after(previous)`` says its key is the
+  previous stage's (e.g. the same key function).
+
+``fuse=True`` forces fusion (a Python-routed stage then checks at run time that every row stays
+in its key group, :class:`~keygroups.operator.FusionError` otherwise); ``fuse=False`` forbids it.
+
+Example::
+
+    from keygroups import Pipeline
+    out = (SlicerStage(...).then(WindowingStage(...))).apply(source_df)   # one query
+    out.writeStream.foreachBatch(...).start()
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from keygroups.contract import CONTROL_COLUMNS, CONTROL_NAMES, KIND_DATA, conform, schema_ddl
+from keygroups.operator import OperatorSpec, run_key_group
+from keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
+from keygroups.stage import Stage
+
+__all__ = ["Pipeline", "plain_column", "stateful_operators"]
+
+_IDENT = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$")
+
+
+def plain_column(expr: Any) -> str | None:
+    """The column name if ``expr`` is a plain column reference (``name`` or ```name```), else None."""
+    if not isinstance(expr, str):
+        return None
+    m = _IDENT.match(expr.strip())
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class _Link:
+    stage: Stage
+    fuse: bool | None
+
+
+class Pipeline:
+    """A chain of stages; see the module docstring."""
+
+    def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[_Link] | None = None) -> None:
+        links = list(_links) if _links is not None else [_Link(s, None) for s in stages]
+        for link in links:
+            if not isinstance(link.stage, Stage):
+                raise TypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
+        self._links = _named(links)
+
+    @property
+    def stages(self) -> list[Stage]:
+        return [link.stage for link in self._links]
+
+    def then(self, stage: "Stage | Pipeline", fuse: bool | None = None) -> "Pipeline":
+        """This pipeline followed by ``stage`` (or by every stage of a pipeline)."""
+        if isinstance(stage, Pipeline):
+            return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links))
+        if fuse not in (None, True, False):
+            raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
+        return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)])
+
+    __rshift__ = then
+
+    def __repr__(self) -> str:
+        return " >> ".join(f"{type(s).__name__}({s.name})" for s in self.stages)
+
+    # -- planning ---------------------------------------------------------------------------------
+    def plan(self, fuse: bool = True) -> list[tuple[Stage, ...]]:
+        """The operators: groups of consecutive stages run fused (``fuse=False``: one per stage)."""
+        if not self._links:
+            raise ValueError("an empty pipeline has nothing to run")
+        groups: list[list[Stage]] = []
+        for link in self._links:
+            if groups and fuse and _fusable(groups[-1][-1], link.stage, link.fuse):
+                groups[-1].append(link.stage)
+            else:
+                groups.append([link.stage])
+        return [tuple(g) for g in groups]
+
+    def specs(self, fuse: bool = True, idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
+        """One :class:`~keygroups.operator.OperatorSpec` per operator of :meth:`plan`."""
+        ops = self.plan(fuse)
+        specs = []
+        for j, stages in enumerate(ops):
+            nxt = ops[j + 1][0] if j + 1 < len(ops) else None
+            router = nxt.python_router() if nxt is not None else None
+            data_cols = nxt.routed_columns() if router is not None else stages[-1].output_columns()
+            specs.append(OperatorSpec(stages, router, tuple(data_cols), idle_timeout_ms if j == 0 else None))
+        return specs
+
+    def output_columns(self, fuse: bool = True) -> list[tuple[str, str]]:
+        """Columns of the pipeline's output rows (the contract's control columns, then data)."""
+        return self.specs(fuse)[-1].output_columns()
+
+    # -- Spark ------------------------------------------------------------------------------------
+    def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True):
+        """The streaming DataFrame of the pipeline's output rows (contract + last stage's data).
+
+        ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``.
+        ``idle_timeout_ms``: the first operator's idle-partition policy
+        (:class:`~keygroups.punctuation.PunctuationTracker`). ``pack_source``: pack the first
+        operator's input rows per task and key group into Arrow blobs before the shuffle
+        (:mod:`keygroups.packed`; few shuffle rows per key group instead of one per record).
+        """
+        from pyspark.sql import functions as F
+
+        from keygroups.packed import pack_key_groups
+        from keygroups.processor import StageProcessor, deferred
+        from keygroups.routing import with_key_groups
+
+        specs = self.specs(fuse, idle_timeout_ms)
+        for j, spec in enumerate(specs):
+            first = spec.stages[0]
+            n = first.num_key_groups
+            if first.python_router() is not None:
+                if j == 0:
+                    df = _ingest(df, first)
+                routed = with_key_groups(df, None, n)
+                inputs = [c for c, _ in first.routed_columns()]
+            else:
+                exprs = first.inputs()
+                df = _with_ms_columns(df)
+                if exprs:
+                    df = df.withColumns({name: F.expr(expr) for name, expr in exprs.items()
+                                         if plain_column(expr) != name})
+                routed = with_key_groups(df, first.key_columns(), n)
+                inputs = list(exprs)
+            keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
+            slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs)
+            packed = pack_source and j == 0
+            if packed:
+                slim = pack_key_groups(slim, None, n)
+            proc = deferred(StageProcessor(spec, packed))
+            df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
+                proc, schema_ddl(spec.output_columns()), "Append", "None")
+        return df
+
+    # -- without Spark ----------------------------------------------------------------------------
+    def run_local(self, batches: Iterable[pd.DataFrame], *, fuse: bool = True,
+                  idle_timeout_ms: int | None = None) -> list[pd.DataFrame]:
+        """Run the pipeline on micro-batches without Spark; one output frame per batch.
+
+        A batch is a frame of the row contract with epoch-ms columns (``event_time_ms``,
+        ``punctuation_ms``, ``processing_time_ms``). When the first stage has column inputs, the
+        frame must already hold them under their names (:meth:`~keygroups.stage.Stage.inputs`;
+        SQL expressions are Spark's to evaluate). Rows are routed with
+        :func:`~keygroups.routing.key_groups_of` (the JVM's hash) and every key group runs
+        :func:`~keygroups.operator.run_key_group`, its state kept as bytes between batches, as
+        Spark keeps it.
+        """
+        specs = self.specs(fuse, idle_timeout_ms)
+        states: list[dict[int, bytes]] = [{} for _ in specs]
+        outputs = []
+        for batch in batches:
+            df = batch
+            for j, spec in enumerate(specs):
+                first = spec.stages[0]
+                n = first.num_key_groups
+                if first.python_router() is not None:
+                    if j == 0:
+                        df = _ingest_frame(df, first)
+                    groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
+                else:
+                    exprs = first.inputs()
+                    renames = {}
+                    for name, expr in exprs.items():
+                        col = plain_column(expr)
+                        if name in df.columns and (j == 0 or col == name):
+                            continue
+                        if not (df["kind"] == KIND_DATA).any():
+                            renames[name] = None          # no data rows: nothing to compute
+                            continue
+                        if col is None or col not in df.columns:
+                            raise ValueError(f"run_local: input {name!r} = {expr!r} of stage {first.name!r} "
+                                             "is not a column of its input rows (SQL expressions are "
+                                             "evaluated by Spark only: add the column to the batch)")
+                        renames[name] = df[col]
+                    if renames:
+                        df = df.assign(**renames)
+                    groups = _groups_of_columns(df, first.key_columns(), n)
+                outs = []
+                for kg, rows in _by_key_group(df, groups, n):
+                    out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
+                    if out is not None and len(out):
+                        outs.append(out)
+                df = conform(outs, spec.output_columns())
+            outputs.append(df)
+        return outputs
+
+
+def _named(links: list[_Link]) -> list[_Link]:
+    """Copies of the stages with unique names (defaults from the class name)."""
+    out, seen = [], set()
+    for i, link in enumerate(links):
+        s = link.stage
+        name = s.name or re.sub(r"(?<!^)(?=[A-Z])", "_", type(s).__name__.removesuffix("Stage")).lower() or "stage"
+        base, k = name, 2
+        while name in seen:
+            name, k = f"{base}_{k}", k + 1
+        seen.add(name)
+        if name != s.name:
+            s = copy.copy(s)
+            object.__setattr__(s, "name", name)
+        out.append(_Link(s, link.fuse))
+    return out
+
+
+def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
+    if fuse is False:
+        return False
+    same_n = prev.num_key_groups == stage.num_key_groups
+    if stage.python_router() is not None:
+        if fuse is True:
+            if not same_n:
+                raise ValueError(f"fuse=True: {stage.name!r} has {stage.num_key_groups} key groups, "
+                                 f"{prev.name!r} {prev.num_key_groups}")
+            return True
+        return same_n and bool(getattr(stage, "fusable_after", lambda p: False)(prev))
+    exprs = stage.inputs()
+    produced = {c for c, _ in prev.output_columns()} | {"event_time_ms"}
+    plain = {name: plain_column(e) for name, e in exprs.items()}
+    all_plain = all(c is not None and c in produced for c in plain.values())
+    keys = stage.key_columns() or []
+    same_key = bool(keys) and [plain.get(k) for k in keys] == list(prev.output_key_columns() or [])
+    if fuse is True:
+        if not (same_n and all_plain and same_key):
+            raise ValueError(f"fuse=True: {stage.name!r} cannot run fused after {prev.name!r}: it needs the "
+                             "same number of key groups, plain-column inputs of that stage's output and its "
+                             f"key columns {prev.output_key_columns()} (got inputs {exprs}, key {keys})")
+        return True
+    return same_n and all_plain and same_key
+
+
+def _groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> np.ndarray | None:
+    """Key groups of the data rows of ``df`` by its key columns (Spark's hash; ints by width)."""
+    if not keys:
+        raise ValueError("a stage with column inputs needs key_columns()")
+    is_data = (df["kind"] == KIND_DATA).to_numpy()
+    groups = np.zeros(len(df), np.int64)
+    if is_data.any():
+        data = df[is_data]
+        cols, widths = [], []
+        for k in keys:
+            col = data[k]
+            widths.append(4 if str(col.dtype) in ("Int32", "int32", "Int16", "int16", "Int8", "int8") else 8)
+            cols.append([None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
+                         if not isinstance(v, (bytes, str, tuple, list)) else v for v in col.tolist()])
+        groups[is_data] = key_groups_of(cols, n, widths)
+    return groups
+
+
+def _by_key_group(df: pd.DataFrame, groups, n: int):
+    """``(key group, rows)`` as ``with_key_groups`` routes them: data by ``groups``, markers to
+    every key group, other rows to key group 0."""
+    kinds = df["kind"].to_numpy(dtype=object)
+    is_data = kinds == KIND_DATA
+    is_marker = np.isin(kinds, MARKER_KINDS)
+    g = np.asarray(groups, dtype=np.float64) if groups is not None else np.zeros(len(df))
+    for kg in range(n):
+        mask = is_marker | (is_data & (g == kg)) | (~is_data & ~is_marker & (kg == 0))
+        if mask.any():
+            yield kg, df[mask]
+
+
+def _with_ms_columns(df):
+    from pyspark.sql import functions as F
+
+    for ts in ("event_time", "punctuation", "processing_time"):
+        if ts in df.columns and f"{ts}_ms" not in df.columns:
+            df = df.withColumn(f"{ts}_ms", F.unix_millis(ts))
+    return df
+
+
+def _ingest_columns(stage: Stage) -> list[tuple[str, str]]:
+    names = {c for c, _ in CONTROL_COLUMNS}
+    return list(CONTROL_COLUMNS) + [(KEY_GROUP_COLUMN, "int")] + [c for c in stage.routed_columns() if c[0] not in names]
+
+
+def _ingest_frame(pdf: pd.DataFrame, stage: Stage) -> pd.DataFrame:
+    """Python routing of source rows (pure): data rows through ``stage``'s router, others kept."""
+    router = stage.python_router()
+    is_data = (pdf["kind"] == KIND_DATA).to_numpy()
+    data = pdf[is_data]
+    parts = [pdf[~is_data]]
+    if len(data):
+        rows, groups = router(data)
+        if rows is not None and len(rows):
+            pt = data["processing_time_ms"].max() if "processing_time_ms" in data.columns else None
+            extra = {KEY_GROUP_COLUMN: np.asarray(groups, np.int64), "kind": KIND_DATA}
+            if "processing_time_ms" not in rows.columns:
+                extra["processing_time_ms"] = pt
+            parts.append(rows.assign(**extra))
+    return conform(parts, _ingest_columns(stage))
+
+
+def _ingest(df, stage: Stage):
+    """Spark: a ``mapInPandas`` step routing the source's data rows in Python (``stage``'s router)."""
+    df = _with_ms_columns(df)
+
+    def ingest(frames):
+        for pdf in frames:
+            yield _ingest_frame(pdf, stage)
+
+    return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
+
+
+def stateful_operators(df) -> int:
+    """Number of ``transformWithStateInPandas`` operators in ``df``'s logical plan."""
+    plan = df._jdf.queryExecution().analyzed().toString()
+    return len(re.findall(r"TransformWithStateIn(?:Pandas|PySpark)\b", plan))

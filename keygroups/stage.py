@@ -1,0 +1,139 @@
+"""The stage protocol: what an engine adapter implements once to run in any pipeline.
+
+A :class:`Stage` is a small picklable object holding the logic of one keyed operator (a slicer,
+a Dataflow trigger, an optimistic stage, ...). Per micro-batch and key group it gets a
+:class:`StageInput` (data rows, modification punctuations, the input low watermark, the batch's
+processing time) and returns a :class:`StageOutput` (data rows, its **output low watermark**,
+reports). The framework (:mod:`keygroups.processor`, :mod:`keygroups.pipeline`) does the rest
+the same way for every engine: routing, state (one read and write per key group and batch),
+modification deduplication and forwarding, punctuation folding (min over senders) and
+forwarding, fusion of consecutive stages keyed by the same key group, and the local runner.
+
+The output low watermark (Beam's *output watermark hold*) is the promise "no data row this key
+group emits later has an event time below it": for a windowing stage, the earliest end of a
+window it may still emit or update (minus one, the window's last instant); for an optimistic
+barrier, its release bound. The framework keeps it monotone and sends it downstream as a
+punctuation row after the batch's data rows.
+
+How a stage gets its input
+--------------------------
+- **Column inputs** (:meth:`Stage.inputs` and :meth:`Stage.key_columns`): named input columns
+  given as SQL expressions over the upstream rows (the source's, or the previous stage's), which
+  Spark evaluates before the shuffle; the key columns are hashed in the JVM. A stage whose inputs
+  are plain column names of the previous stage's output, keyed by that stage's output key
+  columns, is *fused* with it: it runs in the same processor, without a shuffle.
+- **Python routing** (:meth:`Stage.python_router`): a function of the upstream data (a frame, or
+  the upstream stage's native output) returning the rows to send and their key groups (computed
+  with :func:`keygroups.key_group_of`, the same function the JVM computes). It runs in the
+  upstream processor, or in a ``mapInPandas`` step after the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from keygroups.contract import Modification
+
+__all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter"]
+
+#: ``router(upstream_data) -> (rows as a frame, key group per row)``
+PythonRouter = Callable[[Any], tuple[pd.DataFrame, Any]]
+
+
+@dataclass
+class StageInput:
+    """What one micro-batch brings to one stage in one key group."""
+
+    key_group: int
+    data: Any                               # a frame with event_time_ms (or an upstream stage's native data)
+    modifications: list[Modification]       # new this batch, in control-topic order
+    watermark_ms: int | None                # input low watermark after this batch
+    previous_watermark_ms: int | None       # ... after the previous batch
+    processing_time_ms: int | None          # recorded in the source offset (same on replay)
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Records of ``key`` a stage did not use in this batch, and why (``late``, ``null``, ``closed``)."""
+
+    key: Any
+    reason: str
+    count: int
+
+
+@dataclass
+class StageOutput:
+    """What a stage produced for one key group and batch."""
+
+    data: Any = None                        # a frame with event_time_ms + output columns, or native data
+    watermark_ms: int | None = None         # output low watermark (hold) after this batch
+    dropped: list[Dropped] = field(default_factory=list)
+    metrics: dict | None = None             # counters for a ``metrics`` row (JSON-serialisable)
+
+
+class Stage:
+    """Base class of a stage's logic. Subclasses are picklable values (no Spark objects).
+
+    Set ``name`` (unique in a pipeline; the builder fills a default) and ``num_key_groups``.
+    """
+
+    name: str | None = None
+    num_key_groups: int = 4
+
+    # -- input ------------------------------------------------------------------------------------
+    def inputs(self) -> dict[str, str]:
+        """Input columns: ``{name: SQL expression over the upstream rows}`` (column inputs)."""
+        return {}
+
+    def key_columns(self) -> list[str] | None:
+        """Names among :meth:`inputs` that form the key (column inputs), or None."""
+        return None
+
+    def python_router(self) -> PythonRouter | None:
+        """A Python router (Python routing) instead of column inputs; see the module docstring."""
+        return None
+
+    def routed_columns(self) -> list[tuple[str, str]]:
+        """Python routing: the (name, Spark DDL type) columns of the rows the router returns."""
+        return []
+
+    # -- output -----------------------------------------------------------------------------------
+    def output_columns(self) -> list[tuple[str, str]]:
+        """Data columns of the output rows (besides the contract's ``event_time_ms``)."""
+        raise NotImplementedError
+
+    def output_key_columns(self) -> list[str] | None:
+        """Output columns that carry this stage's key unchanged (a stage keyed by exactly these
+        columns, with the same number of key groups, can be fused after this one)."""
+        return None
+
+    def output_frame(self, data: Any) -> pd.DataFrame | None:
+        """This stage's native output data as a frame of ``event_time_ms`` + :meth:`output_columns`."""
+        return data
+
+    # -- state and processing ---------------------------------------------------------------------
+    def new_state(self) -> Any:
+        raise NotImplementedError
+
+    def dump_state(self, state: Any) -> bytes:
+        raise NotImplementedError
+
+    def load_state(self, blob: bytes) -> Any:
+        raise NotImplementedError
+
+    def process(self, state: Any, batch: StageInput) -> StageOutput:
+        """One micro-batch of one key group: apply ``batch.modifications`` (those meant for this
+        stage), then the data, then advance to ``batch.watermark_ms``; mutate ``state``."""
+        raise NotImplementedError
+
+    def then(self, other: "Stage", fuse: bool | None = None):
+        """A :class:`~keygroups.pipeline.Pipeline` of this stage followed by ``other``."""
+        from keygroups.pipeline import Pipeline
+
+        return Pipeline([self]).then(other, fuse=fuse)
+
+    def __rshift__(self, other: "Stage"):
+        return self.then(other)

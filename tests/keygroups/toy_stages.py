@@ -1,0 +1,133 @@
+"""Small stages for testing the stage layer: a tumbling-window count keyed by columns, and a
+Python-routed running total. Deliberately simple, so expected results can be written by hand."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+
+
+@dataclass
+class TumblingCount(Stage):
+    """Per key: the number of records (times ``weight``) per tumbling window of ``size_ms``,
+    emitted once the input watermark passes the window's end; records behind the previous
+    watermark are dropped (reason ``late``). Output watermark = input watermark. A modification
+    ``{"op": "weight", "stage": <name>, "value": w}`` sets the weight of later records.
+
+    ``key``/``value``: input expressions (``value`` null -> dropped, reason ``null``)."""
+
+    key: str = "k"
+    value: str = "v"
+    size_ms: int = 1000
+    num_key_groups: int = 3
+    name: str | None = None
+
+    def inputs(self):
+        return {"k": self.key, "v": self.value}
+
+    def key_columns(self):
+        return ["k"]
+
+    def output_columns(self):
+        return [("k", "string"), ("window_start_ms", "bigint"), ("window_end_ms", "bigint"), ("count", "bigint")]
+
+    def output_key_columns(self):
+        return ["k"]
+
+    def new_state(self):
+        return {"weight": 1, "windows": {}}
+
+    def dump_state(self, state):
+        return pickle.dumps(state)
+
+    def load_state(self, blob):
+        return pickle.loads(blob)
+
+    def process(self, state, batch: StageInput) -> StageOutput:
+        for m in batch.modifications:
+            cmd = m.command
+            if cmd.get("op") == "weight" and cmd.get("stage", self.name) == self.name:
+                state["weight"] = int(cmd["value"])
+        dropped = {}
+        data = batch.data
+        if data is not None and len(data):
+            for k, v, t in zip(data["k"], data["v"], data["event_time_ms"]):
+                if v is None or pd.isna(v):
+                    dropped[(k, "null")] = dropped.get((k, "null"), 0) + 1
+                    continue
+                t = int(t)
+                if batch.previous_watermark_ms is not None and t < batch.previous_watermark_ms:
+                    dropped[(k, "late")] = dropped.get((k, "late"), 0) + 1
+                    continue
+                start = t - t % self.size_ms
+                state["windows"][(k, start)] = state["windows"].get((k, start), 0) + state["weight"]
+        rows = []
+        wm = batch.watermark_ms
+        if wm is not None:
+            for (k, start) in sorted(state["windows"]):
+                if start + self.size_ms <= wm:
+                    rows.append((k, start, start + self.size_ms, state["windows"].pop((k, start))))
+        frame = pd.DataFrame(rows, columns=["k", "window_start_ms", "window_end_ms", "count"])
+        frame["event_time_ms"] = frame["window_end_ms"] - 1
+        return StageOutput(frame, wm, [Dropped(k, r, c) for (k, r), c in sorted(dropped.items())])
+
+
+def _first_letter(row_key: str) -> str:
+    return str(row_key)[:1]
+
+
+@dataclass
+class RunningTotal(Stage):
+    """Python-routed: per ``key_fn(k)``, the running sum of the ``count`` column; per batch one row
+    per group that got rows (its total, at the newest event time of those rows), so the result does
+    not depend on the order rows arrive in (an OpKeyedUnordered, data-trace types §4). Output
+    watermark = input watermark."""
+
+    key_fn: object = _first_letter
+    num_key_groups: int = 2
+    name: str | None = None
+
+    def python_router(self):
+        key_fn, n = self.key_fn, self.num_key_groups
+
+        def route(data):
+            frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+            keys = [key_fn(k) for k in frame["k"]]
+            rows = pd.DataFrame({"group": keys, "count": frame["count"].to_numpy(),
+                                 "event_time_ms": frame["event_time_ms"].to_numpy()})
+            for c in ("topic", "partition", "offset"):
+                if c in frame.columns:
+                    rows[c] = frame[c].to_numpy()
+            return rows, np.array([key_group_of(k, n) for k in keys], dtype=np.int64)
+        return route
+
+    def routed_columns(self):
+        return [("group", "string"), ("count", "bigint")]
+
+    def output_columns(self):
+        return [("group", "string"), ("total", "bigint")]
+
+    def new_state(self):
+        return {}
+
+    def dump_state(self, state):
+        return json.dumps(state).encode()
+
+    def load_state(self, blob):
+        return json.loads(blob)
+
+    def process(self, state, batch: StageInput) -> StageOutput:
+        data = batch.data
+        touched: dict = {}
+        if data is not None and len(data):
+            for g, c, t in zip(data["group"], data["count"], data["event_time_ms"]):
+                state[g] = state.get(g, 0) + int(c)
+                touched[g] = max(touched.get(g, int(t)), int(t))
+        rows = [(g, state[g], t) for g, t in sorted(touched.items())]
+        return StageOutput(pd.DataFrame(rows, columns=["group", "total", "event_time_ms"]), batch.watermark_ms)
