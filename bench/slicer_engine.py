@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slicer import (  # noqa: E402
-    M4, CountAgg, Max, Mean, Median, SessionWindow, SlicingWindowOperator, Sum, Time, TumblingWindow,
+    M4, Count, Max, Mean, Median, SessionWindow, SlicingWindowOperator, Sum, TumblingWindow,
 )
 from slicer._buckets import BucketsOperator  # noqa: E402
 
@@ -47,9 +47,9 @@ def stream(n: int, rate: int, ooo: float, seed: int = 7) -> tuple[np.ndarray, np
 
 def configure(op, n_windows: int, session: bool, aggregation=None):
     for size in np.linspace(1_000, 20_000, n_windows).astype(np.int64):
-        op.add_window(TumblingWindow(Time, int(size)))
+        op.add_window(TumblingWindow(int(size)))
     if session:
-        op.add_window(SessionWindow(Time, 1_000))
+        op.add_window(SessionWindow(1_000))
     if aggregation is not None:
         op.add_aggregation(aggregation)
     return op
@@ -119,7 +119,7 @@ def aggregations(args) -> list[dict]:
     print("\naggregations, 20 tumbling windows + session, 20% ooo (slicing, rec/s)")
     values, ts = stream(args.records, args.rate, 0.2)
     rows = []
-    for fn in (Sum(), CountAgg(), Mean(), Max(), M4(), Median()):
+    for fn in (Sum(), Count(), Mean(), Max(), M4(), Median()):
         n = args.records if fn.name != "median" else args.records // 4
         eng, _, _ = engine(20, True, values[:n], ts[:n], args.batch, fn, repeat=args.repeat)
         rows.append({"aggregation": fn.name, "slicing": eng})

@@ -69,7 +69,7 @@ def run(processor, batch_list, warmup: int = 2):
 
 
 def main(argv: list[str] | None = None) -> None:
-    from slicer import SlidingWindow, SlicingWindowOperator, Sum, Time
+    from slicer import SlidingWindow, SlicingWindowOperator, Sum
     from slicer.spark import SlicingProcessor, output_columns
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         template = SlicingWindowOperator(LATENESS_MS)
         template.add_aggregation(Sum())
         for size, slide in window_specs(w):
-            template.add_window(SlidingWindow(Time, size, slide))
+            template.add_window(SlidingWindow(size, slide))
         columns = output_columns([("key", "string")], [Sum()])
         for keys in key_counts:
             data = list(batches(timed + 2, args.records, keys))

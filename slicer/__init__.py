@@ -7,12 +7,15 @@ emitted. This package is the pure engine (numpy, no Spark):
 
 * :class:`SlicingWindowOperator` - the facade: ``add_window``, ``add_aggregation``,
   ``process_element(s)``, ``process_watermark``, ``set_max_lateness``, ``to_bytes``.
-* Windows (:mod:`slicer.windows`, :mod:`slicer.context_windows`): tumbling, sliding, fixed
-  band, session, punctuation, slide-by-tuple, on the :data:`Time` (ms) or :data:`Count`
-  measure; user-defined types via :class:`ContextFreeWindow`,
+* Windows and aggregations are the shared vocabulary of :mod:`windowing` (re-exported here):
+  :class:`TumblingWindow`, :class:`SlidingWindow` (both with ``measure="count"`` for windows of
+  records), :class:`SessionWindow`, :class:`GlobalWindow`; :class:`Sum`, :class:`Count`,
+  :class:`Min`, :class:`Max`, :class:`Mean`, :class:`M4`, :class:`Median`, :class:`Quantile`,
+  :class:`ToList`, user-defined lift / combine / lower (:class:`AggregateFunction`, + invert,
+  commutativity) or Beam-style :class:`Combiner`.
+* Slicer-only windows (:mod:`slicer.windows`, :mod:`slicer.context_windows`): fixed band,
+  punctuation, slide-by-tuple; user-defined types via :class:`ContextFreeWindow`,
   :class:`ForwardContextFreeWindow`, :class:`ForwardContextAwareWindow`.
-* Aggregations (:mod:`slicer.aggregates`): sum, count, min, max, mean, M4, median,
-  quantiles, user-defined lift / combine / lower (+ invert, commutativity).
 
 Conventions: windows are ``[start, end)`` (start inclusive, end exclusive); times are
 integer milliseconds; a window is emitted by the first watermark at or after its end, and
@@ -22,8 +25,8 @@ Example
 -------
 >>> import numpy as np
 >>> op = SlicingWindowOperator(max_lateness_ms=500)
->>> _ = op.add_window(SlidingWindow(Time, size=1000, slide=500))
->>> _ = op.add_window(SessionWindow(Time, gap=300))
+>>> _ = op.add_window(SlidingWindow(1000, 500))
+>>> _ = op.add_window(SessionWindow(300))
 >>> op.add_aggregation(Sum()); op.add_aggregation(M4())
 >>> op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 900]))
 >>> [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(1500)]
@@ -45,25 +48,24 @@ lazily: ``import slicer`` does not import pyspark). How it follows these notes:
 * State size: slices (not records) unless ``stores_records`` (see :mod:`slicer.decision`).
 """
 
-from slicer.aggregates import (
-    M4, AggregateFunction, Count as CountAgg, Max, Mean, Median, Min, Quantile, Sum,
-)
 from slicer.context_windows import (
-    ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow,
-    SessionWindow, SlideByTupleWindow, WindowContext,
+    ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow,
+    WindowContext,
 )
 from slicer.operator import SlicingWindowOperator, StreamOrder
 from slicer.results import WindowResult, WindowResults
-from slicer.windows import (
-    ContextFreeWindow, Count, FixedBandWindow, Measure, SlidingWindow, Time, TumblingWindow, Window,
+from slicer.windows import ContextFreeWindow, FixedBandWindow
+from windowing import (
+    M4, AggregateFunction, Combiner, Count, GlobalWindow, Max, Mean, Median, Min, Quantile, SessionWindow,
+    SlidingWindow, Sum, ToList, TumblingWindow, Window,
 )
 
 __all__ = [
     "SlicingWindowOperator", "StreamOrder", "WindowResult", "WindowResults",
-    "Measure", "Time", "Count", "Window", "ContextFreeWindow", "TumblingWindow", "SlidingWindow",
-    "FixedBandWindow", "ContextAwareWindow", "ForwardContextFreeWindow", "ForwardContextAwareWindow",
-    "WindowContext", "SessionWindow", "PunctuationWindow", "SlideByTupleWindow",
-    "AggregateFunction", "Sum", "CountAgg", "Min", "Max", "Mean", "M4", "Median", "Quantile",
+    "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
+    "FixedBandWindow", "PunctuationWindow", "SlideByTupleWindow", "ContextFreeWindow", "ContextAwareWindow",
+    "ForwardContextFreeWindow", "ForwardContextAwareWindow", "WindowContext",
+    "AggregateFunction", "Combiner", "Sum", "Count", "Min", "Max", "Mean", "M4", "Median", "Quantile", "ToList",
 ]
 
 

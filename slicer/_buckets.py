@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slicer.context_windows import SessionWindow
-from slicer.windows import SlidingWindow
+from slicer.compile import compile_window
+from slicer.context_windows import SessionGapWindow
+from slicer.windows import PeriodicWindow
 
 __all__ = ["BucketsOperator"]
 
@@ -26,7 +27,8 @@ class BucketsOperator:
         self.dropped_late = 0
 
     def add_window(self, window) -> int:
-        if not isinstance(window, (SlidingWindow, SessionWindow)):
+        window = compile_window(window)
+        if not isinstance(window, (PeriodicWindow, SessionGapWindow)):
             raise TypeError(f"BucketsOperator: unsupported window {window!r}")
         self.windows.append(window)
         self.buckets.append({})
@@ -42,7 +44,7 @@ class BucketsOperator:
         if ts.size == 0:
             return
         for w, b in zip(self.windows, self.buckets):
-            if isinstance(w, SessionWindow):
+            if isinstance(w, SessionGapWindow):
                 self._sessions(w.gap, b, values, ts)
                 continue
             base = (ts - w.offset) // w.slide

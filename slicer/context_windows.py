@@ -9,13 +9,15 @@ aggregate store.
 
 Time measure only. Boundary conventions as in :mod:`slicer.windows`:
 
-* :class:`SessionWindow` ``[first, last + gap)``: consecutive records (event-time order)
-  closer than ``gap`` share a session.
+* :class:`SessionGapWindow` (the runtime of ``windowing.SessionWindow``) ``[first, last + gap)``:
+  consecutive records (event-time order) closer than ``gap`` share a session.
 * :class:`PunctuationWindow` ``[p_i + 1, p_{i+1} + 1)`` between consecutive punctuation
   records ``p``: a punctuation record closes the window it belongs to, so in-order
   punctuations never split a slice that already holds records.
 * :class:`SlideByTupleWindow` every ``slide``-th record ``k`` (event-time order) ends a
-  window ``[t_k + 1 - size, t_k + 1)``, the last ``size`` ms up to and including ``t_k``.
+  window ``[t_k + 1 - size_ms, t_k + 1)``, the last ``size_ms`` up to and including ``t_k``.
+
+Punctuation and slide-by-tuple windows are slicer-only extensions.
 
 User-defined types subclass :class:`ForwardContextFreeWindow` or
 :class:`ForwardContextAwareWindow` and return a :class:`WindowContext` from
@@ -29,11 +31,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from slicer.windows import Measure, Time, Window, _positive_int
+from slicer.windows import TIME, _positive_int
 
 __all__ = [
     "WindowContext", "ContextAwareWindow", "ForwardContextFreeWindow",
-    "ForwardContextAwareWindow", "SessionWindow", "PunctuationWindow", "SlideByTupleWindow",
+    "ForwardContextAwareWindow", "SessionGapWindow", "PunctuationWindow", "SlideByTupleWindow",
 ]
 
 _EMPTY = np.zeros(0, np.int64)
@@ -66,7 +68,10 @@ class WindowContext:
         pass
 
 
-class ContextAwareWindow(Window):
+class ContextAwareWindow:
+    """Base of context-aware windows (time measure only)."""
+
+    measure = TIME
     forward_context_free: bool = False
 
     def create_context(self) -> WindowContext:
@@ -75,11 +80,6 @@ class ContextAwareWindow(Window):
     def slicing_group(self) -> tuple[str, int] | None:
         """(group, rank): of contexts in one group only the lowest rank cuts slices (7.3.1)."""
         return None
-
-    def _check_time(self) -> None:
-        self._init_measure()
-        if self.measure is not Time:
-            raise ValueError(f"{type(self).__name__} measure={self.measure.value!r}: only 'time' is supported")
 
 
 class ForwardContextFreeWindow(ContextAwareWindow):
@@ -96,16 +96,14 @@ class ForwardContextAwareWindow(ContextAwareWindow):
 
 # --------------------------------------------------------------------------- sessions
 @dataclass(frozen=True)
-class SessionWindow(ContextAwareWindow):
-    """Session windows (section 6); the paper's exception: no records kept, no slice splits
-    that need them (Algorithms 3 to 6 only split inside gaps)."""
+class SessionGapWindow(ContextAwareWindow):
+    """Runtime of ``windowing.SessionWindow`` (section 6); the paper's exception: no records
+    kept, no slice splits that need them (Algorithms 3 to 6 only split inside gaps)."""
 
-    measure: Measure
     gap: int
 
     def __post_init__(self) -> None:
-        self._check_time()
-        _positive_int("gap", self.gap)
+        _positive_int("gap_ms", self.gap)
 
     def create_context(self) -> WindowContext:
         return _SessionContext(int(self.gap))
@@ -155,14 +153,12 @@ class _SessionContext(WindowContext):
 @dataclass(frozen=True)
 class PunctuationWindow(ForwardContextFreeWindow):
     """Windows between punctuation records: ``value`` equal to ``punctuation`` or, if given,
-    ``predicate(values) -> bool array`` (vectorised; must be picklable)."""
+    ``predicate(values) -> bool array`` (vectorised; must be picklable). Slicer only."""
 
-    measure: Measure = Time
     punctuation: Any = None
     predicate: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
-        self._check_time()
         if self.punctuation is None and self.predicate is None:
             raise ValueError("PunctuationWindow: give punctuation=<value> or predicate=<callable>")
 
@@ -209,22 +205,21 @@ class _PunctuationContext(WindowContext):
 # --------------------------------------------------------------------------- slide-by-tuple
 @dataclass(frozen=True)
 class SlideByTupleWindow(ForwardContextAwareWindow):
-    """Every ``slide`` records, the last ``size`` ms (Li et al.'s slide-by-tuple windows).
+    """Every ``slide`` records, the last ``size_ms`` (Li et al.'s slide-by-tuple windows).
 
-    Forward context aware: a window start is known only after the record ``size`` ms later.
+    Forward context aware: a window start is known only after the record ``size_ms`` later.
+    Slicer only.
     """
 
-    measure: Measure
-    size: int
+    size_ms: int
     slide: int = 1
 
     def __post_init__(self) -> None:
-        self._check_time()
-        _positive_int("size", self.size)
-        _positive_int("slide", self.slide)
+        _positive_int("SlideByTupleWindow: size_ms", self.size_ms)
+        _positive_int("SlideByTupleWindow: slide", self.slide)
 
     def create_context(self) -> WindowContext:
-        return _SlideByTupleContext(int(self.size), int(self.slide))
+        return _SlideByTupleContext(int(self.size_ms), int(self.slide))
 
 
 class _SlideByTupleContext(WindowContext):

@@ -18,24 +18,27 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from slicer.aggregates import AggregateFunction
-from slicer.context_windows import ContextAwareWindow, SessionWindow
-from slicer.windows import Count, Window
+from slicer.context_windows import ContextAwareWindow, SessionGapWindow
+from slicer.windows import COUNT
+from windowing import AggregateFunction
 
 __all__ = ["record_reasons"]
 
 
-def record_reasons(windows: Iterable[Window], aggregations: Iterable[AggregateFunction],
+def record_reasons(queries: Iterable, aggregations: Iterable[AggregateFunction],
                    in_order: bool) -> list[str]:
-    """Why time-measure slices need records; an empty list means aggregates suffice."""
+    """Why time-measure slices need records; an empty list means aggregates suffice.
+
+    ``queries``: the operator's :class:`~slicer.window_manager.Query` objects."""
     reasons = []
-    for w in windows:
-        if w.measure is Count or isinstance(w, SessionWindow) or not isinstance(w, ContextAwareWindow):
+    for q in queries:
+        w = q.window
+        if q.measure is COUNT or isinstance(w, SessionGapWindow) or not isinstance(w, ContextAwareWindow):
             continue
         if not w.forward_context_free:
-            reasons.append(f"{w!r} is forward context aware")
+            reasons.append(f"{q.spec!r} is forward context aware")
         elif not in_order:
-            reasons.append(f"{w!r} is context aware on an out-of-order stream")
+            reasons.append(f"{q.spec!r} is context aware on an out-of-order stream")
     if not in_order:
         reasons += [f"{a.name} is not commutative on an out-of-order stream"
                     for a in aggregations if not a.commutative]

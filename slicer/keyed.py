@@ -6,10 +6,10 @@ with thousands of keys per key group that, not the records, is the bill. For the
 it is possible, :class:`KeyedSlicingOperator` does the same work for every key of the group in a
 fixed number of numpy calls:
 
-* every window is a ``TumblingWindow`` or ``SlidingWindow`` on ``Time``: context free, so every
+* every window is a time ``TumblingWindow`` or ``SlidingWindow``: context free, so every
   slice edge is known a priori (Scotty section 4.4) and is the same for all keys: a slice is the
   span between consecutive edges of the queries' start and end progressions;
-* every aggregation is ``Sum``, ``CountAgg``, ``Min``, ``Max``, ``Mean`` or ``M4``: distributive
+* every aggregation is ``Sum``, ``Count``, ``Min``, ``Max``, ``Mean`` or ``M4``: distributive
   or algebraic, so slices keep partial aggregates only, no records, in order or not (section 5.1,
   Figure 6), and an out-of-order record just updates its slice (section 5.2: no split, no merge);
   M4's first and last are the records with the smallest and largest (event time, arrival), kept
@@ -38,9 +38,9 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from slicer.aggregates import M4, Count, Max, Mean, Min, Sum
 from slicer.results import WindowResults, object_array
-from slicer.windows import SlidingWindow, Time, progression_points
+from slicer.windows import TIME, PeriodicWindow, progression_points
+from windowing import M4, Count, Max, Mean, Min, Sum
 
 __all__ = ["KeyedSlicingOperator"]
 
@@ -62,7 +62,7 @@ class KeyedSlicingOperator:
 
     def __init__(self, template) -> None:
         if not self.supports(template):
-            raise ValueError("KeyedSlicingOperator: needs Time TumblingWindow/SlidingWindow queries, Sum/CountAgg/"
+            raise ValueError("KeyedSlicingOperator: needs time TumblingWindow/SlidingWindow queries, Sum/Count/"
                              "Min/Max/Mean/M4 aggregations, stream_order='out_of_order' and no forced record keeping")
         self.lateness = int(template.max_lateness)
         self.aggregations = list(template.aggregations)
@@ -90,7 +90,7 @@ class KeyedSlicingOperator:
         """Whether ``template`` (a :class:`~slicer.SlicingWindowOperator`) runs here unchanged."""
         qs = list(template.windows.queries.values())
         return (bool(qs) and bool(template.aggregations)
-                and all(isinstance(q.window, SlidingWindow) and q.window.measure is Time and q.context is None
+                and all(isinstance(q.window, PeriodicWindow) and q.measure is TIME and q.context is None
                         and q.start_at == np.iinfo(np.int64).min for q in qs)
                 and all(type(a) in _BUILTINS for a in template.aggregations)
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
@@ -268,7 +268,7 @@ class KeyedSlicingOperator:
                 values.append(np.column_stack([_range_reduce(np.minimum, self.min, lo, hi),
                                                _range_reduce(np.maximum, self.max, lo, hi),
                                                self._edge_values("f", lo, hi), self._edge_values("l", lo, hi)]))
-        res = WindowResults(names, self.query_ids[q[w]], np.full(kk.size, Time.value, object),
+        res = WindowResults(names, self.query_ids[q[w]], np.full(kk.size, TIME.value, object),
                             s[w], e[w], upd[w].copy(), values)
         return kk, res
 

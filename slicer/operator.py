@@ -7,9 +7,9 @@ managers (records into slices, splits, merges), the :class:`~slicer.window_manag
 Example
 -------
 >>> import numpy as np
->>> from slicer import Sum, Time, TumblingWindow
+>>> from windowing import Sum, TumblingWindow
 >>> op = SlicingWindowOperator(max_lateness_ms=1000)
->>> q = op.add_window(TumblingWindow(Time, 1000))
+>>> q = op.add_window(TumblingWindow(1000))
 >>> op.add_aggregation(Sum())
 >>> op.process_elements(np.array([1.0, 2.0, 4.0]), np.array([100, 1500, 900]))
 >>> [(r.start, r.end, r.value) for r in op.process_watermark(2000)]
@@ -29,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from slicer.aggregates import AggregateFunction
+from slicer.compile import compile_window, is_builtin, kernel_for
 from slicer.context_windows import ContextAwareWindow
 from slicer.decision import record_reasons
 from slicer.results import WindowResult, WindowResults
 from slicer.slice_manager import CountSliceManager, SliceManager
 from slicer.window_manager import Query, WindowManager
-from slicer.windows import ContextFreeWindow, Count, Time, Window
+from slicer.windows import COUNT, TIME, measure_of
+from windowing import AggregateFunction
 
 __all__ = ["SlicingWindowOperator", "StreamOrder"]
 
@@ -103,17 +104,17 @@ class SlicingWindowOperator:
             raise ValueError("add_aggregation: aggregations are fixed once records were processed")
         self.aggregations.append(fn)
 
-    def add_window(self, window: Window) -> int:
-        """Add a query; returns its id. Added while running, it reports windows that start
-        after the latest record seen (count: after the records seen)."""
-        if not isinstance(window, (ContextFreeWindow, ContextAwareWindow)):
-            raise TypeError(f"add_window({window!r}): expected a window definition")
+    def add_window(self, window) -> int:
+        """Add a query (a :mod:`windowing` window or a slicer-only one); returns its id. Added
+        while running, it reports windows that start after the latest record seen (count: after
+        the records seen)."""
+        runtime = compile_window(window)
         qid, self._next_id = self._next_id, self._next_id + 1
+        measure = measure_of(runtime)
         start_at = np.iinfo(np.int64).min
         if self._time is not None:
-            start_at = self._count.total if window.measure is Count else (self._max_ts or 0) + 1
-        ctx = window.create_context() if isinstance(window, ContextAwareWindow) else None
-        self.windows.queries[qid] = Query(qid, window, int(start_at), ctx)
+            start_at = self._count.total if measure is COUNT else (self._max_ts or 0) + 1
+        self.windows.queries[qid] = Query.of(qid, window, runtime, int(start_at))
         if self._time is not None:
             if bool(self.record_reasons()) and self._time.tuples is None:
                 del self.windows.queries[qid]
@@ -129,8 +130,7 @@ class SlicingWindowOperator:
 
     def record_reasons(self) -> list[str]:
         """Why time-measure slices keep records (empty: partial aggregates only)."""
-        ws = [q.window for q in self.windows.queries.values()]
-        reasons = record_reasons(ws, self.aggregations, self.stream_order is StreamOrder.IN_ORDER)
+        reasons = record_reasons(list(self.windows.queries.values()), self.aggregations, self.stream_order is StreamOrder.IN_ORDER)
         return reasons + (["keep_records=True"] if self.keep_records else [])
 
     @property
@@ -138,13 +138,12 @@ class SlicingWindowOperator:
         return bool(self.record_reasons()) if self.keep_records is None else self.keep_records
 
     def _value_dtype(self):
-        builtin = all(type(a).kernel is not AggregateFunction.kernel for a in self.aggregations)
-        return np.float64 if builtin else object
+        return np.float64 if all(is_builtin(a) for a in self.aggregations) else object
 
     def _start(self) -> None:
         if not self.aggregations:
             raise ValueError("add_aggregation() before processing records")
-        kernels = lambda: [a.kernel() for a in self.aggregations]  # noqa: E731
+        kernels = lambda: [kernel_for(a) for a in self.aggregations]  # noqa: E731
         eager = self.store_kind == "eager"
         self._time = SliceManager(kernels(), eager, self.stores_records, self._value_dtype())
         self._count = CountSliceManager(kernels(), eager, self._value_dtype())
@@ -152,8 +151,8 @@ class SlicingWindowOperator:
 
     def _configure(self) -> None:
         qs = list(self.windows.queries.values())
-        for mgr, measure in ((self._time, Time), (self._count, Count)):
-            mgr.slicer.set_windows(q.window for q in qs if q.context is None and q.window.measure is measure)
+        for mgr, measure in ((self._time, TIME), (self._count, COUNT)):
+            mgr.slicer.set_windows(q.window for q in qs if q.context is None and q.measure is measure)
         best: dict[str, Query] = {}
         contexts = []
         for q in qs:
@@ -197,9 +196,9 @@ class SlicingWindowOperator:
         self._seq += ts.size
         top = int(ts.max())
         self._max_ts = top if self._max_ts is None else max(self._max_ts, top)
-        if self.windows.of_measure(Time):
+        if self.windows.of_measure(TIME):
             self._time.process(values, ts, seq)
-        if self.windows.of_measure(Count):
+        if self.windows.of_measure(COUNT):
             self._count.process(values, ts, seq)
 
     def process_watermark_columns(self, ts: int) -> WindowResults:
@@ -219,7 +218,7 @@ class SlicingWindowOperator:
     def _config(self) -> dict:
         return {"lateness": self.max_lateness, "order": self.stream_order.value, "store": self.store_kind,
                 "keep": self.keep_records, "aggs": self.aggregations,
-                "windows": {i: q.window for i, q in self.windows.queries.items()}}
+                "windows": {i: q.spec for i, q in self.windows.queries.items()}}
 
     def to_bytes(self, include_config: bool = True) -> bytes:
         """Serialise the state (and, by default, the configuration) to bytes.
@@ -245,8 +244,7 @@ class SlicingWindowOperator:
         op = cls(cfg["lateness"], cfg["order"], cfg["store"], cfg["keep"])
         op.aggregations = list(cfg["aggs"])
         for i, w in cfg["windows"].items():
-            ctx = w.create_context() if isinstance(w, ContextAwareWindow) else None
-            op.windows.queries[i] = Query(i, w, 0, ctx)
+            op.windows.queries[i] = Query.of(i, w, compile_window(w), 0)
         st = payload["state"]
         op._next_id, op._seq, op._max_ts, op.dropped_late = st["next"], st["seq"], st["max"], st["dropped"]
         if st["time"] is not None:

@@ -4,12 +4,12 @@
 streaming DataFrame of window aggregates, for many concurrent window queries per key at the
 cost of one slice update per record::
 
-    from slicer import M4, SlidingWindow, Sum, Time, TumblingWindow
+    from windowing import M4, SlidingWindow, Sum, TumblingWindow
     from slicer.spark import slice_windows
 
     src = spark.readStream.format("dataflow-kafka").option("subscribe", "sensors") ... .load()
     out = slice_windows(src, key="CAST(key AS STRING)",
-                        windows=[SlidingWindow(Time, 60_000, 10_000), TumblingWindow(Time, 5_000)],
+                        windows=[SlidingWindow(60_000, 10_000), TumblingWindow(5_000)],
                         aggregations=[Sum(), M4()],
                         value="get_json_object(CAST(value AS STRING), '$.amount')",
                         max_lateness_ms=30_000)
@@ -27,8 +27,8 @@ once per key group and micro-batch (``timeMode="None"``); it unpacks the blobs w
 sorted by (topic, partition, offset), so a replayed batch sees the same rows in the same order.
 Per call the processor factorises the keys of the batch with pandas. Then:
 
-* when every window is a ``TumblingWindow`` or ``SlidingWindow`` on ``Time`` and every
-  aggregation is ``Sum``, ``CountAgg``, ``Mean``, ``Min``, ``Max`` or ``M4`` (the usual case), all keys of
+* when every window is a time ``TumblingWindow`` or ``SlidingWindow`` and every
+  aggregation is ``Sum``, ``Count``, ``Mean``, ``Min``, ``Max`` or ``M4`` (the usual case), all keys of
   the group share one :class:`~slicer.keyed.KeyedSlicingOperator`: one table of (key, slice)
   partial aggregates, a fixed number of numpy calls per batch whatever the number of keys, and
   the group's state is that table;
@@ -90,11 +90,11 @@ import pandas as pd
 
 from keygroups import KEY_GROUP_COLUMN, KeyGroupBatch, deferred, with_key_groups
 from keygroups.packed import PackedKeyGroupProcessor, pack_key_groups
-from slicer.aggregates import M4, AggregateFunction, Count, Quantile
+from slicer.compile import is_builtin
 from slicer.keyed import KeyedSlicingOperator
 from slicer.operator import SlicingWindowOperator
 from slicer.results import object_array
-from slicer.windows import Window
+from windowing import M4, AggregateFunction, Count, Quantile
 
 __all__ = ["slice_windows", "SlicingProcessor", "output_columns"]
 
@@ -124,7 +124,7 @@ def _agg_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, s
             cols.append((name, "long"))
         elif isinstance(fn, Quantile):
             cols.append((name, "double" if np.isscalar(fn.q) else "array<double>"))
-        elif type(fn).kernel is not AggregateFunction.kernel:
+        elif is_builtin(fn):
             cols.append((name, "double"))
         else:
             cols.append((name, getattr(fn, "spark_type", "double")))
@@ -394,7 +394,7 @@ def _key_specs(df, key) -> list[tuple[str, str]]:
     return out
 
 
-def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window],
+def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
                   aggregations: Iterable[AggregateFunction], value="try_cast(CAST(value AS STRING) AS DOUBLE)",
                   num_key_groups: int = 8, max_lateness_ms: int = 1000, stream_order: str = "out_of_order",
                   store: str = "lazy", idle_timeout_ms: int | None = None,
@@ -405,8 +405,9 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable[Window]
     ----------
     df : streaming DataFrame with the source's row contract (``kind``, ``event_time``, ...).
     key : column name, SQL expression, a list of them, or a dict ``{output name: expression}``.
-    windows : window definitions (``slicer`` window types); ``query_id`` is the index.
-    aggregations : ``slicer`` aggregation functions, all computed for every window.
+    windows : window definitions (:mod:`windowing` windows, or slicer-only ones); ``query_id``
+        is the index.
+    aggregations : :mod:`windowing` aggregations, all computed for every window.
     value : SQL expression (str) or Column giving the aggregated value; cast to double
         (unparseable values become null and are reported in ``null_records``).
     num_key_groups : stateful processor calls per micro-batch (and unit of state).

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from slicer.context_windows import WindowContext
+from slicer.context_windows import ContextAwareWindow, WindowContext
 from slicer.results import WindowResults
 from slicer.slice_manager import CountSliceManager, SliceManager
-from slicer.windows import Count, SlidingWindow, Time, Window, progression_points
+from slicer.windows import COUNT, TIME, Measure, PeriodicWindow, measure_of, progression_points
 
 __all__ = ["Query", "WindowManager"]
 
@@ -38,13 +38,23 @@ _NO_LIMIT = np.iinfo(np.int64).max
 
 @dataclass
 class Query:
-    """A running window query; windows starting before ``start_at`` are not reported."""
+    """A running window query; windows starting before ``start_at`` are not reported.
+
+    ``spec`` is what the user gave (a :mod:`windowing` window or a slicer-only one), ``window``
+    its runtime (:func:`slicer.compile.compile_window`)."""
 
     id: int
-    window: Window
+    window: Any
     start_at: int
     context: WindowContext | None = None
     emitted: dict = field(default_factory=dict)  # context-aware: (start, end) already emitted
+    spec: Any = None
+    measure: Measure = TIME
+
+    @classmethod
+    def of(cls, qid, spec, runtime, start_at: int) -> "Query":
+        ctx = runtime.create_context() if isinstance(runtime, ContextAwareWindow) else None
+        return cls(qid, runtime, start_at, ctx, spec=spec, measure=measure_of(runtime))
 
 
 class WindowManager:
@@ -55,7 +65,7 @@ class WindowManager:
         self.count_frontier: int | None = None
 
     def of_measure(self, measure) -> list[Query]:
-        return [q for q in self.queries.values() if q.window.measure is measure]
+        return [q for q in self.queries.values() if q.measure is measure]
 
     # ------------------------------------------------------------------ emission
     def emit(self, wm: int, time_mgr: SliceManager, count_mgr: CountSliceManager,
@@ -64,10 +74,10 @@ class WindowManager:
         wm = wm if prev is None else max(wm, prev)
         parts = []
         if time_mgr.store.n:
-            parts.append(self._emit_measure(self.of_measure(Time), time_mgr, prev, wm, None, names))
+            parts.append(self._emit_measure(self.of_measure(TIME), time_mgr, prev, wm, None, names))
         if count_mgr.store.n:
             n_now = count_mgr.position_of_time(wm)
-            parts.append(self._emit_measure(self.of_measure(Count), count_mgr, self.count_frontier,
+            parts.append(self._emit_measure(self.of_measure(COUNT), count_mgr, self.count_frontier,
                                             n_now, count_mgr.first_change, names))
             self.count_frontier, count_mgr.first_change = n_now, None
         self.watermark = wm
@@ -80,8 +90,8 @@ class WindowManager:
             return None
         st = mgr.store
         span = (int(st.starts[0]), mgr.frontier + 1)
-        fam = [i for i, q in enumerate(queries) if isinstance(q.window, SlidingWindow)]
-        rest = [i for i, q in enumerate(queries) if not isinstance(q.window, SlidingWindow)]
+        fam = [i for i, q in enumerate(queries) if isinstance(q.window, PeriodicWindow)]
+        rest = [i for i, q in enumerate(queries) if not isinstance(q.window, PeriodicWindow)]
         blocks = [self._sliding_block([queries[i] for i in fam], mgr, prev, now, first_change, span)] if fam else []
         blocks += [self._query_block(queries[i], mgr, prev, now, first_change, span) for i in rest]
         pos = np.concatenate([np.asarray(fam + rest, np.int64)[b[0]] if j == 0 and fam else
@@ -98,7 +108,7 @@ class WindowManager:
                 m = pos == i
                 queries[i].emitted.update(dict.fromkeys(zip(s[m].tolist(), e[m].tolist())))
         qid = np.array([q.id for q in queries], np.int64)[pos]
-        measure = np.array([q.window.measure.value for q in queries], object)[pos]
+        measure = np.array([q.measure.value for q in queries], object)[pos]
         return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi))
 
     def _sliding_block(self, qs, mgr, prev, now, first_change, span):
@@ -115,7 +125,7 @@ class WindowManager:
         g, s, e = ends_in(span[0] if prev is None else max(prev, span[0]), now)
         upd = np.zeros(s.size, bool)
         if prev is not None:
-            if qs[0].window.measure is Count:
+            if qs[0].measure is COUNT:
                 ug, us, ue = ends_in(max(first_change, span[0]), prev) if first_change is not None else (g[:0], s[:0], e[:0])
             else:
                 ug, us, ue = ends_in(max(prev - self.max_lateness, span[0]), prev)
@@ -137,7 +147,7 @@ class WindowManager:
 
     def _changed(self, q: Query, mgr, prev: int, base: int, limit: int, first_change):
         """Already emitted windows to emit again (see the module docstring)."""
-        if q.window.measure is Count:  # positions from first_change on have shifted
+        if q.measure is COUNT:  # positions from first_change on have shifted
             if first_change is None:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64)
             return self._windows(q, mgr, max(first_change, base), prev, limit)
@@ -160,19 +170,19 @@ class WindowManager:
     # ------------------------------------------------------------------ eviction
     def _evict(self, horizon: int, time_mgr: SliceManager, count_mgr: CountSliceManager) -> None:
         if time_mgr.store.n:
-            time_mgr.evict_before(self._cutoff(self.of_measure(Time), time_mgr, horizon))
-            for q in self.of_measure(Time):
+            time_mgr.evict_before(self._cutoff(self.of_measure(TIME), time_mgr, horizon))
+            for q in self.of_measure(TIME):
                 if q.emitted:
                     q.emitted = {k: None for k in q.emitted if k[1] > horizon}
         if count_mgr.store.n:
             final = count_mgr.position_of_time(horizon)
-            count_mgr.evict_before(self._cutoff(self.of_measure(Count), count_mgr, final))
+            count_mgr.evict_before(self._cutoff(self.of_measure(COUNT), count_mgr, final))
 
     def _cutoff(self, queries: list[Query], mgr, horizon: int) -> int:
         """Smallest start of any window that can still be emitted or updated."""
-        fam = [q.window for q in queries if isinstance(q.window, SlidingWindow)]
+        fam = [q.window for q in queries if isinstance(q.window, PeriodicWindow)]
         cut = [horizon] + [self._open_start(q, mgr, horizon) for q in queries
-                           if not isinstance(q.window, SlidingWindow)]
+                           if not isinstance(q.window, PeriodicWindow)]
         if fam:
             size = np.array([w.size for w in fam], np.int64)
             slide = np.array([w.slide for w in fam], np.int64)

@@ -1,25 +1,26 @@
-"""Window definitions: measures and context-free windows (Scotty sections 4.3, 4.4, 5.4.2).
+"""The slicer's context-free windows: runtime edges and slicer-only types (Scotty §4.3, §4.4, §5.4.2).
 
-A window definition is a small immutable value that users write; the engine asks it for
-*window edges* (where slices must be cut) and for the windows that ended between two
-watermarks. Conventions, for every window type:
+Users write the shared definitions of :mod:`windowing` (``TumblingWindow``, ``SlidingWindow``,
+``SessionWindow``, ``GlobalWindow``); the operator compiles them (:func:`slicer.compile.compile_window`)
+into runtime windows that it asks for *window edges* (where slices must be cut) and for the
+windows that ended between two watermarks. Conventions, for every window type:
 
 * A window ``[start, end)`` contains the records with ``start <= t < end``: ``start``
-  inclusive, ``end`` exclusive. ``t`` is the event time in integer milliseconds for
-  :data:`Time`, and the record's position in event-time order (ties by arrival, 0-based)
-  for :data:`Count`.
+  inclusive, ``end`` exclusive. ``t`` is the event time in integer milliseconds for the time
+  measure, and the record's position in event-time order (ties by arrival, 0-based) for the
+  count measure (``measure="count"``).
 * A time window is emitted by the first watermark ``w`` with ``end <= w``; a count window
   once ``end`` records with event time below the watermark exist.
 
-Context-free windows (tumbling, sliding, fixed band and user-defined subclasses of
-:class:`ContextFreeWindow`) know all their edges up front; context-aware ones live in
-:mod:`slicer.context_windows`.
+Slicer-only context-free windows: :class:`FixedBandWindow`, and user-defined subclasses of
+:class:`ContextFreeWindow` (set ``measure = "count"`` for the count measure); context-aware ones
+live in :mod:`slicer.context_windows`.
 
 Example
 -------
->>> TumblingWindow(Time, 1000).next_edge(1500)
+>>> PeriodicWindow(Measure.TIME, size=1000, slide=1000).next_edge(1500)
 2000
->>> SlidingWindow("time", 1000, 250).windows_ending_between(0, 500)
+>>> PeriodicWindow(Measure.TIME, 1000, 250).windows_ending_between(0, 500)
 (array([-750, -500]), array([250, 500]))
 """
 
@@ -31,8 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "Measure", "Time", "Count", "Window", "ContextFreeWindow",
-    "TumblingWindow", "SlidingWindow", "FixedBandWindow",
+    "Measure", "TIME", "COUNT", "ContextFreeWindow", "PeriodicWindow", "FixedBandWindow", "measure_of",
 ]
 
 
@@ -52,8 +52,13 @@ class Measure(enum.Enum):
             raise ValueError(f"measure={value!r}: expected 'time' or 'count'") from None
 
 
-Time = Measure.TIME
-Count = Measure.COUNT
+TIME = Measure.TIME
+COUNT = Measure.COUNT
+
+
+def measure_of(window: object) -> Measure:
+    """The measure of a runtime window (``measure`` attribute, ``"time"`` when absent)."""
+    return Measure.parse(getattr(window, "measure", TIME))
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -62,22 +67,14 @@ def _positive_int(name: str, value: object) -> int:
     return int(value)
 
 
-class Window:
-    """Base of all window definitions. ``measure`` is :data:`Time` or :data:`Count`."""
-
-    measure: Measure
-
-    def _init_measure(self) -> None:
-        object.__setattr__(self, "measure", Measure.parse(self.measure))
-
-
-class ContextFreeWindow(Window):
+class ContextFreeWindow:
     """All edges known a priori (section 4.4). Subclass for a user-defined CF window.
 
     Implement ``next_edge`` (the ``getNextEdge`` of section 5.4.2), ``windows_ending_between``
-    (``triggerWin``) and ``earliest_open_start``. Built-ins also expose
-    ``progressions()`` - arithmetic progressions ``(period, offset)`` of their edges - so the
-    stream slicer can fuse them (section 7.3.2) and generate edges without a Python loop.
+    (``triggerWin``) and ``earliest_open_start``; a ``measure`` attribute ``"count"`` makes
+    the bounds record positions (default: time). Built-ins also expose ``progressions()`` - arithmetic progressions
+    ``(period, offset)`` of their edges - so the stream slicer can fuse them (section 7.3.2) and
+    generate edges without a Python loop.
     """
 
     def next_edge(self, ts: int) -> int:
@@ -108,8 +105,9 @@ class ContextFreeWindow(Window):
 
 
 @dataclass(frozen=True)
-class SlidingWindow(ContextFreeWindow):
-    """Windows ``[k*slide + offset, k*slide + offset + size)`` for every integer ``k``."""
+class PeriodicWindow(ContextFreeWindow):
+    """Runtime of tumbling and sliding windows: ``[k*slide + offset, k*slide + offset + size)``
+    for every integer ``k``."""
 
     measure: Measure
     size: int
@@ -117,7 +115,7 @@ class SlidingWindow(ContextFreeWindow):
     offset: int = 0
 
     def __post_init__(self) -> None:
-        self._init_measure()
+        object.__setattr__(self, "measure", Measure.parse(self.measure))
         _positive_int("size", self.size)
         _positive_int("slide", self.slide)
         if not isinstance(self.offset, (int, np.integer)):
@@ -138,52 +136,42 @@ class SlidingWindow(ContextFreeWindow):
         return int(_next_in(self.slide, self.offset % self.slide, horizon - self.size))
 
 
-@dataclass(frozen=True)
-class TumblingWindow(SlidingWindow):
-    """Non-overlapping windows ``[k*size + offset, (k+1)*size + offset)``."""
+@dataclass(frozen=True, init=False)
+class FixedBandWindow(ContextFreeWindow):
+    """One window ``[start_ms, start_ms + size_ms)`` (a fixed band, e.g. a business day).
 
+    Slicer only. With ``measure="count"`` the bounds are record positions.
+    """
+
+    start_ms: int
+    size_ms: int
     measure: Measure
-    size: int
-    slide: int = 0
-    offset: int = 0
 
-    def __init__(self, measure: Measure | str, size: int, offset: int = 0):
-        object.__setattr__(self, "measure", measure)
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "slide", size)
-        object.__setattr__(self, "offset", offset)
-        self.__post_init__()
+    def __init__(self, start_ms: int, size_ms: int, *, measure: "Measure | str" = "time") -> None:
+        if isinstance(start_ms, bool) or not isinstance(start_ms, (int, np.integer)):
+            raise ValueError(f"FixedBandWindow: start_ms={start_ms!r}: expected an integer")
+        object.__setattr__(self, "start_ms", int(start_ms))
+        object.__setattr__(self, "size_ms", _positive_int("FixedBandWindow: size_ms", size_ms))
+        object.__setattr__(self, "measure", Measure.parse(measure))
 
     def __repr__(self) -> str:
-        return f"TumblingWindow({self.measure.value!r}, size={self.size}, offset={self.offset})"
-
-
-@dataclass(frozen=True)
-class FixedBandWindow(ContextFreeWindow):
-    """One window ``[start, start + size)`` (a fixed band, e.g. a business day)."""
-
-    measure: Measure
-    start: int
-    size: int
-
-    def __post_init__(self) -> None:
-        self._init_measure()
-        _positive_int("size", self.size)
+        extra = ", measure='count'" if self.measure is COUNT else ""
+        return f"FixedBandWindow(start_ms={self.start_ms}, size_ms={self.size_ms}{extra})"
 
     def points(self):
-        return [int(self.start), int(self.start + self.size)]
+        return [self.start_ms, self.start_ms + self.size_ms]
 
     def next_edge(self, ts):
         later = [p for p in self.points() if p > ts]
         return min(later) if later else np.iinfo(np.int64).max
 
     def windows_ending_between(self, lo, hi):
-        end = self.start + self.size
+        end = self.start_ms + self.size_ms
         hit = lo < end <= hi
-        return (np.array([self.start] if hit else [], np.int64), np.array([end] if hit else [], np.int64))
+        return (np.array([self.start_ms] if hit else [], np.int64), np.array([end] if hit else [], np.int64))
 
     def earliest_open_start(self, horizon):
-        return int(self.start) if self.start + self.size > horizon else np.iinfo(np.int64).max
+        return self.start_ms if self.start_ms + self.size_ms > horizon else np.iinfo(np.int64).max
 
 
 def progression_points(periods: np.ndarray, offsets: np.ndarray, lo, hi) -> tuple[np.ndarray, np.ndarray]:

@@ -1,17 +1,12 @@
 """Event-time progress: punctuation tracking and the Dataflow Model (windows, triggers,
 accumulation modes). Pure Python, no Spark import; the Spark operator
-``apply_windowing`` lives in :mod:`watermarks.spark` and is imported on first access."""
+``apply_windowing`` lives in :mod:`watermarks.spark` and is imported on first access.
+
+Windows and aggregations are the shared vocabulary of :mod:`windowing`, re-exported here under
+both names (``FixedWindows`` is ``windowing.TumblingWindow``, ``SumCombiner`` is
+``windowing.Sum``, ...); custom window functions subclass :class:`WindowFn`."""
 
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from watermarks.combiners import (
-    Combiner,
-    CountCombiner,
-    MaxCombiner,
-    MeanCombiner,
-    MinCombiner,
-    SumCombiner,
-    ToListCombiner,
-)
 from watermarks.driver import TriggerDriver
 from watermarks.punctuation import PunctuationTracker
 from watermarks.triggers import (
@@ -32,22 +27,42 @@ from watermarks.triggers import (
     SequenceOf,
     Trigger,
 )
-from watermarks.windows import (
+from watermarks.windows import GLOBAL_WINDOW, IntervalWindow, WindowFn
+from windowing import (
     BEGINNING_OF_TIME_MS,
     END_OF_TIME_MS,
-    GLOBAL_WINDOW,
+    M4,
+    AggregateFunction,
+    Combiner,
+    Count,
+    CountCombiner,
     FixedWindows,
+    GlobalWindow,
     GlobalWindows,
-    IntervalWindow,
+    Max,
+    MaxCombiner,
+    Mean,
+    MeanCombiner,
+    Median,
+    Min,
+    MinCombiner,
+    Quantile,
+    SessionWindow,
     Sessions,
+    SlidingWindow,
     SlidingWindows,
-    WindowFn,
+    Sum,
+    SumCombiner,
+    ToList,
+    ToListCombiner,
+    TumblingWindow,
 )
 
 __all__ = [
     "PunctuationTracker",
-    # Dataflow Model: windows
+    # Dataflow Model: windows (the windowing vocabulary, Beam's names and the shared ones)
     "WindowFn", "IntervalWindow", "GlobalWindows", "FixedWindows", "SlidingWindows", "Sessions",
+    "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
     "GLOBAL_WINDOW", "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS",
     # triggers (Beam names, then the paper's aliases)
     "Trigger", "AfterWatermark", "AfterCount", "AfterProcessingTime", "Repeatedly", "AfterEach",
@@ -55,8 +70,9 @@ __all__ = [
     "AtWatermark", "AtCount", "AtPeriod", "SequenceOf", "Repeat", "RepeatUntil",
     # panes, accumulation, aggregation, the driver
     "AccumulationMode", "TimestampCombiner", "OnTimeBehavior", "PaneTiming", "Pane",
-    "Combiner", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner",
-    "ToListCombiner", "TriggerDriver",
+    "AggregateFunction", "Combiner", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner",
+    "MaxCombiner", "ToListCombiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
+    "TriggerDriver",
 ]
 # The Spark operator: `watermarks.apply_windowing` (or `from watermarks.spark import apply_windowing`)
 # imports watermarks.spark, and so pyspark, on first access; it is kept out of __all__ so that

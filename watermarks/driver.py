@@ -50,9 +50,9 @@ from typing import Any
 from watermarks import _codec
 from watermarks._trigger_runtime import Layout, build
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from watermarks.combiners import Combiner, ToListCombiner
 from watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
-from watermarks.windows import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn
+from watermarks.windows import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn
+from windowing import AggregateFunction, ToList, Window
 
 __all__ = ["TriggerDriver"]
 
@@ -82,8 +82,9 @@ class TriggerDriver:
 
     Parameters
     ----------
-    window_fn : WindowFn
-        Where in event time elements are grouped (``FixedWindows``, ``Sessions``, ...).
+    window_fn : windowing.Window or WindowFn
+        Where in event time elements are grouped (``TumblingWindow`` / ``FixedWindows``,
+        ``SessionWindow`` / ``Sessions``, ...; or a custom :class:`WindowFn`).
     trigger : Trigger
         When panes are emitted (``AfterWatermark(early=..., late=...)``, ...).
     accumulation_mode : AccumulationMode or str
@@ -92,24 +93,24 @@ class TriggerDriver:
         Milliseconds after the end of a window during which late data are still accepted.
     timestamp_combiner : TimestampCombiner or str
         Output timestamp of a pane: end of window (``end_ms - 1``), earliest or latest event time.
-    combiner : Combiner
-        The aggregation; default ``ToListCombiner()`` (panes list their values).
+    combiner : windowing.AggregateFunction
+        The aggregation (``Sum()`` / ``SumCombiner()``, ..., a user-defined lift / combine /
+        lower or Beam-style ``Combiner``); default ``ToList()`` (panes list their values).
     on_time_behavior : OnTimeBehavior or str
         ``FIRE_ALWAYS`` (default, as Beam) or ``FIRE_IF_NON_EMPTY``.
     """
 
     def __init__(
         self,
-        window_fn: WindowFn,
+        window_fn: Window | WindowFn,
         trigger: Trigger,
         accumulation_mode: AccumulationMode | str = AccumulationMode.DISCARDING,
         allowed_lateness: int = 0,
         timestamp_combiner: TimestampCombiner | str = TimestampCombiner.END_OF_WINDOW,
-        combiner: Combiner | None = None,
+        combiner: AggregateFunction | None = None,
         on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
     ) -> None:
-        if not isinstance(window_fn, WindowFn):
-            raise TypeError(f"window_fn must be a WindowFn, got {window_fn!r}")
+        window_fn = compile_window_fn(window_fn)
         if not isinstance(trigger, Trigger):
             raise TypeError(f"trigger must be a Trigger, got {trigger!r}")
         if not isinstance(allowed_lateness, int) or allowed_lateness < 0:
@@ -118,7 +119,10 @@ class TriggerDriver:
         self.accumulation_mode = AccumulationMode.parse(accumulation_mode, "accumulation_mode")
         self.timestamp_combiner = TimestampCombiner.parse(timestamp_combiner, "timestamp_combiner")
         self.on_time_behavior = OnTimeBehavior.parse(on_time_behavior, "on_time_behavior")
-        self.combiner = combiner if combiner is not None else ToListCombiner()
+        self.combiner = combiner if combiner is not None else ToList()
+        if not isinstance(self.combiner, AggregateFunction):
+            raise TypeError(f"combiner must be a windowing aggregation (AggregateFunction or Combiner), got {combiner!r}")
+        self._timestamped = bool(getattr(self.combiner, "timestamped", False))
         self._layout = Layout()
         self._root = build(trigger, self._layout)
         self._discarding = self.accumulation_mode is AccumulationMode.DISCARDING
@@ -229,7 +233,7 @@ class TriggerDriver:
                 if st.closed:
                     self.dropped_closed += 1
                     continue
-                st.acc = fold(st.acc, value)
+                st.acc = fold(st.acc, (value, t) if self._timestamped else value)
                 if st.t_min is None or t < st.t_min:
                     st.t_min = t
                 if st.t_max is None or t > st.t_max:

@@ -21,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior
-from watermarks.combiners import SumCombiner
 from watermarks.driver import TriggerDriver
 from watermarks.transcript import clock, run_transcript
 from watermarks.triggers import AtCount, AtPeriod, AtWatermark, DefaultTrigger, Repeat, RepeatUntil, SequenceOf
-from watermarks.windows import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions
+from windowing import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions, SumCombiner
 
 __all__ = ["ELEMENTS", "WATERMARK", "MINUTE", "streaming_steps", "batch_steps", "EXAMPLES", "main"]
 

@@ -69,10 +69,10 @@ import pandas as pd
 
 from keygroups import KeyGroupBatch, PunctuatedKeyGroupProcessor, with_key_groups
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, TimestampCombiner
-from watermarks.combiners import Combiner, ToListCombiner
 from watermarks.driver import TriggerDriver
 from watermarks.triggers import Trigger
 from watermarks.windows import BEGINNING_OF_TIME_MS, WindowFn
+from windowing import AggregateFunction, ToList, Window
 
 __all__ = ["apply_windowing", "WindowingProcessor", "PANE_SCHEMA", "PANE_COLUMNS"]
 
@@ -108,8 +108,8 @@ class WindowingProcessor(PunctuatedKeyGroupProcessor):
     a nullable integer column into floats).
     """
 
-    def __init__(self, window_fn: WindowFn, trigger: Trigger, accumulation_mode: Any,
-                 allowed_lateness_ms: int, timestamp_combiner: Any, combiner: Combiner,
+    def __init__(self, window_fn: Window | WindowFn, trigger: Trigger, accumulation_mode: Any,
+                 allowed_lateness_ms: int, timestamp_combiner: Any, combiner: AggregateFunction,
                  on_time_behavior: Any, integral_values: bool, idle_timeout_ms: int | None = None) -> None:
         super().__init__(idle_timeout_ms)
         self.window_fn, self.trigger, self.accumulation_mode = window_fn, trigger, accumulation_mode
@@ -212,12 +212,12 @@ def apply_windowing(
     df,
     key: str,
     value: Any,
-    window_fn: WindowFn,
+    window_fn: Window | WindowFn,
     trigger: Trigger,
     accumulation_mode: AccumulationMode | str = AccumulationMode.DISCARDING,
     allowed_lateness_ms: int = 0,
     timestamp_combiner: TimestampCombiner | str = TimestampCombiner.END_OF_WINDOW,
-    combiner: Combiner | None = None,
+    combiner: AggregateFunction | None = None,
     num_key_groups: int = 8,
     on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
     idle_timeout_ms: int | None = None,
@@ -237,7 +237,7 @@ def apply_windowing(
         skipped and counted (``dropped_null``).
     window_fn, trigger, accumulation_mode, allowed_lateness_ms, timestamp_combiner, combiner,
     on_time_behavior :
-        As :class:`watermarks.TriggerDriver` (``combiner`` default: ``ToListCombiner()``).
+        As :class:`watermarks.TriggerDriver` (``combiner`` default: ``ToList()``).
     num_key_groups : int
         Number of key groups (units of state; at most this many processor tasks).
     idle_timeout_ms : int or None
@@ -251,7 +251,7 @@ def apply_windowing(
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    combiner = combiner if combiner is not None else ToListCombiner()
+    combiner = combiner if combiner is not None else ToList()
     # Validate eagerly (bad arguments fail here, not in a Python worker) and warn once.
     probe = TriggerDriver(window_fn, trigger, accumulation_mode, allowed_lateness_ms, timestamp_combiner,
                           combiner, on_time_behavior)

@@ -7,9 +7,12 @@ The model splits windowing into two operations (seed ``dataflow-model.txt`` §2.
 * ``MergeWindows(Set<Window>) -> merges`` runs at grouping time and lets data-driven windows
   such as sessions grow as data arrive (§2.2.2): two session windows that overlap become one.
 
-A window function here is a small immutable spec with exactly those two methods:
-``assign_windows(timestamp_ms)`` and ``merge_windows(windows)``. The ``TriggerDriver`` performs
-the *GroupAlsoByWindow* step: it merges the per-window state of windows that merge.
+Users write the shared definitions of :mod:`windowing` (``TumblingWindow`` / ``FixedWindows``,
+``SlidingWindow`` / ``SlidingWindows``, ``SessionWindow`` / ``Sessions``, ``GlobalWindow`` /
+``GlobalWindows``); :func:`compile_window_fn` turns them into a window function, the runtime
+with exactly those two methods: ``assign_windows(timestamp_ms)`` and ``merge_windows(windows)``.
+The ``TriggerDriver`` performs the *GroupAlsoByWindow* step: it merges the per-window state of
+windows that merge.
 
 Windows are half-open intervals ``[start_ms, end_ms)`` of integer milliseconds. A window is
 complete when the watermark reaches ``end_ms`` (the watermark ``t`` promises "no more data with
@@ -18,23 +21,29 @@ advancing the watermark to ``END_OF_TIME_MS`` says "the input has ended" and clo
 
 Example
 -------
->>> FixedWindows(120_000).assign_windows(70_000)
+>>> from windowing import FixedWindows, Sessions, SlidingWindows
+>>> compile_window_fn(FixedWindows(120_000)).assign_windows(70_000)
 [IntervalWindow(start_ms=0, end_ms=120000)]
->>> SlidingWindows(120_000, 60_000).assign_windows(70_000)
+>>> compile_window_fn(SlidingWindows(120_000, 60_000)).assign_windows(70_000)
 [IntervalWindow(start_ms=0, end_ms=120000), IntervalWindow(start_ms=60000, end_ms=180000)]
->>> s = Sessions(60_000)
+>>> s = compile_window_fn(Sessions(60_000))
 >>> s.merge_windows([IntervalWindow(70_000, 130_000), IntervalWindow(100_000, 160_000)])
 [([IntervalWindow(start_ms=70000, end_ms=130000), IntervalWindow(start_ms=100000, end_ms=160000)], IntervalWindow(start_ms=70000, end_ms=160000))]
 
-Custom window functions subclass :class:`WindowFn` (set ``is_merging = True`` and override
-``merge_windows`` for data-driven windows); they must be immutable values with ``__eq__`` and a
-readable ``__repr__``, because the driver stores a fingerprint of its configuration in its state.
+Custom window functions (a Dataflow-only extension) subclass :class:`WindowFn` (set
+``is_merging = True`` and override ``merge_windows`` for data-driven windows); they must be
+immutable values with ``__eq__`` and a readable ``__repr__``, because the driver stores a
+fingerprint of its configuration in its state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from windowing import (
+    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, GlobalWindow, SessionWindow, SlidingWindow, TumblingWindow,
+)
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",
@@ -42,16 +51,13 @@ __all__ = [
     "IntervalWindow",
     "GLOBAL_WINDOW",
     "WindowFn",
-    "GlobalWindows",
-    "FixedWindows",
-    "SlidingWindows",
-    "Sessions",
+    "GlobalWindowFn",
+    "FixedWindowFn",
+    "SlidingWindowFn",
+    "SessionWindowFn",
+    "compile_window_fn",
+    "extent_ms",
 ]
-
-#: Earliest representable event time (about -285 000 years; fits int64 and float64 exactly).
-BEGINNING_OF_TIME_MS = -(2**53)
-#: End of event time: a watermark at this value means "the input is complete".
-END_OF_TIME_MS = 2**53
 
 
 class IntervalWindow(NamedTuple):
@@ -78,12 +84,6 @@ class IntervalWindow(NamedTuple):
 GLOBAL_WINDOW = IntervalWindow(BEGINNING_OF_TIME_MS, END_OF_TIME_MS)
 
 Merge = tuple[list[IntervalWindow], IntervalWindow]
-
-
-def _positive_ms(name: str, value: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer of milliseconds, got {value!r}")
-    return value
 
 
 class WindowFn:
@@ -122,50 +122,34 @@ class WindowFn:
         return f"{type(self).__name__}({args})"
 
 
-class GlobalWindows(WindowFn):
-    """One window over all of event time (the default of the batch model, §2.2)."""
+class GlobalWindowFn(WindowFn):
+    """Runtime of ``windowing.GlobalWindow``: one window over all of event time (§2.2)."""
 
     def assign_windows(self, timestamp_ms: int) -> list[IntervalWindow]:
         return [GLOBAL_WINDOW]
 
 
-class FixedWindows(WindowFn):
-    """Tumbling windows ``[offset + k*size, offset + (k+1)*size)``.
-
-    Parameters
-    ----------
-    size_ms : int
-        Window length in milliseconds, > 0.
-    offset_ms : int
-        Shift of the window grid, ``0 <= offset_ms < size_ms``.
-    """
+class FixedWindowFn(WindowFn):
+    """Runtime of ``windowing.TumblingWindow``: ``[offset + k*size, offset + (k+1)*size)``."""
 
     def __init__(self, size_ms: int, offset_ms: int = 0) -> None:
-        self.size_ms = _positive_ms("size_ms", size_ms)
-        if not isinstance(offset_ms, int) or not 0 <= offset_ms < size_ms:
-            raise ValueError(f"offset_ms must be an integer in [0, size_ms={size_ms}), got {offset_ms!r}")
-        self.offset_ms = offset_ms
+        self.size_ms, self.offset_ms = size_ms, offset_ms
 
     def assign_windows(self, timestamp_ms: int) -> list[IntervalWindow]:
         start = timestamp_ms - (timestamp_ms - self.offset_ms) % self.size_ms
         return [IntervalWindow(start, start + self.size_ms)]
 
 
-class SlidingWindows(WindowFn):
-    """Windows of ``size_ms`` starting every ``period_ms`` (hopping windows, §2.2.1, Figure 3).
+class SlidingWindowFn(WindowFn):
+    """Runtime of ``windowing.SlidingWindow``: windows of ``size_ms`` starting every
+    ``period_ms`` (hopping windows, §2.2.1, Figure 3).
 
     An element belongs to ``ceil(size_ms / period_ms)`` windows (fewer when the period does not
     divide the size and the element falls in a gap). Windows are returned by ascending start.
     """
 
     def __init__(self, size_ms: int, period_ms: int, offset_ms: int = 0) -> None:
-        self.size_ms = _positive_ms("size_ms", size_ms)
-        self.period_ms = _positive_ms("period_ms", period_ms)
-        if not isinstance(offset_ms, int) or not 0 <= offset_ms < period_ms:
-            raise ValueError(
-                f"offset_ms must be an integer in [0, period_ms={period_ms}), got {offset_ms!r}"
-            )
-        self.offset_ms = offset_ms
+        self.size_ms, self.period_ms, self.offset_ms = size_ms, period_ms, offset_ms
 
     def assign_windows(self, timestamp_ms: int) -> list[IntervalWindow]:
         last_start = timestamp_ms - (timestamp_ms - self.offset_ms) % self.period_ms
@@ -178,8 +162,9 @@ class SlidingWindows(WindowFn):
         return out
 
 
-class Sessions(WindowFn):
-    """Session windows: activity separated by gaps of at least ``gap_ms`` (§2.2.2, Figure 4).
+class SessionWindowFn(WindowFn):
+    """Runtime of ``windowing.SessionWindow``: activity separated by gaps of at least
+    ``gap_ms`` (§2.2.2, Figure 4).
 
     AssignWindows puts each element into ``[t, t + gap_ms)``; MergeWindows merges windows that
     overlap (windows that merely touch, ``a.end_ms == b.start_ms``, stay apart).
@@ -189,13 +174,38 @@ class Sessions(WindowFn):
     merges_overlapping_only = True
 
     def __init__(self, gap_ms: int) -> None:
-        self.gap_ms = _positive_ms("gap_ms", gap_ms)
+        self.gap_ms = gap_ms
 
     def assign_windows(self, timestamp_ms: int) -> list[IntervalWindow]:
         return [IntervalWindow(timestamp_ms, timestamp_ms + self.gap_ms)]
 
     def merge_windows(self, windows: Iterable[IntervalWindow]) -> list[Merge]:
         return merge_overlapping(windows)
+
+
+def compile_window_fn(window: Any) -> WindowFn:
+    """The window function of a :mod:`windowing` window (a :class:`WindowFn` passes through)."""
+    if isinstance(window, WindowFn):
+        return window
+    if isinstance(window, (TumblingWindow, SlidingWindow)) and window.measure != "time":
+        raise ValueError(f"{window!r}: the Dataflow driver supports measure='time' only (windows of records: "
+                         "use the slicer)")
+    if isinstance(window, TumblingWindow):
+        return FixedWindowFn(window.size_ms, window.offset_ms)
+    if isinstance(window, SlidingWindow):
+        return SlidingWindowFn(window.size_ms, window.slide_ms, window.offset_ms)
+    if isinstance(window, SessionWindow):
+        return SessionWindowFn(window.gap_ms)
+    if isinstance(window, GlobalWindow):
+        return GlobalWindowFn()
+    raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
+                    "SessionWindow, GlobalWindow) or a WindowFn")
+
+
+def extent_ms(window_fn: WindowFn) -> int:
+    """How far before its newest element a window can reach: size (fixed, sliding), gap
+    (sessions), 0 for the global window and custom window functions."""
+    return int(getattr(window_fn, "size_ms", getattr(window_fn, "gap_ms", 0)))
 
 
 def merge_overlapping(windows: Iterable[IntervalWindow]) -> list[Merge]:
@@ -216,11 +226,12 @@ def merge_overlapping(windows: Iterable[IntervalWindow]) -> list[Merge]:
     return merges
 
 
-def windows_of(window_fn: WindowFn, timestamps: Sequence[int]) -> list[IntervalWindow]:
+def windows_of(window: Any, timestamps: Sequence[int]) -> list[IntervalWindow]:
     """Brute-force windowing of a bounded set of event times: assign, then merge to a fixpoint.
 
     The reference the property tests compare the incremental driver against.
     """
+    window_fn = compile_window_fn(window)
     ws = {w for t in timestamps for w in window_fn.assign_windows(t)}
     while True:
         merges = window_fn.merge_windows(ws)

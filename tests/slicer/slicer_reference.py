@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from slicer import (
-    M4, AggregateFunction, CountAgg, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow,
-    Quantile, SessionWindow, SlideByTupleWindow, SlidingWindow, Sum, TumblingWindow,
+    M4, AggregateFunction, Count, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow,
+    Quantile, SessionWindow, SlideByTupleWindow, Sum,
 )
-from slicer.windows import Count, Time
+from slicer.compile import compile_window
+from slicer.windows import COUNT, measure_of
 
 
 class Concat(AggregateFunction):
@@ -35,7 +36,7 @@ def is_seven(values):
     return np.asarray(values) == 7
 
 
-BUILTINS = [Sum(), CountAgg(), Min(), Max(), Mean(), M4(), Median(), Quantile((0.25, 0.9))]
+BUILTINS = [Sum(), Count(), Min(), Max(), Mean(), M4(), Median(), Quantile((0.25, 0.9))]
 
 
 def ref_aggregate(fn, recs):
@@ -65,7 +66,8 @@ def ref_aggregate(fn, recs):
 def _cf_windows(w, keys):
     out = set()
     if isinstance(w, FixedBandWindow):
-        return {(w.start, w.start + w.size)}
+        return {(w.start_ms, w.start_ms + w.size_ms)}
+    w = compile_window(w)          # tumbling and sliding: size, slide, offset
     for t in keys:
         k_hi = (t - w.offset) // w.slide
         k_lo = -((-(t - w.offset - w.size + 1)) // w.slide)
@@ -75,24 +77,24 @@ def _cf_windows(w, keys):
 
 def ref_windows(w, recs):
     """All windows of ``w`` over records sorted by (ts, seq): list of (start, end, members)."""
-    if w.measure is Count:
+    if measure_of(compile_window(w)) is COUNT:
         idx = list(range(len(recs)))
         return [(s, e, recs[max(s, 0):max(e, 0)]) for s, e in _cf_windows(w, idx)]
     ts = [r[1] for r in recs]
     if isinstance(w, SessionWindow):
         spans, cur = [], None
         for t in ts:
-            if cur is not None and t - cur[1] < w.gap:
+            if cur is not None and t - cur[1] < w.gap_ms:
                 cur[1] = t
             else:
                 cur = [t, t]
                 spans.append(cur)
-        spans = [(a, b + w.gap) for a, b in spans]
+        spans = [(a, b + w.gap_ms) for a, b in spans]
     elif isinstance(w, PunctuationWindow):
         p = sorted({r[1] + 1 for r in recs if r[0] == 7})
         spans = list(zip(p[:-1], p[1:]))
     elif isinstance(w, SlideByTupleWindow):
-        spans = {(ts[k] + 1 - w.size, ts[k] + 1) for k in range(len(ts)) if (k + 1) % w.slide == 0}
+        spans = {(ts[k] + 1 - w.size_ms, ts[k] + 1) for k in range(len(ts)) if (k + 1) % w.slide == 0}
     else:
         spans = _cf_windows(w, ts)
     return [(s, e, [r for r in recs if s <= r[1] < e]) for s, e in set(spans)]
@@ -130,7 +132,7 @@ class Reference:
                 if not mem:
                     continue
                 ids = tuple(r[2] for r in mem)
-                if q.window.measure is Count:
+                if measure_of(compile_window(q.window)) is COUNT:
                     new = e <= n_now and (self.cfront is None or e > self.cfront)
                     upd = self.cfront is not None and e <= self.cfront and q.emitted.get((s, e)) != ids
                 else:

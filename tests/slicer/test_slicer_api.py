@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from slicer import (
-    M4, ContextFreeWindow, CountAgg, FixedBandWindow, Mean, PunctuationWindow, SessionWindow,
-    SlideByTupleWindow, SlicingWindowOperator, SlidingWindow, Sum, Time, TumblingWindow,
+    M4, ContextFreeWindow, Count, FixedBandWindow, Mean, PunctuationWindow, SessionWindow,
+    SlideByTupleWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
 )
-from slicer.aggregates import AggregateFunction
-from slicer.windows import Count
+from slicer import AggregateFunction
 
 
 def make(*windows, aggs=(Sum(),), lateness=1000, **kw):
@@ -35,7 +34,7 @@ class TestSessionsOutOfOrder:
     """Figure 9 / Algorithm 3 cases, gap 10, plus a tumbling window of 30 (Figure 12)."""
 
     def setup_method(self):
-        self.op = make(SessionWindow(Time, 10), TumblingWindow(Time, 30))
+        self.op = make(SessionWindow(10), TumblingWindow(30))
         feed(self.op, [(1, 0), (1, 5), (1, 40), (1, 45), (1, 80)])  # sessions [0,15) [40,55) [80,..)
 
     def sessions(self, wm=1000):
@@ -68,7 +67,7 @@ class TestSessionsOutOfOrder:
 
 
 def test_late_updates_and_drops_are_counted():
-    op = make(TumblingWindow(Time, 100), lateness=50)
+    op = make(TumblingWindow(100), lateness=50)
     op.process_elements(np.array([1.0, 2.0]), np.array([10, 120]))
     assert spans(op.process_watermark(100)) == [(0, 0, 100, 1.0, False)]
     op.process_elements(np.array([5.0, 7.0]), np.array([60, 40]))  # 60 within lateness; 40 is not
@@ -90,18 +89,18 @@ def test_decision_tree():
         def combine(self, a, b):
             return a + b
 
-    assert reasons(TumblingWindow(Time, 10), SessionWindow(Time, 5)) == []
-    assert reasons(TumblingWindow(Time, 10), aggs=(Concat(),), order="in_order") == []
-    assert reasons(TumblingWindow(Time, 10), aggs=(Concat(),)) != []
-    assert reasons(PunctuationWindow(Time, punctuation=1), order="in_order") == []
-    assert reasons(PunctuationWindow(Time, punctuation=1)) != []
-    assert reasons(SlideByTupleWindow(Time, 10), order="in_order") != []
+    assert reasons(TumblingWindow(10), SessionWindow(5)) == []
+    assert reasons(TumblingWindow(10), aggs=(Concat(),), order="in_order") == []
+    assert reasons(TumblingWindow(10), aggs=(Concat(),)) != []
+    assert reasons(PunctuationWindow(punctuation=1), order="in_order") == []
+    assert reasons(PunctuationWindow(punctuation=1)) != []
+    assert reasons(SlideByTupleWindow(10), order="in_order") != []
 
 
 def test_queries_added_and_removed_while_running():
-    op = make(TumblingWindow(Time, 100))
+    op = make(TumblingWindow(100))
     op.process_elements(np.ones(3), np.array([10, 150, 250]))
-    q2 = op.add_window(TumblingWindow(Time, 50))
+    q2 = op.add_window(TumblingWindow(50))
     op.process_elements(np.ones(3), np.array([260, 310, 360]))
     out = spans(op.process_watermark(400))
     assert [r for r in out if r[0] == q2] == [(q2, 300, 350, 1.0, False), (q2, 350, 400, 1.0, False)]
@@ -111,17 +110,18 @@ def test_queries_added_and_removed_while_running():
 
 
 def test_in_order_promise_is_checked():
-    op = make(TumblingWindow(Time, 10), stream_order="in_order")
+    op = make(TumblingWindow(10), stream_order="in_order")
     op.process_elements(np.ones(2), np.array([5, 7]))
     with pytest.raises(ValueError, match="out of order"):
         op.process_element(1.0, 6)
 
 
 @pytest.mark.parametrize("build, match", [
-    (lambda: TumblingWindow(Time, 0), "size=0"),
-    (lambda: SlidingWindow("time", 10, -1), "slide=-1"),
-    (lambda: TumblingWindow("days", 10), "measure='days'"),
-    (lambda: SessionWindow(Count, 5), "only 'time'"),
+    (lambda: TumblingWindow(0), "size_ms=0"),
+    (lambda: SlidingWindow(10, -1), "slide_ms=-1"),
+    (lambda: TumblingWindow(10, measure="days"), "measure='days'"),
+    (lambda: SlideByTupleWindow(0), "size_ms=0"),
+    (lambda: FixedBandWindow(0, 10, measure="rows"), "measure='rows'"),
     (lambda: SlicingWindowOperator(max_lateness_ms=-5), "max_lateness_ms=-5"),
     (lambda: SlicingWindowOperator(stream_order="sorted"), "stream_order='sorted'"),
 ])
@@ -131,7 +131,7 @@ def test_validation_messages_quote_the_value(build, match):
 
 
 def test_count_windows_shift_on_out_of_order_record():
-    op = make(TumblingWindow(Count, 2), aggs=(M4(),))
+    op = make(TumblingWindow(2, measure="count"), aggs=(M4(),))
     op.process_elements(np.array([1.0, 2.0, 3.0, 4.0]), np.array([10, 20, 30, 40]))
     assert [(r.start, r.end, r.value) for r in op.process_watermark(35)] == [
         (0, 2, (1.0, 2.0, 1.0, 2.0))]
@@ -143,7 +143,7 @@ def test_count_windows_shift_on_out_of_order_record():
 class EveryHundred(ContextFreeWindow):
     """User-defined context-free window: [100k, 100k + 30) only through next_edge etc."""
 
-    measure = Time
+    measure = "time"
 
     def next_edge(self, ts):
         k, r = divmod(ts, 100)
@@ -159,7 +159,7 @@ class EveryHundred(ContextFreeWindow):
 
 
 def test_user_defined_context_free_window():
-    op = make(EveryHundred(), aggs=(CountAgg(), Mean()))
+    op = make(EveryHundred(), aggs=(Count(), Mean()))
     ts = np.array([5, 29, 30, 99, 100, 129, 150, 210])
     op.process_elements(np.arange(8.0), ts)
     out = [(r.start, r.end, r.values) for r in op.process_watermark(1000)]
@@ -171,8 +171,8 @@ def test_state_size_is_flat_as_the_rate_grows():
     for rate in (1_000, 20_000):
         n = rate * 30
         ts = np.arange(n) * 1000 // rate
-        op = make(*(TumblingWindow(Time, s) for s in (1000, 2000, 5000)), SessionWindow(Time, 500),
-                  FixedBandWindow(Time, 0, 10_000))
+        op = make(*(TumblingWindow(s) for s in (1000, 2000, 5000)), SessionWindow(500),
+                  FixedBandWindow(0, 10_000))
         for i in range(0, n, 10_000):
             op.process_elements(np.ones(min(10_000, n - i)), ts[i:i + 10_000])
             op.process_watermark(int(ts[i:i + 10_000].max()))
@@ -183,7 +183,7 @@ def test_state_size_is_flat_as_the_rate_grows():
 def test_eager_and_lazy_agree_on_many_windows():
     rng = np.random.default_rng(3)
     ts = np.sort(rng.integers(0, 5000, 3000)) - np.where(rng.random(3000) < 0.3, rng.integers(0, 300, 3000), 0)
-    ws = [SlidingWindow(Time, 700, 100), TumblingWindow(Time, 250), SessionWindow(Time, 40)]
+    ws = [SlidingWindow(700, 100), TumblingWindow(250), SessionWindow(40)]
     vals = rng.random(3000)
     outs = []
     for store in ("lazy", "eager"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slicer import SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, Time, TumblingWindow
+from slicer import SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow
 from slicer._buckets import BucketsOperator
 
 
@@ -16,7 +16,7 @@ def test_buckets_agree_with_slicing_on_final_sums(seed):
     ts = np.cumsum(rng.integers(0, 3, n)) + (np.arange(n) // 1500) * 400
     ts = ts - np.where(rng.random(n) < 0.2, rng.integers(0, 200, n), 0)
     vals = rng.integers(0, 10, n).astype(float)
-    windows = [TumblingWindow(Time, 100), SlidingWindow(Time, 300, 50), SessionWindow(Time, 150)]
+    windows = [TumblingWindow(100), SlidingWindow(300, 50), SessionWindow(150)]
     op, bk = SlicingWindowOperator(max_lateness_ms=10_000), BucketsOperator(max_lateness_ms=10_000)
     for w in windows:
         op.add_window(w)

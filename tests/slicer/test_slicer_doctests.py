@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["slicer", "slicer.operator", "slicer.windows", "slicer.aggregates"])
+@pytest.mark.parametrize("name", ["slicer", "slicer.operator", "slicer.windows", "slicer.compile"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0

@@ -11,12 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slicer import (
-    M4, CountAgg, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, Time,
-    TumblingWindow,
+    M4, Count, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
 )
 from slicer.keyed import KeyedSlicingOperator
 
-_AGGS = [Sum, CountAgg, Min, Max, Mean, M4]
+_AGGS = [Sum, Count, Min, Max, Mean, M4]
 
 
 def _template(windows, aggs, lateness) -> SlicingWindowOperator:
@@ -89,9 +88,9 @@ def _same(a, b) -> bool:
 
 
 _window = st.one_of(
-    st.builds(lambda size, off: TumblingWindow(Time, size, off), st.integers(1, 40), st.integers(-20, 20)),
-    st.builds(lambda size, slide, off: SlidingWindow(Time, size, slide, off),
-              st.integers(1, 60), st.integers(1, 25), st.integers(-20, 20)),
+    st.builds(lambda size, off: TumblingWindow(size, off % size), st.integers(1, 40), st.integers(0, 20)),
+    st.builds(lambda size, slide, off: SlidingWindow(size, slide, off % slide),
+              st.integers(1, 60), st.integers(1, 25), st.integers(0, 20)),
 )
 _record = st.tuples(st.sampled_from(["a", "b", "c", 7, ("x", 1)]), st.integers(-50, 50), st.integers(0, 300))
 _batch = st.tuples(st.lists(_record, max_size=25), st.one_of(st.none(), st.integers(0, 320)))
@@ -138,7 +137,7 @@ def test_keyed_equals_per_key_with_real_valued_sums(windows, lateness, batches):
 
 
 def test_state_forgets_keys_without_slices():
-    template = _template([TumblingWindow(Time, 10)], [Sum], 5)
+    template = _template([TumblingWindow(10)], [Sum], 5)
     op = KeyedSlicingOperator(template)
     codes = op.codes_of(["a", "b"])
     op.process_elements(codes, np.array([1.0, 2.0]), np.array([3, 50]))
@@ -150,9 +149,9 @@ def test_state_forgets_keys_without_slices():
 
 
 @pytest.mark.parametrize("build", [
-    lambda: _template([SessionWindow(Time, 10)], [Sum], 0),
-    lambda: _template([TumblingWindow(Time, 10)], [Median], 0),
-    lambda: _template([TumblingWindow("count", 10)], [Sum], 0),
+    lambda: _template([SessionWindow(10)], [Sum], 0),
+    lambda: _template([TumblingWindow(10)], [Median], 0),
+    lambda: _template([TumblingWindow(10, measure="count")], [Sum], 0),
 ])
 def test_unsupported_workloads_are_refused(build):
     template = build()
@@ -161,11 +160,11 @@ def test_unsupported_workloads_are_refused(build):
         KeyedSlicingOperator(template)
 
 
-@pytest.mark.parametrize("windows", [[TumblingWindow(Time, 1)], [SlidingWindow(Time, 4, 1, 1)]])
+@pytest.mark.parametrize("windows", [[TumblingWindow(1)], [SlidingWindow(4, 1)]])
 def test_lateness_boundary_matches_per_key(windows):
     """A record at exactly watermark - lateness is kept and updates the windows ending just after
     it; one ms earlier is dropped (the edge hypothesis rarely reaches)."""
-    template = _template(windows, [Sum, CountAgg], 5)
+    template = _template(windows, [Sum, Count], 5)
     keyed, engines, prev = KeyedSlicingOperator(template), {}, None
     for records, wm in [([("k", 1, 99)], 100), ([("k", 2, 95), ("k", 4, 94), ("j", 8, 95)], 100),
                         ([("k", 16, 96)], 101)]:
@@ -179,7 +178,7 @@ def test_lateness_boundary_matches_per_key(windows):
 def test_slice_start_is_the_latest_edge_in_chunks(monkeypatch):
     import slicer.keyed as keyed
 
-    template = _template([SlidingWindow(Time, 30, 7, 3), TumblingWindow(Time, 11, -4)], [Sum], 0)
+    template = _template([SlidingWindow(30, 7, 3), TumblingWindow(11, 7)], [Sum], 0)
     op = KeyedSlicingOperator(template)
     ts = np.arange(-200, 400, 3, dtype=np.int64)
     edges = sorted({e for w in template.windows.queries.values()
@@ -196,9 +195,9 @@ def test_processor_refuses_a_state_of_the_other_path():
     other way round, e.g. after the windows or aggregations of a query changed."""
     from slicer.spark import SlicingProcessor, output_columns
 
-    keyed = SlicingProcessor(_template([TumblingWindow(Time, 10)], [Sum], 0), ["key"],
+    keyed = SlicingProcessor(_template([TumblingWindow(10)], [Sum], 0), ["key"],
                              output_columns([("key", "string")], [Sum()]))
-    per_key = SlicingProcessor(_template([SessionWindow(Time, 10)], [Sum], 0), ["key"],
+    per_key = SlicingProcessor(_template([SessionWindow(10)], [Sum], 0), ["key"],
                                output_columns([("key", "string")], [Sum()]))
     assert keyed.keyed and not per_key.keyed
     with pytest.raises(ValueError, match="unknown format .*SKG2.*expected b'SKK1'"):

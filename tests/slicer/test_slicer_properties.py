@@ -11,10 +11,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from slicer import (
-    M4, CountAgg, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow, Quantile,
+    M4, Count, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow, Quantile,
     SessionWindow, SlideByTupleWindow, SlidingWindow, SlicingWindowOperator, Sum, TumblingWindow,
 )
-from slicer.windows import Count, Time
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helper importable
 from slicer_reference import Concat, Reference, is_seven, rows_of, same_rows  # noqa: E402
@@ -31,28 +30,28 @@ def time_windows(draw):
     kind = draw(st.sampled_from(["tumbling", "sliding", "band", "session", "punct", "sbt"]))
     if kind == "tumbling":
         size = draw(st.integers(5, 120))
-        return TumblingWindow(Time, size, draw(st.integers(0, size - 1)))
+        return TumblingWindow(size, draw(st.integers(0, size - 1)))
     if kind == "sliding":
         size = draw(st.integers(10, 150))
-        return SlidingWindow(Time, size, draw(st.integers(5, size)))
+        return SlidingWindow(size, draw(st.integers(5, size)))
     if kind == "band":
-        return FixedBandWindow(Time, draw(st.integers(0, 300)), draw(st.integers(10, 300)))
+        return FixedBandWindow(draw(st.integers(0, 300)), draw(st.integers(10, 300)))
     if kind == "session":
-        return SessionWindow(Time, draw(st.integers(5, 60)))
+        return SessionWindow(draw(st.integers(5, 60)))
     if kind == "punct":
-        return PunctuationWindow(Time, punctuation=7)
-    return SlideByTupleWindow(Time, draw(st.integers(5, 100)), draw(st.integers(1, 4)))
+        return PunctuationWindow(punctuation=7)
+    return SlideByTupleWindow(draw(st.integers(5, 100)), draw(st.integers(1, 4)))
 
 
 @st.composite
 def count_windows(draw):
     kind = draw(st.sampled_from(["tumbling", "sliding", "band"]))
     if kind == "tumbling":
-        return TumblingWindow(Count, draw(st.integers(1, 8)))
+        return TumblingWindow(draw(st.integers(1, 8)), measure="count")
     if kind == "sliding":
         size = draw(st.integers(2, 10))
-        return SlidingWindow(Count, size, draw(st.integers(1, size)))
-    return FixedBandWindow(Count, draw(st.integers(0, 10)), draw(st.integers(1, 10)))
+        return SlidingWindow(size, draw(st.integers(1, size)), measure="count")
+    return FixedBandWindow(draw(st.integers(0, 10)), draw(st.integers(1, 10)), measure="count")
 
 
 AGGS = st.lists(st.sampled_from(["sum", "count", "min", "max", "mean", "m4", "median", "q", "concat"]),
@@ -60,7 +59,7 @@ AGGS = st.lists(st.sampled_from(["sum", "count", "min", "max", "mean", "m4", "me
 
 
 def make_aggs(names):
-    table = {"sum": Sum, "count": CountAgg, "min": Min, "max": Max, "mean": Mean, "m4": M4,
+    table = {"sum": Sum, "count": Count, "min": Min, "max": Max, "mean": Mean, "m4": M4,
              "median": Median, "q": lambda: Quantile((0.25, 0.9)), "concat": Concat}
     return [table[n]() for n in names]
 
@@ -180,6 +179,6 @@ def test_serialisation_round_trip_mid_stream(windows, names, lateness, events, c
 
 def test_is_seven_predicate_form_matches_value_form():
     events = [("rec", [1, 7, 2, 3, 7, 4], [0, 10, 20, 30, 40, 50]), ("wm", 1000)]
-    a, _ = operator([PunctuationWindow(Time, punctuation=7)], [Sum()], 0)
-    b, _ = operator([PunctuationWindow(Time, predicate=is_seven)], [Sum()], 0)
+    a, _ = operator([PunctuationWindow(punctuation=7)], [Sum()], 0)
+    b, _ = operator([PunctuationWindow(predicate=is_seven)], [Sum()], 0)
     assert rows_of(run(a, events)[0]) == rows_of(run(b, events)[0]) != []

@@ -16,8 +16,7 @@ import random
 import pytest
 
 from slicer import (
-    M4, CountAgg, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, Time,
-    TumblingWindow,
+    M4, Count, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
 )
 from slicer.keyed import KeyedSlicingOperator
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log
@@ -25,13 +24,13 @@ from tests.support import BatchCollector, forget_batches_from, now_ms, offset_lo
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS, KEYS, LATENESS = 3, 7, 1_500
-WINDOWS = [SlidingWindow(Time, 2_000, 500), TumblingWindow(Time, 1_000), SessionWindow(Time, 300),
-           SlidingWindow(Time, 3_000, 1_000)]
-AGGS = [Sum(), CountAgg(), M4(), Median()]
+WINDOWS = [SlidingWindow(2_000, 500), TumblingWindow(1_000), SessionWindow(300),
+           SlidingWindow(3_000, 1_000)]
+AGGS = [Sum(), Count(), M4(), Median()]
 # Tumbling and sliding time windows with distributive/algebraic aggregations: all keys of a key
 # group in one table (slicer.keyed) instead of one engine per key.
-KEYED_WINDOWS = [SlidingWindow(Time, 2_000, 500), TumblingWindow(Time, 1_000), SlidingWindow(Time, 3_000, 1_000, 250)]
-KEYED_AGGS = [Sum(), CountAgg(), Mean(), Min(), Max(), M4()]
+KEYED_WINDOWS = [SlidingWindow(2_000, 500), TumblingWindow(1_000), SlidingWindow(3_000, 1_000, 250)]
+KEYED_AGGS = [Sum(), Count(), Mean(), Min(), Max(), M4()]
 CONFIGS = {"per_key": (WINDOWS, AGGS), "keyed": (KEYED_WINDOWS, KEYED_AGGS)}
 VALUE = "get_json_object(CAST(value AS STRING), '$.amount')"
 
@@ -201,4 +200,4 @@ def test_processor_class_must_be_a_slicing_processor():
     from slicer.spark import slice_windows
 
     with pytest.raises(TypeError, match="processor_class must be a SlicingProcessor subclass, got <class 'dict'>"):
-        slice_windows(None, "key", [TumblingWindow(Time, 1_000)], [Sum()], processor_class=dict)
+        slice_windows(None, "key", [TumblingWindow(1_000)], [Sum()], processor_class=dict)

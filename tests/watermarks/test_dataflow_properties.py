@@ -30,7 +30,7 @@ from watermarks import (
     TriggerDriver,
 )
 from watermarks.transcript import run_transcript
-from watermarks.windows import windows_of
+from watermarks.windows import compile_window_fn, windows_of
 
 WINDOW_FNS = [FixedWindows(20), FixedWindows(15, 5), SlidingWindows(30, 10), Sessions(12)]
 #: Triggers that never finish, so no element is dropped because its window closed.
@@ -98,7 +98,7 @@ def reference(window_fn, elems):
         mine = [(i, t) for i, (_, t, k) in enumerate(elems) if k == key]
         merged = windows_of(window_fn, [t for _, t in mine])
         for i, t in mine:
-            for w in window_fn.assign_windows(t):
+            for w in compile_window_fn(window_fn).assign_windows(t):
                 final = next(m for m in merged if m.start_ms <= w.start_ms and w.end_ms <= m.end_ms)
                 out[(key, final)].append(i)
     return {k: sorted(v) for k, v in out.items()}

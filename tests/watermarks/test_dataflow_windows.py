@@ -17,13 +17,18 @@ from watermarks import (
     WindowFn,
 )
 from watermarks.transcript import run_transcript
-from watermarks.windows import windows_of
+from watermarks.windows import compile_window_fn, windows_of
 
 W = IntervalWindow
 
 
+def fn(window):
+    """The window function the driver runs for a windowing definition."""
+    return compile_window_fn(window)
+
+
 def test_global_windows():
-    assert GlobalWindows().assign_windows(-5) == [GLOBAL_WINDOW]
+    assert fn(GlobalWindows()).assign_windows(-5) == [GLOBAL_WINDOW]
     assert GlobalWindows() == GlobalWindows()
 
 
@@ -31,24 +36,24 @@ def test_global_windows():
     "t, expected", [(0, W(0, 10)), (9, W(0, 10)), (10, W(10, 20)), (-1, W(-10, 0))]
 )
 def test_fixed_windows(t, expected):
-    assert FixedWindows(10).assign_windows(t) == [expected]
+    assert fn(FixedWindows(10)).assign_windows(t) == [expected]
 
 
 def test_fixed_windows_offset():
-    assert FixedWindows(10, 3).assign_windows(2) == [W(-7, 3)]
-    assert FixedWindows(10, 3).assign_windows(3) == [W(3, 13)]
+    assert fn(FixedWindows(10, 3)).assign_windows(2) == [W(-7, 3)]
+    assert fn(FixedWindows(10, 3)).assign_windows(3) == [W(3, 13)]
 
 
 def test_sliding_windows_copy_each_element_into_every_overlapping_window():
     # Figure 3: two-minute windows every minute; an element at 12:01:30 is in two windows
-    assert SlidingWindows(120, 60).assign_windows(90) == [W(0, 120), W(60, 180)]
-    assert SlidingWindows(10, 5, 2).assign_windows(7) == [W(2, 12), W(7, 17)]
-    assert SlidingWindows(3, 5).assign_windows(4) == []  # in the gap between windows
-    assert SlidingWindows(3, 5).assign_windows(6) == [W(5, 8)]
+    assert fn(SlidingWindows(120, 60)).assign_windows(90) == [W(0, 120), W(60, 180)]
+    assert fn(SlidingWindows(10, 5, 2)).assign_windows(7) == [W(2, 12), W(7, 17)]
+    assert fn(SlidingWindows(3, 5)).assign_windows(4) == []  # in the gap between windows
+    assert fn(SlidingWindows(3, 5)).assign_windows(6) == [W(5, 8)]
 
 
 def test_sessions_merge_overlapping_not_touching():
-    s = Sessions(10)
+    s = fn(Sessions(10))
     assert s.assign_windows(5) == [W(5, 15)]
     assert s.merge_windows([W(0, 10), W(10, 20)]) == []
     assert s.merge_windows([W(20, 30), W(0, 10), W(9, 19), W(40, 50)]) == [
@@ -68,10 +73,13 @@ def test_windows_of_is_the_batch_reference():
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: FixedWindows(0), "size_ms must be a positive integer of milliseconds, got 0"),
-        (lambda: FixedWindows(10, 10), "offset_ms must be an integer in [0, size_ms=10), got 10"),
-        (lambda: SlidingWindows(10, -5), "period_ms must be a positive integer of milliseconds, got -5"),
-        (lambda: Sessions(1.5), "gap_ms must be a positive integer of milliseconds, got 1.5"),
+        (lambda: FixedWindows(0), "TumblingWindow: size_ms=0: expected a positive integer"),
+        (lambda: FixedWindows(10, 10), "TumblingWindow: offset_ms=10: expected an integer in [0, 10)"),
+        (lambda: SlidingWindows(10, period_ms=-5), "SlidingWindow: period_ms=-5: expected a positive integer"),
+        (lambda: Sessions(1.5), "SessionWindow: gap_ms=1.5: expected a positive integer"),
+        (lambda: TriggerDriver(FixedWindows(10, measure="count"), DefaultTrigger()),
+         "TumblingWindow(size_ms=10, offset_ms=0, measure='count'): the Dataflow driver supports "
+         "measure='time' only (windows of records: use the slicer)"),
     ],
 )
 def test_bad_window_specs_name_the_value(make, message):
@@ -83,7 +91,8 @@ def test_bad_window_specs_name_the_value(make, message):
 def test_window_functions_are_values():
     assert FixedWindows(10, 2) == FixedWindows(10, 2) != FixedWindows(10, 3)
     assert hash(Sessions(5)) == hash(Sessions(5))
-    assert repr(SlidingWindows(10, 5)) == "SlidingWindows(size_ms=10, period_ms=5, offset_ms=0)"
+    assert repr(SlidingWindows(10, 5)) == "SlidingWindow(size_ms=10, slide_ms=5, offset_ms=0)"
+    assert SlidingWindows(10, period_ms=5) == SlidingWindows(10, 5)
 
 
 class HourActivity(WindowFn):

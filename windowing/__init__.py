@@ -1,0 +1,40 @@
+"""One vocabulary of windows and aggregations for both engines (no Spark import).
+
+The slicer (:mod:`slicer`, Scotty) and the Dataflow driver (:mod:`watermarks`) accept the same
+definitions everywhere they take windows or aggregations; each compiles them into its own
+runtime. Windows (:mod:`windowing.windows`): :class:`TumblingWindow`, :class:`SlidingWindow`,
+:class:`SessionWindow`, :class:`GlobalWindow`, with Beam's names as aliases (``FixedWindows``,
+``SlidingWindows``, ``Sessions``, ``GlobalWindows``) and a JSON form (:func:`window_from_json`).
+Aggregations (:mod:`windowing.aggregations`): :class:`Sum`, :class:`Count`, :class:`Mean`,
+:class:`Min`, :class:`Max`, :class:`M4`, :class:`Quantile`, :class:`Median`, :class:`ToList`,
+user-defined ones as lift / combine / lower (:class:`AggregateFunction`) or as a Beam-style
+:class:`Combiner`, with Beam's combiner names as aliases (``SumCombiner``, ...).
+
+Engine-specific extensions stay with their engine: the slicer's punctuation, slide-by-tuple,
+fixed-band and user-defined context-free / context-aware windows, the Dataflow driver's custom
+``WindowFn``.
+
+Example
+-------
+>>> from windowing import SlidingWindow, TumblingWindow, Sum, Mean
+>>> windows = {"minute": SlidingWindow(60_000, 10_000), "5s": TumblingWindow(5_000)}
+>>> [w.to_json()["type"] for w in windows.values()], [a.name for a in (Sum(), Mean())]
+(['sliding', 'tumbling'], ['sum', 'mean'])
+"""
+
+from windowing.aggregations import (
+    M4, AggregateFunction, Combiner, Count, CountCombiner, Max, MaxCombiner, Mean, MeanCombiner, Median, Min,
+    MinCombiner, Quantile, Sum, SumCombiner, ToList, ToListCombiner,
+)
+from windowing.windows import (
+    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindows, GlobalWindow, GlobalWindows, SessionWindow, Sessions,
+    SlidingWindow, SlidingWindows, TumblingWindow, Window, window_from_json,
+)
+
+__all__ = [
+    "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
+    "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json",
+    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS",
+    "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
+    "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner", "ToListCombiner",
+]
