@@ -76,7 +76,7 @@ def run_engine(window_fn, elements, state_bytes: bool = False) -> tuple[float, d
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         make = lambda: TriggerDriver(window_fn, TRIGGER, AccumulationMode.ACCUMULATING,  # noqa: E731
-                                     allowed_lateness=LATENESS_MS, combiner=SumCombiner())
+                                     allowed_lateness_ms=LATENESS_MS, combiner=SumCombiner())
         driver = make()
     final: dict = {}
     panes = 0
@@ -93,7 +93,7 @@ def run_engine(window_fn, elements, state_bytes: bool = False) -> tuple[float, d
         out += driver.advance_watermark(max_t - LAG_MS)
         if state_bytes:
             driver = TriggerDriver.from_bytes(driver.to_bytes(), window_fn, TRIGGER, AccumulationMode.ACCUMULATING,
-                                              allowed_lateness=LATENESS_MS, combiner=SumCombiner())
+                                              allowed_lateness_ms=LATENESS_MS, combiner=SumCombiner())
         panes += len(out)
         for p in out:
             final[(p.key, p.window.start_ms, p.window.end_ms)] = p.value

@@ -69,14 +69,14 @@ def drive(op, values, ts, batch: int) -> tuple[float, int]:
 def engine(n_windows, session, values, ts, batch, aggregation=None, repeat=1):
     best = None
     for _ in range(repeat):
-        op = configure(SlicingWindowOperator(max_lateness_ms=2_000), n_windows, session, aggregation or Sum())
+        op = configure(SlicingWindowOperator(allowed_lateness_ms=2_000), n_windows, session, aggregation or Sum())
         secs, res = drive(op, values, ts, batch)
         best = secs if best is None else min(best, secs)
     return ts.size / best, res, op
 
 
 def buckets(n_windows, session, values, ts, batch):
-    op = configure(BucketsOperator(max_lateness_ms=2_000), n_windows, session)
+    op = configure(BucketsOperator(allowed_lateness_ms=2_000), n_windows, session)
     secs, res = drive(op, values, ts, batch)
     return ts.size / secs, res
 
@@ -104,7 +104,7 @@ def memory(args) -> list[dict]:
     rows = []
     for rate in args.mem_rates:
         values, ts = stream(rate * args.mem_seconds, rate, 0.2, seed=11)
-        op = configure(SlicingWindowOperator(max_lateness_ms=2_000), 20, True, Sum())
+        op = configure(SlicingWindowOperator(allowed_lateness_ms=2_000), 20, True, Sum())
         drive(op, values, ts, max(args.batch, rate // 2))
         size = len(op.to_bytes(include_config=False))
         per = size / 21
@@ -124,7 +124,7 @@ def aggregations(args) -> list[dict]:
         eng, _, _ = engine(20, True, values[:n], ts[:n], args.batch, fn, repeat=args.repeat)
         rows.append({"aggregation": fn.name, "slicing": eng})
         print(f"{fn.name:>12}{eng:>16,.0f}")
-    eager = SlicingWindowOperator(max_lateness_ms=2_000, store="eager")
+    eager = SlicingWindowOperator(allowed_lateness_ms=2_000, store="eager")
     secs, _ = drive(configure(eager, 20, True, Sum()), values, ts, args.batch)
     print(f"{'sum (eager)':>12}{ts.size / secs:>16,.0f}")
     rows.append({"aggregation": "sum (eager)", "slicing": ts.size / secs})

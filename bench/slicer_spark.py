@@ -107,7 +107,7 @@ def slicer_query(src, specs, floor: bool = False):
     from slicer.spark import slice_windows
 
     return slice_windows(src, "CAST(key AS STRING)", [SlidingWindow(s, d) for s, d in specs], [Sum()],
-                         value=VALUE, num_key_groups=KEY_GROUPS, max_lateness_ms=LATENESS_MS,
+                         value=VALUE, num_key_groups=KEY_GROUPS, allowed_lateness_ms=LATENESS_MS,
                          processor_class=_noop_processor_class() if floor else None)
 
 

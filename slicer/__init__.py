@@ -6,7 +6,7 @@ slice, whatever the number of windows; a window's aggregate combines its slices 
 emitted. This package is the pure engine (numpy, no Spark):
 
 * :class:`SlicingWindowOperator` - the facade: ``add_window``, ``add_aggregation``,
-  ``process_element(s)``, ``process_watermark``, ``set_max_lateness``, ``to_bytes``.
+  ``process_element(s)``, ``process_watermark``, ``set_allowed_lateness``, ``to_bytes``.
 * Windows and aggregations are the shared vocabulary of :mod:`windowing` (re-exported here):
   :class:`TumblingWindow`, :class:`SlidingWindow` (both with ``measure="count"`` for windows of
   records), :class:`SessionWindow`, :class:`GlobalWindow`; :class:`Sum`, :class:`Count`,
@@ -24,7 +24,7 @@ emitted again (``update=True``) when records within the allowed lateness change 
 Example
 -------
 >>> import numpy as np
->>> op = SlicingWindowOperator(max_lateness_ms=500)
+>>> op = SlicingWindowOperator(allowed_lateness_ms=500)
 >>> _ = op.add_window(SlidingWindow(1000, 500))
 >>> _ = op.add_window(SessionWindow(300))
 >>> op.add_aggregation(Sum()); op.add_aggregation(M4())

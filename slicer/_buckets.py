@@ -19,8 +19,8 @@ __all__ = ["BucketsOperator"]
 
 
 class BucketsOperator:
-    def __init__(self, max_lateness_ms: int = 1000):
-        self.max_lateness = max_lateness_ms
+    def __init__(self, allowed_lateness_ms: int = 1000):
+        self.allowed_lateness_ms = allowed_lateness_ms
         self.windows: list = []
         self.buckets: list[dict] = []  # per query: start -> [end, sum, changed]
         self.watermark: int | None = None
@@ -38,7 +38,7 @@ class BucketsOperator:
         ts = np.asarray(ts, np.int64)
         values = np.asarray(values, np.float64)
         if self.watermark is not None:
-            ok = ts >= self.watermark - self.max_lateness
+            ok = ts >= self.watermark - self.allowed_lateness_ms
             self.dropped_late += int(ts.size - ok.sum())
             ts, values = ts[ok], values[ok]
         if ts.size == 0:
@@ -97,6 +97,6 @@ class BucketsOperator:
                     if cell[2]:
                         out.append((qi, s, cell[0], cell[1]))
                         cell[2] = False
-                    if cell[0] <= self.watermark - self.max_lateness:
+                    if cell[0] <= self.watermark - self.allowed_lateness_ms:
                         del b[s]
         return out

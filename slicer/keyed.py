@@ -24,9 +24,9 @@ qualifies; :class:`~slicer.spark.SlicingProcessor` uses this class then, else on
 Semantics are exactly those of one :class:`~slicer.SlicingWindowOperator` per key driven as the
 Spark processor drives them (tested against it with hypothesis, ``tests/slicer/test_slicer_keyed.py``):
 all keys share the group's watermark (a key seen for the first time starts at it); records with
-``ts < watermark - max_lateness`` are dropped and counted per key; on watermark ``w`` after ``p``
+``ts < watermark - allowed_lateness_ms`` are dropped and counted per key; on watermark ``w`` after ``p``
 a key emits its windows with ``p < end <= w`` that hold records, and, as updates, its windows with
-``p - max_lateness < end <= p`` that got records since ``p``; windows are ``[start, end)``.
+``p - allowed_lateness_ms < end <= p`` that got records since ``p``; windows are ``[start, end)``.
 Floating-point sums may differ from the per-key operator's in the last bits (slices combine in
 another order).
 """
@@ -64,7 +64,7 @@ class KeyedSlicingOperator:
         if not self.supports(template):
             raise ValueError("KeyedSlicingOperator: needs time TumblingWindow/SlidingWindow queries, Sum/Count/"
                              "Min/Max/Mean/M4 aggregations, stream_order='out_of_order' and no forced record keeping")
-        self.lateness = int(template.max_lateness)
+        self.allowed_lateness_ms = int(template.allowed_lateness_ms)
         self.aggregations = list(template.aggregations)
         qs = sorted(template.windows.queries.values(), key=lambda q: q.id)
         self.query_ids = np.array([q.id for q in qs], np.int64)
@@ -138,7 +138,7 @@ class KeyedSlicingOperator:
         ts = np.asarray(ts, np.int64)
         dropped = np.zeros(len(self.keys), np.int64)
         if self.watermark is not None and ts.size:
-            late = ts < self.watermark - self.lateness
+            late = ts < self.watermark - self.allowed_lateness_ms
             if late.any():
                 dropped += np.bincount(codes[late], minlength=len(self.keys))
                 keep = ~late
@@ -201,7 +201,7 @@ class KeyedSlicingOperator:
         upd = np.zeros(e.size, bool)
         if prev is not None:     # windows ending in (prev - lateness, prev]: updates if they got records
             uq, ue = progression_points(self.slide, self._end_phase,
-                                        max(prev - self.lateness, lo_data), np.minimum(prev, hi_data + self.size))
+                                        max(prev - self.allowed_lateness_ms, lo_data), np.minimum(prev, hi_data + self.size))
             q, e = np.concatenate([q, uq]), np.concatenate([e, ue])
             upd = np.concatenate([upd, np.ones(ue.size, bool)])
         s = e - self.size[q]
@@ -209,7 +209,7 @@ class KeyedSlicingOperator:
         keys = object_array(self.keys)[codes]
         self.watermark = wm
         self.dirty[:] = False
-        self._evict(wm - self.lateness)
+        self._evict(wm - self.allowed_lateness_ms)
         self._forget_idle_keys()
         return keys, results
 

@@ -8,7 +8,7 @@ Example
 -------
 >>> import numpy as np
 >>> from windowing import Sum, TumblingWindow
->>> op = SlicingWindowOperator(max_lateness_ms=1000)
+>>> op = SlicingWindowOperator(allowed_lateness_ms=1000)
 >>> q = op.add_window(TumblingWindow(1000))
 >>> op.add_aggregation(Sum())
 >>> op.process_elements(np.array([1.0, 2.0, 4.0]), np.array([100, 1500, 900]))
@@ -60,8 +60,8 @@ class SlicingWindowOperator:
 
     Parameters
     ----------
-    max_lateness_ms : int
-        Allowed lateness: after watermark ``w`` records with time below ``w - max_lateness_ms``
+    allowed_lateness_ms : int
+        Allowed lateness: after watermark ``w`` records with time below ``w - allowed_lateness_ms``
         are dropped and counted in :attr:`dropped_late`; later records update windows.
     stream_order : {"out_of_order", "in_order"}
         ``in_order`` promises non-decreasing times (a violation raises ``ValueError``) and
@@ -72,16 +72,16 @@ class SlicingWindowOperator:
         Force keeping records; by default the decision tree of section 5.1 decides.
     """
 
-    def __init__(self, max_lateness_ms: int = 1000, stream_order: StreamOrder | str = "out_of_order",
+    def __init__(self, allowed_lateness_ms: int = 1000, stream_order: StreamOrder | str = "out_of_order",
                  store: str = "lazy", keep_records: bool | None = None):
         if store not in ("lazy", "eager"):
             raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
-        self.set_max_lateness(max_lateness_ms)
+        self.set_allowed_lateness(allowed_lateness_ms)
         self.stream_order = StreamOrder.parse(stream_order)
         self.store_kind = store
         self.keep_records = keep_records
         self.aggregations: list[AggregateFunction] = []
-        self.windows = WindowManager(self.max_lateness)
+        self.windows = WindowManager(self.allowed_lateness_ms)
         self.dropped_late = 0
         self._next_id = 0
         self._seq = 0
@@ -90,12 +90,12 @@ class SlicingWindowOperator:
         self._count: CountSliceManager | None = None
 
     # ------------------------------------------------------------------ configuration
-    def set_max_lateness(self, ms: int) -> None:
+    def set_allowed_lateness(self, ms: int) -> None:
         if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)) or ms < 0:
-            raise ValueError(f"max_lateness_ms={ms!r}: expected an integer >= 0")
-        self.max_lateness = int(ms)
+            raise ValueError(f"allowed_lateness_ms={ms!r}: expected an integer >= 0")
+        self.allowed_lateness_ms = int(ms)
         if hasattr(self, "windows"):
-            self.windows.max_lateness = self.max_lateness
+            self.windows.allowed_lateness_ms = self.allowed_lateness_ms
 
     def add_aggregation(self, fn: AggregateFunction) -> None:
         if not isinstance(fn, AggregateFunction):
@@ -182,7 +182,7 @@ class SlicingWindowOperator:
             self._start()
         wm = self.windows.watermark
         if wm is not None:
-            ok = ts >= wm - self.max_lateness
+            ok = ts >= wm - self.allowed_lateness_ms
             if not ok.all():
                 self.dropped_late += int(ts.size - ok.sum())
                 ts, values = ts[ok], values[ok]
@@ -216,7 +216,7 @@ class SlicingWindowOperator:
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict:
-        return {"lateness": self.max_lateness, "order": self.stream_order.value, "store": self.store_kind,
+        return {"lateness": self.allowed_lateness_ms, "order": self.stream_order.value, "store": self.store_kind,
                 "keep": self.keep_records, "aggs": self.aggregations,
                 "windows": {i: q.spec for i, q in self.windows.queries.items()}}
 

@@ -12,7 +12,7 @@ cost of one slice update per record::
                         windows=[SlidingWindow(60_000, 10_000), TumblingWindow(5_000)],
                         aggregations=[Sum(), M4()],
                         value="get_json_object(CAST(value AS STRING), '$.amount')",
-                        max_lateness_ms=30_000)
+                        allowed_lateness_ms=30_000)
     out.writeStream.format("dataflow-kafka").option("topic", "windows") ...
 
 How it runs
@@ -54,7 +54,7 @@ records later than the lateness would only show up in Spark's aggregate
 partitions interleave in a micro-batch. The punctuations are per partition, recorded in the
 offsets, and give the same result on replay. Users who want "max event time minus a delay"
 semantics get it from the source: ``watermarkDelayMs`` (punctuation = newest event time minus
-the watermark delay) together with ``max_lateness_ms`` here.
+the watermark delay) together with ``allowed_lateness_ms`` here.
 
 Output columns
 --------------
@@ -70,7 +70,7 @@ Output columns
   ``quantile_<q>``; M4 gives ``m4_min``, ``m4_max``, ``m4_first``, ``m4_last``; user-defined:
   ``fn.name``, Spark type ``fn.spark_type`` or double); duplicate names get ``_<i>`` suffixes;
 * ``late_records``: on ``"dropped"`` rows, records of the key that arrived later than
-  ``max_lateness_ms`` behind the watermark (counted, never silently dropped);
+  ``allowed_lateness_ms`` behind the watermark (counted, never silently dropped);
   ``null_records``: records whose value or event time was null (e.g. a JSON field missing).
   Both are null on ``"window"`` rows.
 
@@ -396,7 +396,7 @@ def _key_specs(df, key) -> list[tuple[str, str]]:
 
 def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
                   aggregations: Iterable[AggregateFunction], value="try_cast(CAST(value AS STRING) AS DOUBLE)",
-                  num_key_groups: int = 8, max_lateness_ms: int = 1000, stream_order: str = "out_of_order",
+                  num_key_groups: int = 8, allowed_lateness_ms: int = 1000, stream_order: str = "out_of_order",
                   store: str = "lazy", idle_timeout_ms: int | None = None,
                   processor_class: type | None = None):
     """Window aggregates per key of a ``format("dataflow-kafka")`` stream (see module docstring).
@@ -411,7 +411,7 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
     value : SQL expression (str) or Column giving the aggregated value; cast to double
         (unparseable values become null and are reported in ``null_records``).
     num_key_groups : stateful processor calls per micro-batch (and unit of state).
-    max_lateness_ms : allowed lateness behind the punctuation watermark.
+    allowed_lateness_ms : allowed lateness behind the punctuation watermark.
     stream_order, store : passed to :class:`~slicer.SlicingWindowOperator`.
     idle_timeout_ms : idle-partition policy of the punctuation tracker (``None``: never idle).
     processor_class : a :class:`SlicingProcessor` subclass to run instead, with the same
@@ -421,7 +421,7 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    template = SlicingWindowOperator(max_lateness_ms, stream_order, store)
+    template = SlicingWindowOperator(allowed_lateness_ms, stream_order, store)
     aggs = list(aggregations)
     wins = list(windows)
     if not wins:

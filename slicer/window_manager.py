@@ -58,8 +58,8 @@ class Query:
 
 
 class WindowManager:
-    def __init__(self, max_lateness: int):
-        self.max_lateness = max_lateness
+    def __init__(self, allowed_lateness_ms: int):
+        self.allowed_lateness_ms = allowed_lateness_ms
         self.queries: dict[int, Query] = {}
         self.watermark: int | None = None
         self.count_frontier: int | None = None
@@ -82,7 +82,7 @@ class WindowManager:
             self.count_frontier, count_mgr.first_change = n_now, None
         self.watermark = wm
         time_mgr.store.clear_dirty()
-        self._evict(wm - self.max_lateness, time_mgr, count_mgr)
+        self._evict(wm - self.allowed_lateness_ms, time_mgr, count_mgr)
         return WindowResults.concat(names, [p for p in parts if p is not None])
 
     def _emit_measure(self, queries, mgr, prev, now, first_change, names) -> WindowResults | None:
@@ -128,7 +128,7 @@ class WindowManager:
             if qs[0].measure is COUNT:
                 ug, us, ue = ends_in(max(first_change, span[0]), prev) if first_change is not None else (g[:0], s[:0], e[:0])
             else:
-                ug, us, ue = ends_in(max(prev - self.max_lateness, span[0]), prev)
+                ug, us, ue = ends_in(max(prev - self.allowed_lateness_ms, span[0]), prev)
                 keep = _dirty(mgr.store, us, ue)
                 ug, us, ue = ug[keep], us[keep], ue[keep]
             g, s, e = np.concatenate((g, ug)), np.concatenate((s, us)), np.concatenate((e, ue))
@@ -151,7 +151,7 @@ class WindowManager:
             if first_change is None:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64)
             return self._windows(q, mgr, max(first_change, base), prev, limit)
-        s, e = self._windows(q, mgr, max(prev - self.max_lateness, base), prev, limit)
+        s, e = self._windows(q, mgr, max(prev - self.allowed_lateness_ms, base), prev, limit)
         keep = _dirty(mgr.store, s, e)
         if q.context is not None:
             keep |= np.array([k not in q.emitted for k in zip(s.tolist(), e.tolist())], bool)

@@ -10,7 +10,7 @@ Per element (``add``): AssignWindows; drop copies whose window is past the allow
 state merges: accumulators via the combiner, trigger slots by their declared merge, emitted panes
 are kept to be retracted); fold the value into the window with the combiner; tell the trigger;
 fire if it says so. ``advance_watermark`` and ``advance_processing_time`` move time forward and
-fire every window whose trigger is ready; when the watermark passes ``end + allowed_lateness``
+fire every window whose trigger is ready; when the watermark passes ``end + allowed_lateness_ms``
 a window is garbage collected, with a final pane if it holds data not yet emitted.
 
 A firing emits a pane only when the window received data (or merged) since its previous pane,
@@ -25,7 +25,7 @@ Example: fixed two-minute windows with the default trigger, one late datum (Figu
 
 >>> from watermarks import FixedWindows, DefaultTrigger, AccumulationMode, SumCombiner
 >>> d = TriggerDriver(FixedWindows(120_000), DefaultTrigger(), AccumulationMode.ACCUMULATING,
-...                   allowed_lateness=300_000, combiner=SumCombiner())
+...                   allowed_lateness_ms=300_000, combiner=SumCombiner())
 >>> d.add([(5, 70_000)])
 []
 >>> d.advance_watermark(120_000)
@@ -33,7 +33,7 @@ Example: fixed two-minute windows with the default trigger, one late datum (Figu
 >>> d.add([(9, 100_000)])
 [Pane([0, 120000) value=14 LATE #1 ts=119999)]
 >>> restored = TriggerDriver.from_bytes(d.to_bytes(), FixedWindows(120_000), DefaultTrigger(),
-...     AccumulationMode.ACCUMULATING, allowed_lateness=300_000, combiner=SumCombiner())
+...     AccumulationMode.ACCUMULATING, allowed_lateness_ms=300_000, combiner=SumCombiner())
 >>> restored.advance_watermark(420_000)  # end + allowed lateness: state garbage collected
 []
 >>> restored.windows(), restored.add([(1, 60_000)]), restored.dropped_late
@@ -89,7 +89,7 @@ class TriggerDriver:
         When panes are emitted (``AfterWatermark(early=..., late=...)``, ...).
     accumulation_mode : AccumulationMode or str
         How panes of a window relate: discarding, accumulating, accumulating and retracting.
-    allowed_lateness : int
+    allowed_lateness_ms : int
         Milliseconds after the end of a window during which late data are still accepted.
     timestamp_combiner : TimestampCombiner or str
         Output timestamp of a pane: end of window (``end_ms - 1``), earliest or latest event time.
@@ -105,7 +105,7 @@ class TriggerDriver:
         window_fn: Window | WindowFn,
         trigger: Trigger,
         accumulation_mode: AccumulationMode | str = AccumulationMode.DISCARDING,
-        allowed_lateness: int = 0,
+        allowed_lateness_ms: int = 0,
         timestamp_combiner: TimestampCombiner | str = TimestampCombiner.END_OF_WINDOW,
         combiner: AggregateFunction | None = None,
         on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
@@ -113,9 +113,9 @@ class TriggerDriver:
         window_fn = compile_window_fn(window_fn)
         if not isinstance(trigger, Trigger):
             raise TypeError(f"trigger must be a Trigger, got {trigger!r}")
-        if not isinstance(allowed_lateness, int) or allowed_lateness < 0:
-            raise ValueError(f"allowed_lateness must be an integer >= 0 (ms), got {allowed_lateness!r}")
-        self.window_fn, self.trigger, self.allowed_lateness = window_fn, trigger, allowed_lateness
+        if not isinstance(allowed_lateness_ms, int) or allowed_lateness_ms < 0:
+            raise ValueError(f"allowed_lateness_ms={allowed_lateness_ms!r}: expected an integer >= 0 (milliseconds)")
+        self.window_fn, self.trigger, self.allowed_lateness_ms = window_fn, trigger, allowed_lateness_ms
         self.accumulation_mode = AccumulationMode.parse(accumulation_mode, "accumulation_mode")
         self.timestamp_combiner = TimestampCombiner.parse(timestamp_combiner, "timestamp_combiner")
         self.on_time_behavior = OnTimeBehavior.parse(on_time_behavior, "on_time_behavior")
@@ -146,10 +146,10 @@ class TriggerDriver:
                 "(counted in dropped_closed). Wrap it in Repeatedly(...) to keep windows open.",
                 stacklevel=3,
             )
-        elif kind == AT_WATERMARK and self.allowed_lateness > 0:
+        elif kind == AT_WATERMARK and self.allowed_lateness_ms > 0:
             warnings.warn(
                 f"trigger {self.trigger!r} finishes when the watermark passes the end of the window, "
-                f"so allowed_lateness={self.allowed_lateness} ms is never used: late data are "
+                f"so allowed_lateness_ms={self.allowed_lateness_ms} is never used: late data are "
                 "dropped (counted in dropped_closed). Add late firings, e.g. "
                 "AfterWatermark(late=AfterCount(1)).",
                 stacklevel=3,
@@ -204,7 +204,7 @@ class TriggerDriver:
     # -- GroupAlsoByWindow --------------------------------------------------------------------
 
     def _gc_time(self, window: IntervalWindow) -> int:
-        return min(window.end_ms + self.allowed_lateness, END_OF_TIME_MS)
+        return min(window.end_ms + self.allowed_lateness_ms, END_OF_TIME_MS)
 
     def _fresh(self) -> _WindowState:
         return _WindowState(self.combiner.create_accumulator(), self._layout.fresh())
@@ -343,7 +343,7 @@ class TriggerDriver:
     # -- state as bytes -----------------------------------------------------------------------
 
     def _fingerprint(self) -> int:
-        config = (self.window_fn, self.trigger, self.accumulation_mode, self.allowed_lateness,
+        config = (self.window_fn, self.trigger, self.accumulation_mode, self.allowed_lateness_ms,
                   self.timestamp_combiner, self.on_time_behavior, type(self.combiner).__qualname__)
         return zlib.crc32(repr(config).encode())
 

@@ -97,17 +97,17 @@ EXAMPLES: dict[str, tuple[str, Callable[[], TriggerDriver], Callable[[], list]]]
     "fixed windows, batch": (
         "Figure 10", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC), batch_steps),
     "fixed windows, streaming": (
-        "Figure 12", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC, allowed_lateness=_LATENESS),
+        "Figure 12", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC, allowed_lateness_ms=_LATENESS),
         streaming_steps),
     "fixed windows, streaming, no allowed lateness": (
         "Figure 12 variant", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC), streaming_steps),
     "fixed windows, streaming, partial": (
-        "Figure 13", _driver(FixedWindows(2 * MINUTE), _PARTIAL, _ACC, allowed_lateness=_LATENESS),
+        "Figure 13", _driver(FixedWindows(2 * MINUTE), _PARTIAL, _ACC, allowed_lateness_ms=_LATENESS),
         streaming_steps),
     "sessions, retracting": (
         "Figure 14",
         _driver(Sessions(MINUTE), _PARTIAL, AccumulationMode.ACCUMULATING_AND_RETRACTING,
-                allowed_lateness=_LATENESS, on_time_behavior=OnTimeBehavior.FIRE_IF_NON_EMPTY),
+                allowed_lateness_ms=_LATENESS, on_time_behavior=OnTimeBehavior.FIRE_IF_NON_EMPTY),
         streaming_steps),
 }
 

@@ -109,12 +109,12 @@ class RefQuery:
 class Reference:
     def __init__(self, windows, aggs, lateness):
         self.queries = [RefQuery(w, {}) for w in windows]
-        self.aggs, self.lateness = aggs, lateness
+        self.aggs, self.allowed_lateness_ms = aggs, lateness
         self.recs, self.wm, self.cfront, self.dropped, self.since = [], None, None, 0, set()
 
     def records(self, values, ts):
         for v, t in zip(values, ts):
-            if self.wm is not None and t < self.wm - self.lateness:
+            if self.wm is not None and t < self.wm - self.allowed_lateness_ms:
                 self.dropped += 1
                 continue
             seq = len(self.recs) + self.dropped
@@ -137,7 +137,7 @@ class Reference:
                     upd = self.cfront is not None and e <= self.cfront and q.emitted.get((s, e)) != ids
                 else:
                     new = e <= wm and (prev is None or e > prev)
-                    upd = prev is not None and prev - self.lateness < e <= prev and (
+                    upd = prev is not None and prev - self.allowed_lateness_ms < e <= prev and (
                         any(i in self.since for i in ids)
                         or (isinstance(q.window, (SessionWindow, PunctuationWindow, SlideByTupleWindow))
                             and (s, e) not in q.emitted))

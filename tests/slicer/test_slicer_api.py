@@ -13,7 +13,7 @@ from slicer import AggregateFunction
 
 
 def make(*windows, aggs=(Sum(),), lateness=1000, **kw):
-    op = SlicingWindowOperator(max_lateness_ms=lateness, **kw)
+    op = SlicingWindowOperator(allowed_lateness_ms=lateness, **kw)
     for w in windows:
         op.add_window(w)
     for a in aggs:
@@ -122,7 +122,7 @@ def test_in_order_promise_is_checked():
     (lambda: TumblingWindow(10, measure="days"), "measure='days'"),
     (lambda: SlideByTupleWindow(0), "size_ms=0"),
     (lambda: FixedBandWindow(0, 10, measure="rows"), "measure='rows'"),
-    (lambda: SlicingWindowOperator(max_lateness_ms=-5), "max_lateness_ms=-5"),
+    (lambda: SlicingWindowOperator(allowed_lateness_ms=-5), "allowed_lateness_ms=-5"),
     (lambda: SlicingWindowOperator(stream_order="sorted"), "stream_order='sorted'"),
 ])
 def test_validation_messages_quote_the_value(build, match):

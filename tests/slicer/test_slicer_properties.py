@@ -108,7 +108,7 @@ def run_reference(windows, aggs, lateness, events):
 
 
 def operator(windows, aggs, lateness, store="lazy", order="out_of_order"):
-    op = SlicingWindowOperator(max_lateness_ms=lateness, stream_order=order, store=store)
+    op = SlicingWindowOperator(allowed_lateness_ms=lateness, stream_order=order, store=store)
     ids = [op.add_window(w) for w in windows]
     for a in aggs:
         op.add_aggregation(a)

@@ -158,7 +158,7 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     for k, v in opts.items():
         reader = reader.option(k, v)
     out_df = slice_windows(reader.load(), key="CAST(key AS STRING)", windows=windows, aggregations=aggs,
-                           value=VALUE, num_key_groups=3, max_lateness_ms=LATENESS)
+                           value=VALUE, num_key_groups=3, allowed_lateness_ms=LATENESS)
     ck = str(tmp_path / "ck")
     out = BatchCollector()
 

@@ -42,7 +42,7 @@ STEPS = [("add", [(1, 1)]), ("add", [(2, 2)]), ("watermark", 10), ("add", [(4, 3
 
 
 def test_discarding_panes_are_deltas():
-    assert rows(make(mode="discarding", allowed_lateness=10), STEPS) == [
+    assert rows(make(mode="discarding", allowed_lateness_ms=10), STEPS) == [
         (0, 10, 1, "EARLY", 0, "F"), (0, 10, 2, "EARLY", 1, ""),
         (0, 10, 0, "ON_TIME", 2, ""),  # on-time pane always fires; nothing new since the last
         (0, 10, 4, "LATE", 3, ""),
@@ -50,14 +50,14 @@ def test_discarding_panes_are_deltas():
 
 
 def test_accumulating_panes_refine():
-    assert rows(make(allowed_lateness=10), STEPS) == [
+    assert rows(make(allowed_lateness_ms=10), STEPS) == [
         (0, 10, 1, "EARLY", 0, "F"), (0, 10, 3, "EARLY", 1, ""), (0, 10, 3, "ON_TIME", 2, ""),
         (0, 10, 7, "LATE", 3, ""),
     ]
 
 
 def test_retracting_retracts_the_previous_pane_before_its_replacement():
-    assert rows(make(mode="accumulating_and_retracting", allowed_lateness=10), STEPS) == [
+    assert rows(make(mode="accumulating_and_retracting", allowed_lateness_ms=10), STEPS) == [
         (0, 10, 1, "EARLY", 0, "F"),
         (0, 10, 1, "EARLY", 0, "FR"), (0, 10, 3, "EARLY", 1, ""),
         (0, 10, 3, "EARLY", 1, "R"), (0, 10, 3, "ON_TIME", 2, ""),
@@ -91,7 +91,7 @@ def test_a_merge_into_a_closed_session_drops_the_element():
 
 
 def test_lateness_bounds_state_and_drops_are_counted_per_window_copy():
-    d = make(DefaultTrigger(), window_fn=SlidingWindows(10, 5), allowed_lateness=0)
+    d = make(DefaultTrigger(), window_fn=SlidingWindows(10, 5), allowed_lateness_ms=0)
     assert rows(d, [("add", [(1, 7)]), ("watermark", 10), ("add", [(2, 7)]), ("watermark", 15)]) == [
         (0, 10, 1, "ON_TIME", 0, "FL"),
         (5, 15, 3, "ON_TIME", 0, "FL"),  # the second 7 was too late for [0,10) only
@@ -100,7 +100,7 @@ def test_lateness_bounds_state_and_drops_are_counted_per_window_copy():
 
 
 def test_garbage_collection_emits_pending_data_as_the_last_pane():
-    d = make(Repeatedly(AfterCount(2)), "discarding", allowed_lateness=5)
+    d = make(Repeatedly(AfterCount(2)), "discarding", allowed_lateness_ms=5)
     steps = [("add", [(1, 1), (2, 2), (3, 3)]), ("watermark", 10), ("watermark", 14)]
     assert rows(d, steps) == [(0, 10, 3, "EARLY", 0, "F")]
     assert d.windows() == [IntervalWindow(0, 10)]
@@ -131,7 +131,7 @@ def test_merged_sessions_keep_the_earliest_timestamp():
 
 
 def test_combiners_and_retracted_inputs():
-    d = make(DefaultTrigger(), combiner=MeanCombiner(), allowed_lateness=100)
+    d = make(DefaultTrigger(), combiner=MeanCombiner(), allowed_lateness_ms=100)
     assert rows(d, [("add", [(2, 1), (4, 2), (9, 3)]), ("retract", [(9, 3)]), ("watermark", 10)]) == [
         (0, 10, 3.0, "ON_TIME", 0, "F")
     ]
@@ -157,19 +157,19 @@ def test_keys_are_independent_and_panes_carry_them():
 def test_lossy_configurations_warn_and_safe_ones_do_not():
     with pytest.warns(UserWarning, match="can finish before the watermark"):
         make(AfterCount(1))
-    with pytest.warns(UserWarning, match="allowed_lateness=60000 ms is never used"):
-        make(AfterWatermark(), allowed_lateness=60_000)
+    with pytest.warns(UserWarning, match="allowed_lateness_ms=60000 is never used"):
+        make(AfterWatermark(), allowed_lateness_ms=60_000)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make(AfterWatermark())
-        make(EARLY_LATE, allowed_lateness=60_000)
-        make(DefaultTrigger(), allowed_lateness=60_000)
+        make(EARLY_LATE, allowed_lateness_ms=60_000)
+        make(DefaultTrigger(), allowed_lateness_ms=60_000)
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"allowed_lateness": -1}, "allowed_lateness must be an integer >= 0 (ms), got -1"),
+        ({"allowed_lateness_ms": -1}, "allowed_lateness_ms=-1: expected an integer >= 0 (milliseconds)"),
         ({"accumulation_mode": "sometimes"},
          "accumulation_mode must be one of DISCARDING, ACCUMULATING, ACCUMULATING_AND_RETRACTING, got 'sometimes'"),
         ({"timestamp_combiner": "middle"}, "timestamp_combiner must be one of END_OF_WINDOW, EARLIEST, LATEST"),
@@ -183,18 +183,18 @@ def test_bad_driver_options_name_the_option_and_value(kwargs, message):
 
 
 def test_state_bytes_round_trip_and_reject_another_configuration():
-    d = make(EARLY_LATE, "accumulating_and_retracting", Sessions(10), allowed_lateness=50)
+    d = make(EARLY_LATE, "accumulating_and_retracting", Sessions(10), allowed_lateness_ms=50)
     run_transcript(d, [("add", [(1, 0), (2, 4)], "k"), ("add", [(3, 30)], 7), ("watermark", 12)])
     data = d.to_bytes()
     assert len(data) < 200
     twin = TriggerDriver.from_bytes(data, Sessions(10), EARLY_LATE, AccumulationMode.ACCUMULATING_AND_RETRACTING,
-                                    allowed_lateness=50, combiner=SumCombiner())
+                                    allowed_lateness_ms=50, combiner=SumCombiner())
     assert twin.to_bytes() == data
     assert (twin.watermark_ms, twin.keys(), twin.windows("k")) == (12, ["k", 7], [IntervalWindow(0, 14)])
     steps = [("add", [(4, 9)], "k"), ("watermark", 100)]
     assert run_transcript(twin, steps) == run_transcript(d, steps)
     with pytest.raises(ValueError, match="different format or configuration"):
-        make(EARLY_LATE, "accumulating", Sessions(10), allowed_lateness=50).load_bytes(data)
+        make(EARLY_LATE, "accumulating", Sessions(10), allowed_lateness_ms=50).load_bytes(data)
 
 
 def test_a_wrong_expectation_fails():

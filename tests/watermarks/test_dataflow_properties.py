@@ -65,7 +65,7 @@ def steps_for(elems, adv):
 def make(window_fn, trigger, mode, lateness):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return TriggerDriver(window_fn, trigger, mode, allowed_lateness=lateness)
+        return TriggerDriver(window_fn, trigger, mode, allowed_lateness_ms=lateness)
 
 
 def panes(window_fn, trigger, mode, lateness, steps):
@@ -160,7 +160,7 @@ def test_state_bytes_round_trip_mid_stream_changes_nothing(elems, adv, window_fn
     got = run_transcript(first, steps[:cut])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        second = TriggerDriver.from_bytes(first.to_bytes(), window_fn, trigger, mode, allowed_lateness=lateness)
+        second = TriggerDriver.from_bytes(first.to_bytes(), window_fn, trigger, mode, allowed_lateness_ms=lateness)
     got += run_transcript(second, steps[cut:])
     assert got == expected
     assert (second.dropped_late, second.dropped_closed) == (straight.dropped_late, straight.dropped_closed)

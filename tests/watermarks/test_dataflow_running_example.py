@@ -150,7 +150,7 @@ def test_final_panes_sum_to_the_batch_total():
 def test_beam_spelling_of_figure_13_gives_the_same_panes():
     beam = TriggerDriver(
         FixedWindows(2 * MINUTE), AfterWatermark(early=AtPeriod(MINUTE), late=AfterCount(1)),
-        AccumulationMode.ACCUMULATING, allowed_lateness=5 * MINUTE, combiner=SumCombiner(),
+        AccumulationMode.ACCUMULATING, allowed_lateness_ms=5 * MINUTE, combiner=SumCombiner(),
     )
     assert _rows(beam, streaming_steps()) == EXPECTED["fixed windows, streaming, partial"]
 

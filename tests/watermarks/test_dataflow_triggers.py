@@ -64,7 +64,7 @@ def test_after_watermark_fires_once_at_the_end_of_the_window_then_drops_late_dat
 
 
 def test_after_watermark_without_late_firings_closes_the_window_within_the_lateness():
-    d = driver(AfterWatermark(), allowed_lateness=5)
+    d = driver(AfterWatermark(), allowed_lateness_ms=5)
     steps = [add((1, 2)), ("watermark", 10), add((4, 3)), ("watermark", 14), ("watermark", 15)]
     assert _per_step(d, steps) == [[], [(0, 10, 1, "ON_TIME", 0, "FL")], [], [], []]
     assert (d.dropped_late, d.dropped_closed) == (0, 1)
@@ -81,7 +81,7 @@ def test_after_watermark_early_count():
 
 def test_after_watermark_early_processing_time_and_late_count_discarding():
     d = driver(AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)), "discarding",
-               allowed_lateness=20)
+               allowed_lateness_ms=20)
     steps = [("processing", 0), add((1, 1)), ("processing", 4), ("processing", 5), add((2, 2)),
              ("watermark", 10), ("processing", 20), add((4, 3)), add((8, 4)), ("watermark", 30)]
     assert _per_step(d, steps) == [
@@ -169,7 +169,7 @@ def test_or_finally_fires_a_last_time_when_until_fires():
 
 
 def test_default_trigger_fires_at_the_watermark_and_for_each_late_datum():
-    d = driver(DefaultTrigger(), allowed_lateness=10)
+    d = driver(DefaultTrigger(), allowed_lateness_ms=10)
     steps = [add((1, 1)), ("watermark", 10), add((2, 2)), add((3, 3)), ("watermark", 15),
              ("watermark", 20), add((5, 5))]
     assert _per_step(d, steps) == [
@@ -181,8 +181,8 @@ def test_default_trigger_fires_at_the_watermark_and_for_each_late_datum():
 
 def test_repeat_at_watermark_behaves_as_the_default_trigger():
     steps = [add((1, 1)), ("watermark", 10), add((2, 2)), ("watermark", 20), add((3, 3))]
-    a = run_transcript(driver(DefaultTrigger(), allowed_lateness=15), steps)
-    b = run_transcript(driver(Repeat(AtWatermark()), allowed_lateness=15), steps)
+    a = run_transcript(driver(DefaultTrigger(), allowed_lateness_ms=15), steps)
+    b = run_transcript(driver(Repeat(AtWatermark()), allowed_lateness_ms=15), steps)
     assert a == b and len(a) == 3
 
 
@@ -214,7 +214,7 @@ def test_a_processing_time_deadline_merges_to_the_earliest():
 
 def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_end():
     d = driver(AfterWatermark(early=AfterCount(5), late=AfterCount(5)), window_fn=Sessions(10),
-               allowed_lateness=100)
+               allowed_lateness_ms=100)
     steps = [add((1, 0)), ("watermark", 10), add((2, 8)), ("watermark", 17), ("watermark", 18)]
     assert _per_step(d, steps) == [
         [], [(0, 10, 1, "ON_TIME", 0, "F")],
@@ -224,7 +224,7 @@ def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_en
 
 
 def test_late_data_merging_into_a_session_behind_the_watermark_stay_in_the_late_phase():
-    d = driver(AfterWatermark(late=AfterCount(2)), window_fn=Sessions(10), allowed_lateness=100)
+    d = driver(AfterWatermark(late=AfterCount(2)), window_fn=Sessions(10), allowed_lateness_ms=100)
     steps = [add((1, 0)), ("watermark", 20), add((2, 5)), add((4, 3))]
     assert _per_step(d, steps) == [
         [], [(0, 10, 1, "ON_TIME", 0, "F")],
