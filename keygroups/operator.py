@@ -146,9 +146,8 @@ def _key_text(key: Any) -> str | None:
 
 def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
     """The previous fused stage's output as ``stage``'s input data."""
-    router = stage.python_router()
-    if router is not None:
-        rows, groups = router(prev_data)
+    if stage.python_router() is not None:
+        rows, groups = stage.fused_input(prev_data)
         groups = np.asarray(groups)
         if len(groups) and bool((groups != key_group).any()):
             bad = int(np.flatnonzero(groups != key_group)[0])

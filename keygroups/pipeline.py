@@ -70,7 +70,7 @@ class Pipeline:
         for link in links:
             if not isinstance(link.stage, Stage):
                 raise TypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
-        self._links = _named(links)
+        self._links = _configured(_named(links))
 
     @property
     def stages(self) -> list[Stage]:
@@ -228,6 +228,13 @@ def _named(links: list[_Link]) -> list[_Link]:
             object.__setattr__(s, "name", name)
         out.append(_Link(s, link.fuse))
     return out
+
+
+def _configured(links: list[_Link]) -> list[_Link]:
+    """Each stage as :meth:`~keygroups.stage.Stage.followed_by` its successor configures it."""
+    stages = [lk.stage for lk in links]
+    return [_Link(s.followed_by(stages[i + 1] if i + 1 < len(stages) else None), lk.fuse)
+            for i, (s, lk) in enumerate(zip(stages, links))]
 
 
 def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:

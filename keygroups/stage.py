@@ -100,6 +100,22 @@ class Stage:
         """Python routing: the (name, Spark DDL type) columns of the rows the router returns."""
         return []
 
+    def fused_input(self, upstream_data: Any) -> tuple[Any, Any]:
+        """Python routing, fused after another stage: ``(this stage's input data, key group per
+        row)`` from the previous stage's native output (default: the router). Override to skip a
+        frame round trip (e.g. hand over Python objects)."""
+        return self.python_router()(upstream_data)
+
+    def fusable_after(self, upstream: "Stage") -> bool:
+        """Python routing: whether this stage's key is ``upstream``'s, so it can run fused after it."""
+        return False
+
+    def followed_by(self, downstream: "Stage | None") -> "Stage":
+        """This stage as configured for a pipeline where ``downstream`` follows it (None: the last
+        stage). Returns ``self`` or a configured copy (e.g. an optimistic stage adds the barrier
+        when no optimistic stage follows)."""
+        return self
+
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self) -> list[tuple[str, str]]:
         """Data columns of the output rows (besides the contract's ``event_time_ms``)."""

@@ -1,5 +1,5 @@
 """The two buffered baselines on Spark give the in-order result too: (a) a sort buffer before each
-order-sensitive stage driven by our punctuations, (b) Spark's withWatermark + event-time timers."""
+order-sensitive stage driven by our punctuations, (b) Spark's withWatermark + event-time timers (bench.native_baseline)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
 def _run(spark, kafka, topic, out_topic, ck, stages, mode, **kw):
+    from bench.native_baseline import build_native
+
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
            .option("watermarkDelayMs", GRACE_MS).option("maxOffsetsPerTrigger", 60).load())
-    out = build_pipeline(src, stages, output_topic=out_topic, mode=mode, key_groups=[3, 2],
-                         decode=decode_doc, output_partitions=2, **kw)
+    build = build_native if mode == "native" else build_pipeline
+    out = build(src, stages, output_topic=out_topic, key_groups=[3, 2], decode=decode_doc, output_partitions=2,
+                **({} if mode == "native" else {"mode": mode}), **kw)
     q = (out.writeStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("checkpointLocation", ck).trigger(availableNow=True).start())
     assert q.awaitTermination(300), "query did not finish"
