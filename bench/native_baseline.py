@@ -53,6 +53,17 @@ class _SinkSpec:
                              "topic": [self.topic] * len(items), "partition": pd.array([part] * len(items), dtype="Int32")})
 
 
+def _rows(items: list[Item], router: _Router) -> pd.DataFrame:
+    """Items as rows between native stages (routed to the next stage's key groups)."""
+    return pd.DataFrame({
+        "key_group": pd.array([router(i) for i in items], dtype="Int32"),
+        "event_time": pd.to_datetime([i.meta.time_ms for i in items], unit="ms"),
+        "event_time_ms": pd.array([i.meta.time_ms for i in items], dtype="Int64"),
+        "sort_key": [i.meta.sort_key() for i in items],
+        "payload": [pickle.dumps(i.payload, protocol=5) for i in items],
+    })
+
+
 def _native_ingest_fn(maps, router: _Router, decode: Callable[[bytes], Any]):
     def ingest(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
@@ -62,13 +73,7 @@ def _native_ingest_fn(maps, router: _Router, decode: Callable[[bytes], Any]):
             out = _apply_maps(maps, items)
             if not out:
                 continue
-            yield pd.DataFrame({
-                "key_group": pd.array([router(i) for i in out], dtype="Int32"),
-                "event_time": pd.to_datetime([i.meta.time_ms for i in out], unit="ms"),
-                "event_time_ms": pd.array([i.meta.time_ms for i in out], dtype="Int64"),
-                "sort_key": [i.meta.sort_key() for i in out],
-                "payload": [pickle.dumps(i.payload, protocol=5) for i in out],
-            })
+            yield _rows(out, router)
     return ingest
 
 
@@ -131,35 +136,12 @@ class NativeStageProcessor(StatefulProcessor):
         if self.sink is not None:
             yield self.sink.frame(out, kg)
             return
-        yield pd.DataFrame({
-            "key_group": pd.array([self.router(i) for i in out], dtype="Int32"),
-            "event_time": pd.to_datetime([i.meta.time_ms for i in out], unit="ms"),
-            "event_time_ms": pd.array([i.meta.time_ms for i in out], dtype="Int64"),
-            "sort_key": [i.meta.sort_key() for i in out],
-            "payload": [pickle.dumps(i.payload, protocol=5) for i in out],
-        })
+        yield _rows(out, self.router)
 
     def close(self) -> None:
         pass
 
 
-def _native_ingest_fn(maps: tuple[Map, ...], router: _Router, decode: Callable[[bytes], Any]):
-    def ingest(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in frames:
-            data = pdf[pdf["kind"] == "data"]
-            items = [Item.source(int(t), int(p), int(o), decode(bytes(v)))
-                     for t, p, o, v in zip(data["event_time_ms"], data["partition"], data["offset"], data["value"])]
-            out = _apply_maps(maps, items)
-            if not out:
-                continue
-            yield pd.DataFrame({
-                "key_group": pd.array([router(i) for i in out], dtype="Int32"),
-                "event_time": pd.to_datetime([i.meta.time_ms for i in out], unit="ms"),
-                "event_time_ms": pd.array([i.meta.time_ms for i in out], dtype="Int64"),
-                "sort_key": [i.meta.sort_key() for i in out],
-                "payload": [pickle.dumps(i.payload, protocol=5) for i in out],
-            })
-    return ingest
 
 
 
