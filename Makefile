@@ -31,7 +31,7 @@ test-engines: setup
 # Broker conformance against every embedded candidate (README "Brokers").
 conformance: setup
 	@for b in noida-db tansu; do \
-	  echo "== $$b"; DATAFLOW_KAFKA_EMBEDDED=$$b $(PY) -m pytest tests/kafka -q -rA -p no:cacheprovider \
+	  echo "== $$b"; DATAFLOW_KAFKA_EMBEDDED=$$b $(PY) -m pytest tests/brokers -q -rA -p no:cacheprovider \
 	    | grep -E "^(PASSED|FAILED|SKIPPED)|passed|failed"; \
 	done
 

@@ -1,7 +1,7 @@
 """Kafka behaviour the dataflow-kafka source and sink rely on, checked against the broker.
 
 Runs unchanged against any bootstrap address: ``KAFKA_BOOTSTRAP_SERVERS=host:9092 pytest
-tests/kafka`` (real Apache Kafka), or an embedded broker (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or
+tests/brokers`` (real Apache Kafka), or an embedded broker (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or
 ``tansu``). ``make conformance`` runs it against every embedded candidate; the README records
 the results and the choice.
 """
