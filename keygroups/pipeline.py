@@ -133,9 +133,9 @@ class Pipeline:
         from keygroups.processor import StageProcessor, deferred
         from keygroups.routing import with_key_groups
 
-        specs = self.specs(fuse, idle_timeout_ms)
-        for j, spec in enumerate(specs):
-            first = spec.stages[0]
+        ops = self.plan(fuse)
+        for j, stages in enumerate(ops):
+            first = stages[0]
             n = first.num_key_groups
             if first.python_router() is not None:
                 if j == 0:
@@ -152,6 +152,11 @@ class Pipeline:
                 inputs = list(exprs)
             keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
             slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs)
+            bound = _bind(stages, {f.name: f.dataType.simpleString() for f in slim.schema.fields})
+            nxt = ops[j + 1][0] if j + 1 < len(ops) else None
+            router = nxt.python_router() if nxt is not None else None
+            spec = OperatorSpec(bound, router, tuple(nxt.routed_columns() if router else bound[-1].output_columns()),
+                                idle_timeout_ms if j == 0 else None)
             packed = pack_source and j == 0
             if packed:
                 slim = pack_key_groups(slim, None, n)
@@ -228,6 +233,18 @@ def _named(links: list[_Link]) -> list[_Link]:
             object.__setattr__(s, "name", name)
         out.append(_Link(s, link.fuse))
     return out
+
+
+def _bind(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, ...]:
+    """Stages of one operator bound to their input types: the first to the routed rows' types,
+    each fused one to the previous stage's output types through its plain-column inputs."""
+    bound = [stages[0].bind(input_types)]
+    for s in stages[1:]:
+        produced = dict(bound[-1].output_columns()) | {"event_time_ms": "bigint"}
+        types = {} if s.python_router() is not None else {
+            name: produced[plain_column(expr)] for name, expr in s.inputs().items() if plain_column(expr) in produced}
+        bound.append(s.bind(types))
+    return tuple(bound)
 
 
 def _configured(links: list[_Link]) -> list[_Link]:

@@ -116,6 +116,11 @@ class Stage:
         when no optimistic stage follows)."""
         return self
 
+    def bind(self, input_types: dict[str, str]) -> "Stage":
+        """This stage for inputs of these Spark types (``{input name: DDL type}``), e.g. to give its
+        key output columns the key's type. Called by :meth:`Pipeline.apply`; default ``self``."""
+        return self
+
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self) -> list[tuple[str, str]]:
         """Data columns of the output rows (besides the contract's ``event_time_ms``)."""
