@@ -88,10 +88,9 @@ def _now_ms() -> int:
 
 
 def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
-    """Rows of one task: of its range, or of each range of a :class:`RangeGroup` in turn, each
-    with its own consumer. (One consumer reassigned from range to range made a batch about 0.5 s
-    slower per switch in ``bench/source_throughput.py``: 1.04 s against 0.58 s per 10k-record
-    batch; most likely it waits for its previous fetch, ``fetch.wait.max.ms`` = 500 ms.)"""
+    """Rows of one task: of its range, or of each range of a :class:`RangeGroup` in turn, read
+    with the Python worker's pooled consumer (:func:`kafka_read.pooled_consumer`: one per Kafka
+    configuration and process, assigned each range in turn, reused by later tasks and batches)."""
     for r in part.ranges if isinstance(part, RangeGroup) else [part]:
         yield from _read_range(opts, r)
 
@@ -117,8 +116,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         yield kafka_read.make_rows_batch(synthetic, hdr)
     newest = in_range = None
     if r.end > r.start:
-        c = kafka_read.consumer(opts.kafka)
-        try:
+        with kafka_read.pooled_consumer(opts.kafka) as c:
             for msgs, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
                                                           opts.poll_timeout_ms, opts.fail_on_data_loss):
                 if loss_note:
@@ -130,8 +128,6 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field)
                 in_range = _newer(in_range, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
-        finally:
-            c.close()
         if r.publish_stats and opts.range_stats_topic:
             key = range_stats.range_key(r.topic, r.partition, r.start, r.end, opts.event_time_field, opts.kafka)
             range_stats.publish(opts.kafka, opts.range_stats_topic, key, in_range)

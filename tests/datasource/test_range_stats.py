@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from datasource import range_stats
+from datasource import kafka_read, range_stats
 from datasource.options import parse_source_options
 from datasource.source import DataflowKafkaStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.kafka
 def _close_stats_producers():
     yield
     range_stats.close_producers()   # the tasks here run in this process
+    kafka_read.close_pooled_consumers()
 
 
 def _reader(kafka, topic: str, stats_topic: str) -> DataflowKafkaStreamReader:

@@ -1,0 +1,72 @@
+"""The executors' pooled consumer (one per Kafka configuration and Python process, reused by every
+task and micro-batch): the rows do not depend on it (broker, no JVM: ``read`` is plain Python)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datasource import kafka_read
+from datasource.options import parse_source_options
+from datasource.source import OffsetRange, RangeGroup, _read
+from tests.support import now_ms
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pool():
+    kafka_read.close_pooled_consumers()
+    yield
+    kafka_read.close_pooled_consumers()
+
+
+def _rows(opts, part) -> list[tuple]:
+    return [(r["kind"], r["partition"], r["offset"], r["value"], r["event_time"], r["punctuation"])
+            for rb in _read(opts, part) for r in rb.to_pylist()]
+
+
+def _pooled(opts) -> list:
+    return list(kafka_read._idle.get(tuple(sorted(opts.kafka.items())), []))
+
+
+def test_one_consumer_reused_across_ranges_gives_the_rows_of_fresh_consumers(kafka):
+    topic = kafka.topic(3)
+    base = now_ms() - 10_000
+    kafka.produce(topic, [{"value": json.dumps({"ts": base + i}).encode(), "partition": i % 3} for i in range(300)])
+    opts = parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                                 "eventTimeField": "ts", "rangeStatsTopic": ""}, streaming=True)
+    ranges = [OffsetRange(topic, p, s, e, None, 0) for s, e in ((0, 40), (40, 100)) for p in (2, 0, 1)]
+
+    first = _rows(opts, ranges[0])
+    (pooled,) = _pooled(opts)
+    reused = [_rows(opts, r) for r in ranges] + [_rows(opts, RangeGroup(ranges[3:]))]
+    assert _pooled(opts) == [pooled]                    # the same consumer read every range
+    assert pooled.assignment() == []                    # and was left without an assignment
+
+    fresh = []
+    for r in ranges:
+        kafka_read.close_pooled_consumers()             # a new consumer for every range
+        fresh.append(_rows(opts, r))
+    assert reused[:-1] == fresh and reused[0] == first
+    assert reused[-1] == sum(fresh[3:], [])
+    assert [len([x for x in rows if x[0] == "data"]) for rows in fresh] == [40, 40, 40, 60, 60, 60]
+
+
+def test_a_failed_or_abandoned_read_closes_its_consumer(kafka):
+    topic = kafka.topic(1)
+    kafka.produce(topic, [{"value": b"%d" % i, "partition": 0} for i in range(50)])
+    opts = parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                                 "rangeStatsTopic": ""}, streaming=True)
+    _rows(opts, OffsetRange(topic, 0, 0, 50, None, 0))
+    (pooled,) = _pooled(opts)
+    with pytest.raises(kafka_read.DataLossError, match=r"offsets \[50, 60\) are gone"):  # beyond the log end
+        _rows(opts, OffsetRange(topic, 0, 40, 60, None, 0))
+    assert _pooled(opts) == []                          # closed, not returned to the pool
+    it = _read(opts, OffsetRange(topic, 0, 0, 50, None, 0))
+    next(it)                                            # Spark stops reading half-way
+    it.close()
+    assert _pooled(opts) == []
+    assert len([r for r in _rows(opts, OffsetRange(topic, 0, 0, 50, None, 0)) if r[0] == "data"]) == 50
+    assert len(_pooled(opts)) == 1 and _pooled(opts)[0] is not pooled
