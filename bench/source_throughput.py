@@ -1,31 +1,184 @@
 """Source throughput: rows/s of ``format("dataflow-kafka")`` into Spark's no-op sink, against the
-raw confluent-kafka consume rate on the same broker and data, measured in the same run.
+raw confluent-kafka consume rate on the same broker and data, and against the platform's floor,
+measured in the same run.
 
     python -m bench.source_throughput [--records 1000000] [--partitions 4] [--value-bytes 100]
+                                      [--repeat 3] [--variants ...] [--csv docs/data/source_throughput.csv]
 
-Prints both rates and their ratio (target: >= 0.5). The baseline is one Python process
-consuming every partition with ``Consumer.consume(10000)`` and touching each record's key, value,
-offset and timestamp (what any consumer must do); best of two runs, one before and one after the
-Spark runs. The Spark side runs the streaming query with ``Trigger.AvailableNow`` into the no-op
-sink: in one micro-batch (the default read limit), in ten and in a hundred
-(``maxOffsetsPerTrigger`` = records / 10 or / 100: Spark's per-batch cost shows), with the record
-timestamp and with a JSON ``eventTimeField`` as event time, and with ``maxPartitions=2`` (the
-4 partitions' ranges of a batch read by 2 tasks, one per core); then the batch read. Each is timed from ``start()`` to the end of the query; for streams the
-rate inside micro-batches (sum of ``triggerExecution``, which includes ``latestOffset``) is printed
-too. Everything runs once on a warm-up topic of the same shape first: a long-running query runs
-with a JIT-compiled JVM and started Python workers, and the first query of a JVM pays for both
-(measured: a synthetic source read at 0.16M rows/s cold and 1.35M rows/s warm).
+**Baseline (ratio 1.00)**: one Python process consuming every partition with
+``Consumer.consume(10000)`` and touching each record's key, value, offset and timestamp (what any
+consumer must do), measured before and after each repeat's Spark runs; the better of the two is
+the repeat's baseline (so the ratio errs against the source).
+
+**Variants** (``--variants``, comma-separated; default: all but the 100-batch ones): streaming
+queries with ``Trigger.AvailableNow`` into the no-op sink, timed from ``start()`` to the end of
+the query (Spark's query start and stop included), in one micro-batch (``*-1``), ten
+(``*-10``, ``maxOffsetsPerTrigger`` = records / 10) or a hundred (``*-100``); event time from the
+record timestamp (``ts-*``) or a JSON field (``json-*``); ``ts-10-mp2`` with ``maxPartitions=2``;
+``batch`` is ``spark.read``. ``floor-*`` run the same query shape over a Python data source
+(:class:`FloorSource`, ``format("dataflow-floor")``) with the same schema, partitions, offsets,
+admission control and Arrow batch size, whose ``read()`` yields prebuilt Arrow batches (no Kafka,
+no decoding): what the platform costs before the source does any work. A ``floor`` ratio below a
+target means the target is out of reach for any Python data source on this machine.
+
+Everything runs once on a warm-up topic first (a long-running query has a JIT-compiled JVM and
+started Python workers; the first query of a JVM reads several times slower). Each repeat runs
+every variant once, in the same order; every run is printed (and written to ``--csv``), then the
+median, min and max ratio per variant. ``cat /proc/loadavg`` is printed at the start and end of
+every repeat: the machine is shared, so compare ratios within a run, not rates across runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import json
 import os
+import statistics
 import tempfile
 import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from bench._kafka import create_topics, produce_json
 
+# --------------------------------------------------------------------------------------------
+# The floor: a Python data source yielding prebuilt Arrow batches of the source's schema.
+
+FLOOR_CHUNK = 20_000      # rows per Arrow batch: the real source's consume chunk (kafka_read.CHUNK)
+_prebuilt: dict = {}      # (value_bytes, chunk) -> (data batch, punctuation batch), per Python worker process
+
+
+def _floor_batches(value_bytes: int, chunk: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """One ``chunk``-row data batch of this benchmark's records and a one-row punctuation batch
+    in the source's Arrow schema, built once per process."""
+    hit = _prebuilt.get((value_bytes, chunk))
+    if hit is not None:
+        return hit
+    from datasource.kafka_read import make_rows_batch
+    from datasource.schema import arrow_schema
+
+    now, n = 1_700_000_000_000, chunk
+    pad = "x" * max(0, value_bytes - 40)
+    us = pa.timestamp("us", tz="UTC")
+    ts = pa.array([(now + i // 100) * 1000 for i in range(n)], us)
+    schema = arrow_schema(False)
+    cols = {
+        "key": pa.array([b"k%d" % (i % 1000) for i in range(n)], pa.binary()),
+        "value": pa.array([json.dumps({"i": i, "ts": now - (i % 977), "p": pad}).encode() for i in range(n)],
+                          pa.binary()),
+        "topic": pa.array(["bench"] * n, pa.string()), "partition": pa.array([0] * n, pa.int32()),
+        "offset": pa.array(range(n), pa.int64()), "timestamp": ts, "timestampType": pa.array([0] * n, pa.int32()),
+        "kind": pa.array(["data"] * n, pa.string()), "event_time": ts,
+        "processing_time": pa.array([now * 1000] * n, us),
+    }
+    data = pa.RecordBatch.from_arrays([cols.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
+    punct = make_rows_batch([{"topic": "bench", "partition": 0, "offset": n, "kind": "punctuation",
+                              "punctuation": now, "processing_time": now}], False)
+    _prebuilt[(value_bytes, chunk)] = data, punct
+    return data, punct
+
+
+class _FloorRange(InputPartition):
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__(partition)
+        self.partition, self.start, self.end = partition, start, end
+
+
+def _floor_read(value_bytes: int, chunk: int, r: _FloorRange) -> Iterator[pa.RecordBatch]:
+    data, punct = _floor_batches(value_bytes, chunk)
+    left = r.end - r.start
+    while left > 0:
+        k = min(chunk, left)
+        yield data if k == chunk else data.slice(0, k)
+        left -= k
+    yield punct
+
+
+def _floor_sizes(records: int, parts: int) -> list[int]:
+    return [records // parts + (1 if p < records % parts else 0) for p in range(parts)]
+
+
+class _FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, records: int, partitions: int, value_bytes: int, chunk: int, max_offsets: int | None) -> None:
+        self.sizes, self.value_bytes, self.chunk = _floor_sizes(records, partitions), value_bytes, chunk
+        self.max_offsets = max_offsets
+
+    def initialOffset(self) -> dict:
+        return {"o": [0] * len(self.sizes)}
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass  # the data is fixed
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        from datasource.offsets import rate_limit
+
+        begin = dict(enumerate(start["o"]))
+        end = rate_limit(begin, dict(enumerate(self.sizes)), limit.max_rows if isinstance(limit, ReadMaxRows) else None)
+        return {"o": [end[p] for p in range(len(self.sizes))]}
+
+    def partitions(self, start: dict, end: dict) -> list[_FloorRange]:
+        return [_FloorRange(p, s, e) for p, (s, e) in enumerate(zip(start["o"], end["o"]))]
+
+    def read(self, partition: _FloorRange) -> Iterator[pa.RecordBatch]:
+        return _floor_read(self.value_bytes, self.chunk, partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class _FloorBatchReader(DataSourceReader):
+    def __init__(self, records: int, partitions: int, value_bytes: int, chunk: int) -> None:
+        self.sizes, self.value_bytes, self.chunk = _floor_sizes(records, partitions), value_bytes, chunk
+
+    def partitions(self) -> list[_FloorRange]:
+        return [_FloorRange(p, 0, n) for p, n in enumerate(self.sizes)]
+
+    def read(self, partition: _FloorRange) -> Iterator[pa.RecordBatch]:
+        return _floor_read(self.value_bytes, self.chunk, partition)
+
+
+class FloorSource(DataSource):
+    """``format("dataflow-floor")``, options ``records``, ``partitions``, ``valueBytes``,
+    ``maxOffsetsPerTrigger``, ``chunk`` (rows per Arrow batch, default the source's): the
+    source's schema and offsets, prebuilt Arrow batches."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dataflow-floor"
+
+    def schema(self):
+        from datasource.schema import source_schema
+
+        return source_schema(False)
+
+    def _opts(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.options.items()}
+
+    def _shape(self) -> tuple[int, int, int, int]:
+        o = self._opts()
+        return (int(o.get("records", 1_000_000)), int(o.get("partitions", 4)), int(o.get("valuebytes", 100)),
+                int(o.get("chunk", FLOOR_CHUNK)))
+
+    def streamReader(self, schema) -> _FloorStreamReader:
+        m = self._opts().get("maxoffsetspertrigger")
+        return _FloorStreamReader(*self._shape(), int(m) if m else None)
+
+    def reader(self, schema) -> _FloorBatchReader:
+        return _FloorBatchReader(*self._shape())
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark.
 
 def _produce(bootstrap: str, topic: str, n: int, partitions: int, value_bytes: int) -> None:
     now = int(time.time() * 1000)
@@ -36,11 +189,14 @@ def _produce(bootstrap: str, topic: str, n: int, partitions: int, value_bytes: i
 
 
 def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
-    from datasource import kafka_read
-
-    c = kafka_read.consumer({"bootstrap.servers": bootstrap})
+    # The consumer settings of the source before this benchmark's changes, spelled out so that
+    # changing the source's settings does not move the baseline (noida-db ignores fetch limits:
+    # receive.message.max.bytes must hold a whole partition).
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "enable.partition.eof": True, "fetch.max.bytes": 52428800,
+                  "receive.message.max.bytes": 400_000_000, "log_level": 3})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     t0 = time.perf_counter()
     got = 0
@@ -55,10 +211,106 @@ def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     return n / dt
 
 
-def _spark_stream(spark, bootstrap: str, topic: str, n: int, options: dict) -> float:
-    reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest"))
-    for k, v in options.items():
+def _variants(n: int, ab: bool) -> dict[str, tuple[str, dict]]:
+    """name -> (kind, options); kind: '[ab-]stream' / '[ab-]batch' (dataflow-kafka, or the --ab
+    revision's source) or 'floor-stream' / 'floor-batch'."""
+    m10, m100 = {"maxOffsetsPerTrigger": str(n // 10)}, {"maxOffsetsPerTrigger": str(n // 100)}
+    out: dict[str, tuple[str, dict]] = {}
+    for name, kind, options in [
+        ("floor-1", "floor-stream", {}),
+        ("ts-1", "stream", {}),
+        ("json-1", "stream", {"eventTimeField": "ts"}),
+        ("floor-10", "floor-stream", m10),
+        ("ts-10", "stream", m10),
+        ("json-10", "stream", {**m10, "eventTimeField": "ts"}),
+        ("ts-10-mp2", "stream", {**m10, "maxPartitions": "2"}),
+        ("floor-100", "floor-stream", m100),
+        ("ts-100", "stream", m100),
+        ("ts-100-mp2", "stream", {**m100, "maxPartitions": "2"}),
+        ("floor-batch", "floor-batch", {}),
+        ("batch", "batch", {}),
+    ]:
+        if ab and not kind.startswith("floor"):
+            out["ab-" + name] = ("ab-" + kind, options)
+        out[name] = (kind, options)
+    return out
+
+
+DEFAULT_VARIANTS = "floor-1,ts-1,json-1,floor-10,ts-10,json-10,ts-10-mp2,floor-batch,batch"
+AB_FORMAT = "dataflow-kafka-ab"
+
+
+def _ab_source(rev: str) -> str:
+    """Extract ``datasource/`` of git revision ``rev`` as package ``datasource_ab`` (its imports
+    renamed) with a source named ``dataflow-kafka-ab``; returns the directory to put on the
+    ``PYTHONPATH`` of the driver and of Spark's Python workers."""
+    import re
+    import subprocess
+    import tarfile
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(tempfile.mkdtemp(prefix="dataflow-kafka-ab-"))
+    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev, "datasource"],
+                             check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(out, filter="data")
+    pkg = out / "datasource_ab"
+    (out / "datasource").rename(pkg)
+    for f in pkg.glob("*.py"):
+        text = re.sub(r"\b(from|import) datasource\b", r"\1 datasource_ab", f.read_text())
+        f.write_text(text)
+    with open(pkg / "__init__.py", "a") as f:
+        f.write("\n\nclass ABSource(DataflowKafkaDataSource):\n    @classmethod\n    def name(cls):\n"
+                f"        return {AB_FORMAT!r}\n")
+    return str(out)
+
+
+def _cpu_seconds(root_pids: list[int]) -> float | None:
+    """CPU time (user + system, reaped children included) of ``root_pids`` and every process
+    below them, from /proc (None where /proc is missing)."""
+    if not os.path.isdir("/proc"):
+        return None
+    stats: dict[int, tuple[int, int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(d)] = int(fields[1]), sum(int(x) for x in fields[11:15])
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo, seen = 0, [p for p in root_pids if p], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in stats:
+            continue
+        seen.add(pid)
+        total += stats[pid][1]
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _run(spark, kind: str, options: dict, bootstrap: str, topic: str, n: int, partitions: int,
+         value_bytes: int) -> dict:
+    """One timed query: seconds from start to end, rows/s, the rate inside micro-batches."""
+    if kind.startswith("floor"):
+        fmt, base = "dataflow-floor", {"records": str(n), "partitions": str(partitions), "valueBytes": str(value_bytes)}
+    else:
+        fmt = AB_FORMAT if kind.startswith("ab-") else "dataflow-kafka"
+        base = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
+    if kind.endswith("batch"):
+        reader = spark.read.format(fmt)
+        for k, v in {**base, **options}.items():
+            reader = reader.option(k, v)
+        t0 = time.perf_counter()
+        reader.load().write.format("noop").mode("overwrite").save()
+        dt = time.perf_counter() - t0
+        return {"seconds": dt, "rows_per_s": n / dt, "batches": 1, "in_batch_rows_per_s": None}
+    reader = spark.readStream.format(fmt)
+    for k, v in {**base, **options}.items():
         reader = reader.option(k, v)
     t0 = time.perf_counter()
     q = (reader.load().writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp())
@@ -69,15 +321,12 @@ def _spark_stream(spark, bootstrap: str, topic: str, n: int, options: dict) -> f
     rows = sum(p["numInputRows"] for p in batches)
     assert rows >= n, f"query read {rows} rows, expected at least {n}"
     in_batches = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
-    scan = sum(p["durationMs"].get("latestOffset", 0) for p in batches) / 1000
-    return n / dt, n / in_batches, scan / in_batches, len(batches)
+    return {"seconds": dt, "rows_per_s": n / dt, "batches": len(batches), "in_batch_rows_per_s": n / in_batches}
 
 
-def _spark_batch(spark, bootstrap: str, topic: str, n: int) -> float:
-    t0 = time.perf_counter()
-    (spark.read.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-     .load().write.format("noop").mode("overwrite").save())
-    return n / (time.perf_counter() - t0)
+def _loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,46 +334,113 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma-separated; 'all' for every one "
+                    f"(default {DEFAULT_VARIANTS})")
+    ap.add_argument("--ab", metavar="REV", help="also run the source of git revision REV (variants 'ab-*', "
+                    "each right before its twin): before/after under the same conditions")
+    ap.add_argument("--csv", default=None, help="write every run to this CSV file")
+    ap.add_argument("--no-warmup", action="store_true")
     args = ap.parse_args(argv)
+
+    if args.ab:  # before the session starts: Spark's Python workers inherit PYTHONPATH
+        ab_dir = _ab_source(args.ab)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ab_dir, os.environ.get("PYTHONPATH")) if p)
+        import sys
+
+        sys.path.insert(0, ab_dir)
 
     from brokers import kafka_broker
     from datasource.session import spark_session
 
     n = args.records
-    variants = {
-        "stream, 1 batch, record-timestamp event time": {},
-        "stream, 1 batch, JSON eventTimeField": {"eventTimeField": "ts"},
-        "stream, 10 batches, record-timestamp event time": {"maxOffsetsPerTrigger": str(n // 10)},
-        "stream, 10 batches, JSON eventTimeField": {"maxOffsetsPerTrigger": str(n // 10), "eventTimeField": "ts"},
-        "stream, 10 batches, record-timestamp, maxPartitions=2": {"maxOffsetsPerTrigger": str(n // 10),
-                                                                 "maxPartitions": "2"},
-        "stream, 100 batches, record-timestamp event time": {"maxOffsetsPerTrigger": str(n // 100)},
-        "stream, 100 batches, record-timestamp, maxPartitions=2": {"maxOffsetsPerTrigger": str(n // 100),
-                                                                  "maxPartitions": "2"},
-    }
+    every = _variants(n, bool(args.ab))
+    names = list(every) if args.variants == "all" else [v.strip() for v in args.variants.split(",") if v.strip()]
+    if args.ab and args.variants != "all":
+        names = [x for v in names for x in ([f"ab-{v}"] if f"ab-{v}" in every else []) + [v]]
+    unknown = [v for v in names if v not in every]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {list(every)}")
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    rows: list[dict] = []
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
-        create_topics(bs, {"bench": args.partitions, "warmup": args.partitions})
-        _produce(bs, "warmup", n, args.partitions, args.value_bytes)
+        # One topic only: noida-db spends CPU after every produce (the source's range stats)
+        # in proportion to all the records it stores (measured: 1.85 CPU-s per million).
+        create_topics(bs, {"bench": args.partitions})
         _produce(bs, "bench", n, args.partitions, args.value_bytes)
         spark = spark_session(shuffle_partitions=2)
+        from bench import source_throughput  # not __main__: workers import the floor and keep its batches
+
+        spark.dataSource.register(source_throughput.FloorSource)
+        if args.ab:
+            from datasource_ab import ABSource
+
+            spark.dataSource.register(ABSource)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "1000")  # every batch's progress
-        for options in variants.values():  # JIT, Python workers: what a running query has
-            _spark_stream(spark, bs, "warmup", n, options)
-        _spark_batch(spark, bs, "warmup", n)
-        raw = _raw_consume(bs, "bench", args.partitions, n)
-        streams = {name: _spark_stream(spark, bs, "bench", n, options) for name, options in variants.items()}
-        batch = _spark_batch(spark, bs, "bench", n)
-        raw = max(raw, _raw_consume(bs, "bench", args.partitions, n))
-        print(f"broker: {broker.kind}; {n} records x ~{args.value_bytes} B over {args.partitions} "
-              f"partitions; Spark local[2]; cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}")
-        print(f"{'raw confluent-kafka consume (1 process, best of 2)':50s} {raw:10,.0f} rec/s   ratio 1.00")
-        for name, (rate, steady, scan_share, batches) in streams.items():
-            print(f"{'dataflow-kafka ' + name:50s} {rate:10,.0f} rows/s  ratio {rate / raw:.2f}   "
-                  f"(in {batches} micro-batch{'es' if batches > 1 else ''}: {steady:,.0f} rows/s, ratio "
-                  f"{steady / raw:.2f}; latestOffset {scan_share:.0%} of batch time)")
-        print(f"{'dataflow-kafka batch read':50s} {batch:10,.0f} rows/s  ratio {batch / raw:.2f}")
+        proc = getattr(spark.sparkContext._gateway, "proc", None)
+        spark_pids = [proc.pid] if proc is not None else []
+        broker_proc = getattr(broker, "_proc", None)
+        broker_pids = [broker_proc.pid] if broker_proc is not None else []
+        shape = (n, args.partitions, args.value_bytes)
+        print(f"broker: {broker.kind}; {n} records x ~{args.value_bytes} B over {args.partitions} partitions; "
+              f"Spark local[2]; cores: {os.cpu_count()}; started {started}"
+              + (f"; ab-* = source of {args.ab}" if args.ab else ""), flush=True)
+        if not args.no_warmup:  # JIT, Python workers: what a running query has
+            print(f"warm-up (loadavg {_loadavg()})", flush=True)
+            for name in names:
+                _run(spark, *every[name], bs, "bench", *shape)
+        for rep in range(1, args.repeat + 1):
+            load_start = _loadavg()
+            raw_before = _raw_consume(bs, "bench", args.partitions, n)
+            runs = {}
+            for name in names:
+                cpu0 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
+                runs[name] = _run(spark, *every[name], bs, "bench", *shape)
+                cpu1 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
+                runs[name]["spark_cpu_s"], runs[name]["broker_cpu_s"] = (
+                    None if a is None or b is None or not pids else round(b - a, 2)
+                    for a, b, pids in zip(cpu0, cpu1, (spark_pids, broker_pids)))
+            raw_after = _raw_consume(bs, "bench", args.partitions, n)
+            raw = max(raw_before, raw_after)
+            load_end = _loadavg()
+            print(f"repeat {rep}: loadavg {load_start} -> {load_end}; raw confluent-kafka consume "
+                  f"{raw_before:,.0f} / {raw_after:,.0f} rec/s (baseline {raw:,.0f})", flush=True)
+            for name, r in runs.items():
+                inb = r["in_batch_rows_per_s"]
+                print(f"  {name:14s} {r['rows_per_s']:10,.0f} rows/s  ratio {r['rows_per_s'] / raw:.2f}  "
+                      f"{r['seconds']:6.2f} s  {r['batches']:3d} batch(es)"
+                      + (f"  in batches {inb:10,.0f} rows/s ratio {inb / raw:.2f}" if inb else "")
+                      + (f"  cpu s: spark {r['spark_cpu_s']}, broker {r['broker_cpu_s']}"
+                         if r["spark_cpu_s"] is not None else ""), flush=True)
+                rows.append({"started": started, "repeat": rep, "variant": name, "records": n,
+                             "batches": r["batches"], "seconds": round(r["seconds"], 3),
+                             "rows_per_s": round(r["rows_per_s"]), "raw_rec_per_s": round(raw),
+                             "ratio": round(r["rows_per_s"] / raw, 3),
+                             "in_batch_rows_per_s": round(inb) if inb else "",
+                             "in_batch_ratio": round(inb / raw, 3) if inb else "",
+                             "spark_cpu_s": r["spark_cpu_s"], "broker_cpu_s": r["broker_cpu_s"],
+                             "loadavg_start": load_start, "loadavg_end": load_end,
+                             "ab_rev": args.ab or ""})
         spark.stop()
+    print("summary (ratio to the raw consumer of the same repeat: median [min, max])")
+    for name in names:
+        ratios = [r["ratio"] for r in rows if r["variant"] == name]
+        print(f"  {name:14s} {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]")
+    if args.ab:
+        print("after / before, time of the same repeat (below 1: faster now)")
+        for name in names:
+            if name.startswith("ab-"):
+                pairs = [(a["seconds"], b["seconds"]) for a, b in zip(
+                    [r for r in rows if r["variant"] == name[3:]], [r for r in rows if r["variant"] == name])]
+                print(f"  {name[3:]:14s} " + " ".join(f"{a / b:.2f}" for a, b in pairs))
+    if args.csv:
+        os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {args.csv}")
 
 
 if __name__ == "__main__":
