@@ -25,8 +25,9 @@ partition and offset its position in the total order (``leading`` maps run first
 another kind of stage: ``from_row(row)`` (a dict of that stage's output columns) is the payload.
 Released items leave as rows of ``output_columns``: by default ``key`` (``Meta.sort_key()``,
 unique per item, so it deduplicates an at-least-once sink) and ``value`` (``encode(payload)``);
-``output=fn`` maps a payload to a dict of typed columns (``output_columns`` declares them) for a
-stage that follows, e.g. a slicer keyed by one of them.
+``output=fn`` maps a payload to a dict of typed columns (``output_schema`` declares them) for a
+stage that follows, e.g. a slicer keyed by one of them; ``output_key`` names the columns that hold
+this stage's key, so a stage keyed by them (with as many key groups) runs fused after the barrier.
 
 Metrics: the barrier's counters per key group and batch (``metrics`` rows: ``items_in``,
 ``tombstones_in``, ``released``, ``replay_ratio``, ``early_tombstones``, ``late_items``,
@@ -109,6 +110,7 @@ class OptimisticStage(Stage):
     from_row: Callable[[dict], Any] | None = None
     output: Callable[[Any], dict] | None = None
     output_schema: tuple = (("key", "binary"), ("value", "binary"))
+    output_key: tuple = ()
     name: str | None = None
     barrier: bool = True
     metrics: bool = True
@@ -124,6 +126,10 @@ class OptimisticStage(Stage):
             raise ValueError(f"num_key_groups must be a positive int, got {self.num_key_groups!r}")
         self.maps, self.leading = tuple(self.maps), tuple(self.leading)
         self.output_schema = tuple(tuple(c) for c in self.output_schema)
+        self.output_key = tuple(self.output_key)
+        unknown = set(self.output_key) - {c for c, _ in self.output_schema}
+        if unknown:
+            raise ValueError(f"output_key {sorted(unknown)} must name columns of output_schema {self.output_schema}")
 
     # -- pipeline configuration -------------------------------------------------------------------
     def followed_by(self, downstream: Stage | None) -> "OptimisticStage":
@@ -231,6 +237,11 @@ class OptimisticStage(Stage):
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self):
         return [tuple(c) for c in self.output_schema]
+
+    def output_key_columns(self):
+        """``output_key``: the output columns that hold this stage's key (``stage.key(payload)``),
+        so that a stage keyed by them runs fused after the barrier."""
+        return list(self.output_key) or None
 
     def output_frame(self, data: Any) -> pd.DataFrame | None:
         items = [i for i in (data or []) if not i.tombstone]
