@@ -85,6 +85,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimistic import Meta, run_local  # noqa: E402
 from optimistic.spark import build_pipeline, read_metrics  # noqa: E402
+from bench.native_baseline import build_native  # noqa: E402
 from optimistic.workload import generate_documents, inverted_index_stages  # noqa: E402
 
 VARIANTS = ("optimistic", "buffered", "native")
@@ -208,9 +209,13 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
            .load())
-    out = build_pipeline(src, stages, output_topic=out_topic, mode=variant, key_groups=key_groups,
-                         decode=decode_doc, metrics_topic=metrics_topic if variant == "optimistic" else None,
-                         output_partitions=shuffle, native_delay_ms=delay)
+    if variant == "native":
+        out = build_native(src, stages, output_topic=out_topic, key_groups=key_groups, decode=decode_doc,
+                           output_partitions=shuffle, native_delay_ms=delay)
+    else:
+        out = build_pipeline(src, stages, output_topic=out_topic, mode=variant, key_groups=key_groups,
+                             decode=decode_doc, metrics_topic=metrics_topic if variant == "optimistic" else None,
+                             output_partitions=shuffle)
     ck = tempfile.mkdtemp(prefix="latency-ck-")
     watcher = OutputWatcher(bootstrap, out_topic)
     watcher.start()
