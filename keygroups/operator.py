@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from keygroups.contract import (
-    CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION, Modification,
+    CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_ERROR, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION, Modification,
     conform, control_frame, split_rows,
 )
 from keygroups.punctuation import PunctuationTracker
@@ -190,6 +190,9 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
                 reports.append({"kind": KIND_DROPPED, "topic": stage.name, "partition": key_group,
                                 "processing_time_ms": pt, "dropped_key": _key_text(d.key),
                                 "dropped_reason": d.reason, "dropped_count": int(d.count)})
+        for text in out.errors:
+            reports.append({"kind": KIND_ERROR, "topic": stage.name, "partition": key_group,
+                            "processing_time_ms": pt, "error": text})
         if out.metrics is not None:
             reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group,
                             "processing_time_ms": pt, "metrics": json.dumps(out.metrics, default=str)})

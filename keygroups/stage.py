@@ -72,6 +72,7 @@ class StageOutput:
     watermark_ms: int | None = None         # output low watermark (hold) after this batch
     dropped: list[Dropped] = field(default_factory=list)
     metrics: dict | None = None             # counters for a ``metrics`` row (JSON-serialisable)
+    errors: list[str] = field(default_factory=list)   # input it could not use (e.g. a malformed command)
 
 
 class Stage:

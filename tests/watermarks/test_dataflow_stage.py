@@ -1,0 +1,133 @@
+"""WindowingStage without Spark: its panes equal one MultiQueryDriver fed the same micro-batches,
+whatever the number of key groups, with a window query added halfway by a modification."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from keygroups import Pipeline
+from keygroups.contract import control_frame
+from watermarks import AfterCount, AfterProcessingTime, AfterWatermark, MultiQueryDriver
+from watermarks.stage import WindowingStage
+from windowing import FixedWindows, Sessions, SlidingWindow, Sum, parse_command
+
+PARTS = 2
+ADD = {"op": "add_window", "id": "slide", "window": {"type": "sliding", "size_ms": 2000, "slide_ms": 1000}}
+
+
+def _batches(seed: int, n: int = 6):
+    rnd = random.Random(seed)
+    offsets, newest, out = [0] * PARTS, [None] * PARTS, []
+    for b in range(n):
+        rows = []
+        if b == 3:
+            rows += [{"kind": "modification", "topic": "t", "partition": p, "offset": offsets[p],
+                      "modification": json.dumps(ADD), "control_offset": 5, "processing_time_ms": b * 700}
+                     for p in range(PARTS)]
+        for _ in range(rnd.randint(0, 20)):
+            p = rnd.randrange(PARTS)
+            t = b * 800 + rnd.randint(-1200, 600)
+            rows.append({"kind": "data", "topic": "t", "partition": p, "offset": offsets[p],
+                         "k": f"k{rnd.randrange(4)}", "v": None if rnd.random() < 0.05 else rnd.randint(1, 9),
+                         "event_time_ms": t, "processing_time_ms": b * 700})
+            offsets[p] += 1
+            newest[p] = t if newest[p] is None else max(newest[p], t)
+        rows += [{"kind": "punctuation", "topic": "t", "partition": p, "offset": offsets[p],
+                  "punctuation_ms": newest[p], "processing_time_ms": b * 700} for p in range(PARTS)]
+        out.append(control_frame(rows).assign(k=[r.get("k") for r in rows], v=[r.get("v") for r in rows]))
+    return out
+
+
+def _stage(n: int) -> WindowingStage:
+    return WindowingStage(key="k", value="v", windows={"fixed": FixedWindows(1000), "session": Sessions(400)},
+                          trigger=AfterWatermark(early=AfterProcessingTime(500), late=AfterCount(1)),
+                          accumulation_mode="accumulating_and_retracting", allowed_lateness_ms=1000,
+                          aggregation=Sum(), num_key_groups=n, name="panes")
+
+
+def _reference(batches) -> list[list[tuple]]:
+    """One driver for all keys, fed as the stage feeds each key group's driver."""
+    d = _stage(1).new_state()
+    wm, out = None, []
+    for frame in batches:
+        rows = []
+        for text in frame.loc[frame["kind"] == "modification", "modification"].unique():
+            d.apply(parse_command(text))
+        pt = int(frame["processing_time_ms"].max())
+        panes = d.advance_processing_time(pt)
+        data = frame[frame["kind"] == "data"].sort_values(["topic", "partition", "offset"])
+        per_key: dict = {}
+        for k, v, t in zip(data["k"], data["v"], data["event_time_ms"]):
+            if v is not None and v == v:
+                per_key.setdefault(k, []).append((int(v), int(t)))
+        for k, elems in per_key.items():
+            panes += d.add(elems, key=k)
+        puncts = frame[frame["kind"] == "punctuation"]["punctuation_ms"]
+        if puncts.notna().all():
+            new = int(puncts.min())
+            wm = new if wm is None else max(wm, new)
+        if wm is not None:
+            panes += d.advance_watermark(wm)
+        out.append(sorted((p.key, p.query_id, p.start_ms, p.end_ms, p.index, p.timing.name, p.is_retraction,
+                           float(p.value)) for p in panes))
+    return out
+
+
+def _panes(outs) -> list[list[tuple]]:
+    cols = ["k", "query_id", "window_start_ms", "window_end_ms", "pane_index", "timing", "is_retraction", "sum"]
+    return [sorted(tuple(r) for r in o.loc[o["kind"] == "data", cols].itertuples(index=False)) for o in outs]
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 3))
+def test_stage_equals_one_driver_with_a_query_added_halfway(seed, n):
+    batches = _batches(seed)
+    outs = Pipeline([_stage(n)]).run_local(batches)
+    assert _panes(outs) == _reference(batches)
+
+
+def test_query_added_halfway_emits_late_panes_and_retractions():
+    panes = [r for o in _panes(Pipeline([_stage(2)]).run_local(_batches(0))) for r in o]
+    assert sum(r[1] == "slide" for r in panes) > 0 and sum(r[5] == "LATE" for r in panes) > 0
+    assert sum(r[6] for r in panes) > 0                                  # retractions
+
+
+def test_output_watermark_is_input_minus_lateness_and_panes_are_not_behind_it():
+    batches = _batches(7)
+    outs = Pipeline([_stage(2)]).run_local(batches)
+    previous = None
+    for o in outs:
+        p = o[o["kind"] == "punctuation"]["punctuation_ms"].dropna()
+        data = o[o["kind"] == "data"]
+        if previous is not None and len(data):
+            assert data["event_time_ms"].min() >= previous
+        if len(p):
+            previous = int(p.min())
+    drops = pd.concat([o[o["kind"] == "dropped"] for o in outs])
+    assert set(drops["dropped_reason"]) <= {"late", "closed", "null"} and "null" in set(drops["dropped_reason"])
+
+
+def test_malformed_command_is_an_error_row_not_a_failure():
+    frame = control_frame([{"kind": "modification", "topic": "t", "partition": 0, "offset": 0,
+                            "modification": '{"op": "add_window", "id": "x", "window": {"type": "tumbling"}}',
+                            "control_offset": 1, "processing_time_ms": 0},
+                           {"kind": "punctuation", "topic": "t", "partition": 0, "offset": 0, "punctuation_ms": 5}])
+    (out,) = Pipeline([_stage(1)]).run_local([frame.assign(k=None, v=None)])
+    errors = out[out["kind"] == "error"]
+    assert len(errors) == 1 and "malformed window command" in errors["error"].iloc[0]
+    assert "size_ms" in errors["error"].iloc[0]
+
+
+def test_configuration_errors_name_the_problem():
+    with pytest.raises(ValueError, match="needs windows="):
+        WindowingStage(key="k", value="v")
+    with pytest.raises(ValueError, match="allowed_lateness_ms"):
+        WindowingStage(key="k", value="v", windows=FixedWindows(10), allowed_lateness_ms=-1)
+    with pytest.raises(ValueError, match="clash"):
+        WindowingStage(key="query_id", value="v", windows=SlidingWindow(10, 5))

@@ -1,0 +1,242 @@
+"""The Dataflow Model in the stage layer: windows, triggers and accumulation as a :class:`keygroups.Stage`.
+
+:class:`WindowingStage` runs a :class:`~watermarks.MultiQueryDriver` (one or more window queries
+sharing a trigger, accumulation mode, aggregation and allowed lateness) per key group. Per
+micro-batch and key group (Dataflow Model §2.3-2.4)::
+
+    apply window commands (add_window / remove_window) of the batch's modifications
+    advance_processing_time(batch processing time)     # recorded in the source offset
+    add(elements of key k, key=k) for every key k       # in (topic, partition, offset) order
+    advance_watermark(input low watermark)              # min over senders' punctuations
+
+Output rows (one per pane; columns shared with the slicer, :mod:`windowing.rows`): the key
+column(s), ``query_id``, ``window_start_ms``, ``window_end_ms``, ``pane_index``, ``timing``
+(``EARLY``, ``ON_TIME``, ``LATE``), ``is_first``, ``is_last``, ``is_retraction`` (this row takes
+back an earlier pane: ACCUMULATING_AND_RETRACTING), and the aggregation's column (``sum``,
+``max``, ...; JSON text for non-numeric results). A pane's ``event_time_ms`` is its output
+timestamp (:class:`~watermarks.TimestampCombiner`; by default the window's last instant),
+raised to the stage's previous output watermark when a combiner would put it behind (Beam holds
+late panes' timestamps the same way), so the output watermark stays a promise.
+
+Output low watermark (Beam's output watermark hold): the input watermark minus the allowed
+lateness. A window still open to updates has ``end + allowed_lateness > watermark``, so every
+pane it can still emit is at or after that bound.
+
+Records the stage could not use are reported as ``dropped`` rows per key: ``late`` (window past
+the allowed lateness), ``closed`` (window's trigger finished), ``null`` (null value).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from keygroups import Dropped, Stage, StageInput, StageOutput
+from watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
+from watermarks.multi import MultiQueryDriver
+from watermarks.triggers import DefaultTrigger, Trigger
+from windowing import ToList, Window
+from windowing.rows import RESULT_COLUMNS, aggregation_columns, json_value, key_specs, window_command
+
+__all__ = ["WindowingStage", "PANE_COLUMNS"]
+
+#: Pane columns between the result columns and the aggregation column.
+PANE_COLUMNS = [("pane_index", "bigint"), ("timing", "string"), ("is_first", "boolean"), ("is_last", "boolean"),
+                ("is_retraction", "boolean")]
+_VALUE = "dataflow_value"
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint", "boolean")
+
+
+@dataclass
+class WindowingStage(Stage):
+    """Dataflow windowing of ``value`` per ``key``; see the module docstring.
+
+    ``key``: column name(s) or SQL expression(s) (a dict ``{name: expression}`` names them);
+    ``value``: SQL expression of the element value; ``windows``: one :mod:`windowing` window, a
+    list (ids ``"0"``, ``"1"``, ...) or a dict ``{id: window}``; ``trigger``, ``accumulation_mode``,
+    ``allowed_lateness_ms``, ``timestamp_combiner``, ``on_time_behavior``, ``history_ms``: as
+    :class:`~watermarks.MultiQueryDriver`; ``aggregation``: a :mod:`windowing` aggregation
+    (default ``ToList()``); ``select``: ``{column: value}``, only input rows with these values
+    (e.g. ``{"query_id": "1s"}`` after a slicer with several queries).
+    """
+
+    key: Any = "key"
+    value: str = "value"
+    windows: Any = None
+    trigger: Trigger = field(default_factory=DefaultTrigger)
+    accumulation_mode: Any = AccumulationMode.DISCARDING
+    allowed_lateness_ms: int = 0
+    timestamp_combiner: Any = TimestampCombiner.END_OF_WINDOW
+    aggregation: Any = None
+    on_time_behavior: Any = OnTimeBehavior.FIRE_ALWAYS
+    history_ms: int | None = None
+    num_key_groups: int = 4
+    select: dict | None = None
+    name: str | None = None
+    key_types: dict = field(default_factory=dict)
+    integral_values: bool = False
+
+    def __post_init__(self) -> None:
+        if self.windows is None:
+            raise ValueError("WindowingStage needs windows= (a window, a list or a dict {id: window})")
+        if self.aggregation is None:
+            self.aggregation = ToList()
+        self._keys = key_specs(self.key, reserved=self._reserved())
+        probe = self.new_state()                  # validates the configuration here, not in Spark
+        self.accumulation_mode = probe._shared[1]
+        self.timestamp_combiner, self.on_time_behavior = probe._shared[3], probe._shared[5]
+
+    def _queries(self):
+        return {"0": self.windows} if isinstance(self.windows, Window) else self.windows
+
+    def _reserved(self) -> list[str]:
+        return [c for c, _ in RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns([self.aggregation or ToList()])]
+
+    # -- input ------------------------------------------------------------------------------------
+    def inputs(self) -> dict[str, str]:
+        cols = {n: e for n, e in self._keys}
+        cols[_VALUE] = self.value
+        for c in (self.select or {}):
+            cols.setdefault(c, c)
+        return cols
+
+    def key_columns(self) -> list[str]:
+        return [n for n, _ in self._keys]
+
+    def bind(self, input_types: dict[str, str]) -> "WindowingStage":
+        import copy
+
+        s = copy.copy(self)
+        s.key_types = {n: input_types[n] for n, _ in self._keys if n in input_types}
+        s.integral_values = input_types.get(_VALUE, "").lower() in _INTEGRAL
+        return s
+
+    # -- output -----------------------------------------------------------------------------------
+    def output_columns(self) -> list[tuple[str, str]]:
+        keys = [(n, self.key_types.get(n, "string")) for n, _ in self._keys]
+        return keys + RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns([self.aggregation])
+
+    def output_key_columns(self) -> list[str]:
+        return [n for n, _ in self._keys]
+
+    # -- state ------------------------------------------------------------------------------------
+    def new_state(self) -> MultiQueryDriver:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")        # lossy-trigger warnings: shown once, at construction
+            return MultiQueryDriver(self._queries(), self.trigger, self.accumulation_mode, self.allowed_lateness_ms,
+                                    self.timestamp_combiner, self.aggregation, self.on_time_behavior,
+                                    self.history_ms)
+
+    def dump_state(self, state: MultiQueryDriver) -> bytes:
+        return state.to_bytes()
+
+    def load_state(self, blob: bytes) -> MultiQueryDriver:
+        d = self.new_state()
+        d.load_bytes(blob)
+        return d
+
+    # -- one batch --------------------------------------------------------------------------------
+    def process(self, driver: MultiQueryDriver, batch: StageInput) -> StageOutput:
+        errors = []
+        for m in batch.modifications:
+            cmd, err = window_command(m.text, self.name)
+            if err:
+                errors.append(err)
+            elif cmd is not None:
+                driver.apply(cmd)
+        panes = []
+        if batch.processing_time_ms is not None:
+            panes += driver.advance_processing_time(batch.processing_time_ms)
+        dropped: list[Dropped] = []
+        data = batch.data
+        if data is not None and len(data):
+            if self.select:
+                mask = np.ones(len(data), bool)
+                for c, v in self.select.items():
+                    mask &= (data[c] == v).to_numpy()
+                data = data[mask]
+            for key, elements, nulls in self._elements(data):
+                late, closed = driver.dropped_late, driver.dropped_closed
+                if elements:
+                    panes += driver.add(elements, key=key)
+                for reason, n in (("late", driver.dropped_late - late), ("closed", driver.dropped_closed - closed),
+                                  ("null", nulls)):
+                    if n:
+                        dropped.append(Dropped(key, reason, n))
+        if batch.watermark_ms is not None:
+            panes += driver.advance_watermark(batch.watermark_ms)
+        hold = None if batch.watermark_ms is None else batch.watermark_ms - self.allowed_lateness_ms
+        floor = batch.previous_watermark_ms
+        floor = None if floor is None else floor - self.allowed_lateness_ms
+        return StageOutput(self._frame(panes, floor), hold, dropped, errors=errors)
+
+    def _elements(self, data: pd.DataFrame):
+        """``(key, [(value, event_time_ms)], null count)`` per key, in order of first appearance."""
+        names = [n for n, _ in self._keys]
+        keys = (data[names[0]].tolist() if len(names) == 1
+                else list(zip(*(data[n].tolist() for n in names))))
+        values = data[_VALUE].astype(object).tolist()
+        times = data["event_time_ms"].astype("int64").tolist()
+        groups: dict[Any, list] = {}
+        nulls: dict[Any, int] = {}
+        for k, v, t in zip(keys, values, times):
+            k = _plain_key(k)
+            elems = groups.setdefault(k, [])
+            if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
+                nulls[k] = nulls.get(k, 0) + 1
+                continue
+            elems.append((int(v) if self.integral_values else v, t))
+        return [(k, e, nulls.get(k, 0)) for k, e in groups.items()]
+
+    def _frame(self, panes: list, floor: int | None) -> pd.DataFrame:
+        names = [n for n, _ in self._keys]
+        aggs = aggregation_columns([self.aggregation])
+        cols: dict[str, list] = {n: [] for n in names}
+        for c in ("query_id", "window_start_ms", "window_end_ms", "pane_index", "timing", "is_first", "is_last",
+                  "is_retraction", "event_time_ms", *(c for c, _ in aggs)):
+            cols[c] = []
+        for p in panes:
+            for n, v in zip(names, (p.key,) if len(names) == 1 else p.key):
+                cols[n].append(v)
+            cols["query_id"].append(p.query_id)
+            cols["window_start_ms"].append(p.start_ms)
+            cols["window_end_ms"].append(p.end_ms)
+            cols["pane_index"].append(p.index)
+            cols["timing"].append(p.timing.name)
+            cols["is_first"].append(p.is_first)
+            cols["is_last"].append(p.is_last)
+            cols["is_retraction"].append(p.is_retraction)
+            cols["event_time_ms"].append(p.timestamp_ms if floor is None else max(p.timestamp_ms, floor))
+            values = [p.value] if len(aggs) == 1 else _components(p.value, len(aggs))
+            for (c, t), v in zip(aggs, values):
+                cols[c].append(_number(v) if t in ("double", "bigint") else
+                               (None if v is None else list(np.atleast_1d(v).astype(float))) if t.startswith("array")
+                               else json_value(v))
+        return pd.DataFrame(cols)
+
+
+def _components(value: Any, n: int) -> list:
+    """A multi-column aggregate (M4: min, max, first, last) as ``n`` values."""
+    if value is None:
+        return [None] * n
+    if isinstance(value, dict):
+        return list(value.values())[:n]
+    return list(value)[:n]
+
+
+def _plain_key(k: Any) -> Any:
+    if isinstance(k, tuple):
+        return tuple(_plain_key(x) for x in k)
+    if k is None or k is pd.NA or (isinstance(k, float) and k != k):
+        return None
+    return k.item() if isinstance(k, np.generic) else k
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    return float(v)

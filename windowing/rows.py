@@ -1,0 +1,112 @@
+"""What the windowing stages share on the stage layer: key specs, result columns, commands.
+
+Both windowing stages (:class:`slicer.stage.SlicerStage`, :class:`watermarks.stage.WindowingStage`)
+emit one output row per window result with the same column names: the key column(s), then
+``query_id``, ``window_start_ms``, ``window_end_ms``, the stage's own columns, and one column
+per aggregation named after it (:func:`aggregation_columns`); the row's ``event_time_ms`` is the
+window's last instant (``window_end_ms - 1``), as Beam's default output timestamp.
+
+Window commands on the control topic reach every stage; one with a ``"stage"`` field is applied
+only by the stage of that name (:func:`window_command`)::
+
+    {"op": "add_window", "stage": "page_windows", "id": "15s",
+     "window": {"type": "sliding", "size_ms": 15000, "slide_ms": 5000}}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from windowing.aggregations import M4, AggregateFunction, Count, Max, Mean, Min, Quantile, Sum
+from windowing.commands import WindowCommand, parse_command
+
+__all__ = ["key_specs", "aggregation_columns", "window_command", "RESULT_COLUMNS"]
+
+#: Columns of every window result row after the key columns.
+RESULT_COLUMNS = [("query_id", "string"), ("window_start_ms", "bigint"), ("window_end_ms", "bigint")]
+
+
+def key_specs(key: str | Sequence[str] | dict, reserved: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """``(output column name, SQL expression)`` per key column: a plain column keeps its name, an
+    expression is ``key`` (``key_<i>`` with several); a dict ``{name: expression}`` names them."""
+    if isinstance(key, dict):
+        specs = [(str(n), str(e)) for n, e in key.items()]
+    else:
+        exprs = [key] if isinstance(key, str) else list(key)
+        specs = []
+        for i, e in enumerate(exprs):
+            m = re.match(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$", str(e).strip())
+            specs.append((m.group(1) if m else ("key" if len(exprs) == 1 else f"key_{i}"), str(e)))
+    if not specs:
+        raise ValueError("key must name at least one column or expression")
+    names = [n for n, _ in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"key columns {names}: names must be distinct (pass a dict name -> expression)")
+    clash = set(names) & set(reserved)
+    if clash:
+        raise ValueError(f"key column name(s) {sorted(clash)} clash with output columns; pass a dict "
+                         "{name: expression} to rename them")
+    return specs
+
+
+def aggregation_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, str]]:
+    """``(column, Spark DDL type)`` per aggregation output: numeric built-ins as double (Count as
+    bigint, M4 as four doubles, a quantile list as array<double>), anything else as JSON text;
+    names from ``aggregation.name`` (non-alphanumerics as ``_``), duplicates suffixed ``_1``, ..."""
+    cols: list[tuple[str, str]] = []
+    for fn in aggregations:
+        name = re.sub(r"[^0-9A-Za-z]+", "_", fn.name).strip("_") or "value"
+        if isinstance(fn, M4):
+            cols += [(f"{name}_{c}", "double") for c in fn.components]
+        elif isinstance(fn, Count):
+            cols.append((name, "bigint"))
+        elif isinstance(fn, Quantile):
+            cols.append((name, "double" if np.isscalar(fn.q) else "array<double>"))
+        elif isinstance(fn, (Sum, Mean, Min, Max)):
+            cols.append((name, "double"))
+        else:
+            cols.append((name, getattr(fn, "spark_type", "string")))
+    seen: dict[str, int] = {}
+    out = []
+    for name, t in cols:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        out.append((name if n == 0 else f"{name}_{n}", t))
+    return out
+
+
+def json_value(v: Any) -> str:
+    """A result value as JSON text (tuples as arrays; numpy scalars as numbers; else its repr)."""
+    try:
+        return json.dumps(v.tolist() if isinstance(v, np.ndarray) else v, default=_plain, allow_nan=True)
+    except (TypeError, ValueError):
+        return json.dumps(repr(v))
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError
+
+
+def window_command(text: str, stage_name: str | None) -> tuple[WindowCommand | None, str | None]:
+    """``(command, error)`` of a modification's text for the stage ``stage_name``: the window
+    command (or None: another op, or addressed to another stage) and a message when it is
+    malformed (the stage reports it as an ``error`` row and goes on: a replay meets it again)."""
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        return None, f"modification {text[:120]!r} is not JSON: {e}"
+    if not isinstance(obj, dict):
+        return None, f"modification {text[:120]!r} is not a JSON object"
+    target = obj.pop("stage", None)
+    if target is not None and target != stage_name:
+        return None, None
+    try:
+        return parse_command(obj), None
+    except ValueError as e:
+        return None, f"stage {stage_name!r}: malformed window command {text[:200]}: {e}"
