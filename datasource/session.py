@@ -4,35 +4,29 @@ What it sets and why: Python workers run this interpreter (``PYSPARK_PYTHON``), 
 import the same packages; the RocksDB state store, which ``transformWithStateInPandas`` needs;
 few shuffle partitions (tiny micro-batches are latency-bound on small machines); no UI.
 
-Low-latency state store settings (``LOW_LATENCY_DEFAULTS``; local masters, ``low_latency=True``;
-``extra=`` overrides each one). Only settings that change neither results nor durability:
+Low-latency defaults, for local masters (the machine the query runs on is small and its
+micro-batches are tiny; measured with ``bench.spark_settings``, figures in docs/latency.md):
 
-* ``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true``: each stateful
+* one shuffle partition (``shuffle_partitions=None`` means 1 on local masters, 2 elsewhere): every
+  stateful operator then runs one task per micro-batch instead of two that wait for each other
+  and commit separately (the largest effect measured). The cost is parallelism inside a stateful
+  stage on large micro-batches. For an existing checkpoint Spark keeps the state partition count
+  it was created with.
+* ``LOW_LATENCY_DEFAULTS`` (``low_latency=True``; ``extra=`` overrides each one):
+  ``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true``. Each stateful
   operator's commit writes the batch's changed keys (a changelog file) instead of uploading a
   RocksDB snapshot; snapshots are made in the background by state store maintenance. Same
   durability (the changelog is in the checkpoint before the batch commits); recovery replays at
-  most ``minDeltasForSnapshot`` changelogs on top of the last snapshot. Spark allows switching
-  it on and off for an existing checkpoint.
-* ``spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=false``: RocksDB does not count
-  every key on each commit (a read of the whole store); the cost is a metric:
-  ``stateOperators[].numRowsTotal`` is no longer reported correctly in query progress.
+  most ``minDeltasForSnapshot`` changelogs on top of the last snapshot; Spark allows switching it
+  on and off for an existing checkpoint. It shortens the stateful operators' commits.
 
-Not set here, because they trade durability or integrity for speed (see docs/latency.md for
-their measured effect): ``spark.sql.streaming.checkpoint.fileChecksum.enabled=false`` (state
-store checkpoint files are written and read without checksums, so a corrupted file goes
-undetected) and a checkpoint location on tmpfs (lost with the machine).
-
-Fast Python start (local masters, pip-installed pyspark): Spark puts
-``$SPARK_HOME/python/lib/pyspark.zip`` first on the ``PYTHONPATH`` of every Python process it
-starts. The zip holds no byte code, so each fresh process compiles the pyspark modules it imports
-from source: importing the ``transformWithState`` pre-init worker took 1.42 s from the zip
-against 0.23 s from the installed package here. Fresh processes are started on every query start
-(the Python data source's planner and streaming runners) and on the first micro-batch of every
-``transformWithStateInPandas`` query (pre-init). With pip's layout the zip is the same release as
-the installed package, so ``PYSPARK_PYTHON`` becomes a small shell wrapper that drops that one
-zip from ``PYTHONPATH`` and runs this interpreter. Not done when ``PYSPARK_PYTHON`` is set, for
-non-local masters (executors elsewhere cannot run a wrapper written here), or with
-``fast_python_start=False``.
+Measured and not set: ``spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=false``
+(no effect with key-group state, a few rows written per batch; it would cost the
+``numRowsTotal`` metric), ``spark.sql.streaming.checkpoint.fileChecksum.enabled=false`` (no
+measured effect; Spark 4.3 documents the checksums as enabled only with
+``spark.sql.streaming.stateStore.checkpointFormatVersion`` >= 2, default 1; turning them off
+removes the detection of corrupted checkpoint files), and a checkpoint location on tmpfs (a small gain, but the
+checkpoint is lost with the machine: a durability choice for the user, never a default).
 """
 
 from __future__ import annotations
@@ -53,17 +47,19 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 #: durability (module docstring); applied on local masters unless ``low_latency=False``.
 LOW_LATENCY_DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
 }
+LOCAL_SHUFFLE_PARTITIONS = 1    # default on local masters (module docstring)
+OTHER_SHUFFLE_PARTITIONS = 2    # default elsewhere
 
 
 def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
-                  shuffle_partitions: int = 2, extra: dict[str, str] | None = None,
+                  shuffle_partitions: int | None = None, extra: dict[str, str] | None = None,
                   fast_python_start: bool = True, low_latency: bool = True):
     """Get or create a SparkSession with ``format("dataflow-kafka")`` registered.
 
-    ``extra``: more Spark settings; they override everything set here, including
-    ``LOW_LATENCY_DEFAULTS`` (applied on local masters when ``low_latency``)."""
+    ``shuffle_partitions``: None means 1 on local masters, 2 elsewhere. ``extra``: more Spark
+    settings; they override everything set here, including ``LOW_LATENCY_DEFAULTS`` (applied on
+    local masters when ``low_latency``)."""
     if "PYSPARK_PYTHON" not in os.environ:
         wrapper = python_without_pyspark_zip() if fast_python_start and master.startswith("local") else None
         os.environ["PYSPARK_PYTHON"] = wrapper or sys.executable
@@ -82,10 +78,13 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
     return spark
 
 
-def session_settings(master: str = "local[2]", shuffle_partitions: int = 2, extra: dict[str, str] | None = None,
-                     low_latency: bool = True) -> dict[str, str]:
+def session_settings(master: str = "local[2]", shuffle_partitions: int | None = None,
+                     extra: dict[str, str] | None = None, low_latency: bool = True) -> dict[str, str]:
     """The Spark settings :func:`spark_session` applies: ours, then ``LOW_LATENCY_DEFAULTS`` (local
     masters, ``low_latency``), then ``extra``, which overrides any of them."""
+    local = master.startswith("local")
+    if shuffle_partitions is None:
+        shuffle_partitions = LOCAL_SHUFFLE_PARTITIONS if local else OTHER_SHUFFLE_PARTITIONS
     settings = {
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.default.parallelism": str(max(2, shuffle_partitions)),
@@ -96,7 +95,7 @@ def session_settings(master: str = "local[2]", shuffle_partitions: int = 2, extr
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
     }
-    if low_latency and master.startswith("local"):
+    if low_latency and local:
         settings.update(LOW_LATENCY_DEFAULTS)
     settings.update(extra or {})
     return settings

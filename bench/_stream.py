@@ -1,0 +1,393 @@
+"""Shared parts of the per-micro-batch latency benchmarks (``bench.sink_cost``,
+``bench.spark_settings``, ``bench.latency_budget``): a trickle producer, an output-topic watcher,
+running a streaming query for a while, summaries of ``query.recentProgress``, pipelines and CSV.
+
+A *pipeline* (:class:`Pipeline`) is what the benchmarks measure between the source and the sink;
+``build(source_df, output_topic)`` returns the DataFrame of sink rows, ``record(i, send_s,
+partition)`` makes the i-th input record, and ``expected(sent)`` says which output keys each input
+record leads to (for end-to-end latency). :func:`inverted_index` is today's
+``optimistic.spark.build_pipeline(src, inverted_index_stages(2), ...)``; other stage layers plug in
+as other :class:`Pipeline` values.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+DURATIONS = ("queryPlanning", "latestOffset", "getBatch", "addBatch", "walCommit", "commitOffsets",
+             "triggerExecution")
+OPERATOR_FIELDS = ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "numRowsUpdated", "numRowsTotal",
+                   "numRowsRemoved", "memoryUsedBytes")
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(15)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=5).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions:
+            return name
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {name} not visible")
+
+
+@dataclass
+class Sent:
+    send_s: float
+    partition: int
+    offset: int
+    i: int
+    value: bytes
+
+
+class Trickle(threading.Thread):
+    """Produces ``record(i, send_s, partition) -> (key, value)`` to ``topic`` at ``rate`` records/s
+    (round robin over partitions; exponential gaps when ``poisson``, else even) until stopped;
+    ``sent`` holds the acknowledged records."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float,
+                 record: Callable[[int, float, int], tuple[bytes | None, bytes]], poisson: bool = False,
+                 seed: int = 1) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1, "log_level": 3})
+        self.topic, self.partitions, self.rate, self.record, self.poisson = topic, partitions, rate, record, poisson
+        self.rng = random.Random(seed)
+        self.sent: list[Sent] = []
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self.i = 0
+
+    def run(self) -> None:
+        next_t = time.time()
+        while not self._halt.is_set():
+            next_t += self.rng.expovariate(self.rate) if self.poisson else 1 / self.rate
+            delay = next_t - time.time()
+            if delay > 0:
+                self._halt.wait(delay)
+            i, part = self.i, self.i % self.partitions
+            send = time.time()
+            key, value = self.record(i, send, part)
+
+            def done(err, msg, send=send, i=i, value=value):
+                if err is None:
+                    with self._lock:
+                        self.sent.append(Sent(send, msg.partition(), msg.offset(), i, value))
+
+            self.p.produce(self.topic, value=value, key=key, partition=part, on_delivery=done)
+            self.p.poll(0)
+            self.i += 1
+        self.p.flush(30)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(60)
+
+    def sent_between(self, lo: float, hi: float) -> list[Sent]:
+        with self._lock:
+            return [s for s in self.sent if lo <= s.send_s < hi]
+
+
+class OutputWatcher(threading.Thread):
+    """Polls an output topic; remembers when each record key was first readable."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{uuid.uuid4().hex[:8]}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                           "fetch.wait.max.ms": 10, "fetch.min.bytes": 1, "log_level": 3,
+                           "receive.message.max.bytes": 400_000_000})
+        self.c.subscribe([topic])
+        self.seen: dict[bytes, float] = {}
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            for m in self.c.consume(1000, 0.05):
+                if m.error() or m.key() is None:
+                    continue
+                self.seen.setdefault(bytes(m.key()), time.time())
+        self.c.close()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+@dataclass
+class Pipeline:
+    """What runs between the source and the sink (module docstring)."""
+
+    name: str
+    build: Callable[[Any, str], Any]                                   # (source_df, output_topic) -> sink rows
+    record: Callable[[int, float, int], tuple[bytes | None, bytes]]    # (i, send_s, partition) -> key, value
+    expected: Callable[[list[Sent]], dict[tuple[int, int], set[bytes]]] | None = None
+    source_options: dict[str, str] = field(default_factory=dict)
+    rate: float = 10.0
+    poisson: bool = True
+
+
+def passthrough(rate: float = 20.0) -> Pipeline:
+    """Data rows as they are (key, value): the stateless shape of ``bench.sink_cost``."""
+    def build(src, out_topic):
+        return src.filter("kind = 'data'").selectExpr("key", "value")
+
+    def record(i, send_s, part):
+        return b"k%d" % i, json.dumps({"ts": int(send_s * 1000), "i": i}).encode()
+
+    def expected(sent):
+        return {(s.partition, s.offset): {b"k%d" % s.i} for s in sent}
+
+    return Pipeline("passthrough", build, record, expected, {"eventTimeField": "ts"}, rate, poisson=False)
+
+
+def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rate: float = 10.0,
+                   output_partitions: int = 2) -> Pipeline:
+    """Today's optimistic inverted index, as ``bench/latency_experiment.py`` drives it: documents of
+    synthetic Zipf text, event time = send time minus ``partition * skew_ms``, ``stages``
+    order-sensitive stages, ``key_groups`` key groups per stage, one barrier."""
+    from optimistic.spark import build_pipeline
+    from optimistic.workload import generate_documents, inverted_index_stages
+
+    docs = generate_documents(500, vocabulary_size=2000, words_per_doc=(10, 30), seed=1)
+    stage_list = inverted_index_stages(stages)
+
+    def decode(value: bytes):
+        d = json.loads(value)
+        return (d["id"], d["text"])
+
+    def build(src, out_topic):
+        return build_pipeline(src, stage_list, output_topic=out_topic, mode="optimistic", key_groups=key_groups,
+                              decode=decode, output_partitions=output_partitions)
+
+    def record(i, send_s, part):
+        return None, json.dumps({"ts": int(send_s * 1000) - part * skew_ms, "id": i,
+                                 "text": docs[i % len(docs)][1]}).encode()
+
+    def expected(sent):
+        from optimistic import run_local
+
+        arrivals = sorted((json.loads(s.value)["ts"], s.partition, s.offset, decode(s.value)) for s in sent)
+        out: dict[tuple[int, int], set[bytes]] = {}
+        for item in run_local(stage_list, arrivals).released:
+            out.setdefault((item.meta.source, item.meta.offset), set()).add(bytes(item.meta.sort_key()))
+        return out
+
+    return Pipeline(f"inverted index, {stages} order-sensitive stages", build, record, expected,
+                    {"eventTimeField": "ts"}, rate, poisson=True)
+
+
+@dataclass
+class QueryRun:
+    progress: list[dict]        # steady-state progress events (after the warm-up)
+    all_progress: list[dict]
+    started_s: float            # wall time of the first progress event
+    measured: tuple[float, float]
+
+
+def run_query(start: Callable[[], Any], seconds: float, warmup_s: float,
+              drain: Callable[[float, float], bool] | None = None, drain_s: float = 0.0,
+              timeout_s: float = 240.0, warmup_batches: int = 2, min_batches: int = 5) -> QueryRun:
+    """Start a query; warm-up: wait until ``warmup_batches`` micro-batches with input rows have
+    completed (the first ones pay the query's start-up) and at least ``warmup_s`` since the first
+    progress event; then measure for ``seconds`` (the window ``lo, hi``), extended up to three times
+    as long until ``min_batches`` micro-batches started in it; optionally wait up to ``drain_s``
+    until ``drain(lo, hi)`` is true; stop. The measured progress events are those whose trigger
+    started inside the window."""
+    q = start()
+
+    def check():
+        if q.exception():
+            raise q.exception()
+        if time.time() > deadline:
+            raise RuntimeError(f"the query did not get through its warm-up within {timeout_s:.0f} s")
+
+    try:
+        deadline = time.time() + timeout_s
+        while not q.recentProgress:
+            check()
+            time.sleep(0.1)
+        t0 = time.time()
+        while time.time() < t0 + warmup_s or len(with_data(q.recentProgress)) < warmup_batches:
+            check()
+            time.sleep(0.1)
+        lo = time.time()
+        time.sleep(seconds)
+        while (sum(1 for p in q.recentProgress if _epoch(p["timestamp"]) >= lo) < min_batches
+               and time.time() < lo + 3 * seconds):
+            time.sleep(0.2)
+        hi = time.time()
+        if drain is not None:
+            until = time.time() + drain_s
+            while not drain(lo, hi) and time.time() < until:
+                time.sleep(0.2)
+        if q.exception():
+            raise q.exception()
+        every = list(q.recentProgress)
+    finally:
+        q.stop()
+    measured = [p for p in every if lo <= _epoch(p["timestamp"]) < hi]
+    return QueryRun(measured, every, t0, (lo, hi))
+
+
+def _epoch(ts: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def with_data(progress: list[dict]) -> list[dict]:
+    return [p for p in progress if p.get("numInputRows")]
+
+
+def median_of(progress: list[dict], name: str) -> float:
+    xs = [p["durationMs"].get(name, 0) for p in progress]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def operator_medians(progress: list[dict]) -> list[dict]:
+    """Per stateful operator (by position in ``stateOperators``): its name and the median of each
+    field of :data:`OPERATOR_FIELDS` over ``progress``."""
+    ops: list[dict] = []
+    for p in progress:
+        for j, op in enumerate(p.get("stateOperators", [])):
+            while len(ops) <= j:
+                ops.append({"name": op.get("operatorName"), "values": {f: [] for f in OPERATOR_FIELDS}})
+            for f in OPERATOR_FIELDS:
+                ops[j]["values"][f].append(op.get(f, 0) or 0)
+    return [{"name": o["name"], **{f: statistics.median(v) if v else float("nan") for f, v in o["values"].items()}}
+            for o in ops]
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(math.ceil(q / 100 * len(xs))) - 1)] if xs else float("nan")
+
+
+def e2e_latencies_ms(sent: list[Sent], expected: dict[tuple[int, int], set[bytes]], seen: dict[bytes, float],
+                     end_s: float) -> tuple[list[float], int]:
+    """Per input record with expected output: time its last expected output was first readable
+    minus its send time (a record still missing outputs counts with ``end_s``, a lower bound);
+    returns the latencies and the number of incomplete records."""
+    lat, incomplete = [], 0
+    for s in sent:
+        keys = expected.get((s.partition, s.offset))
+        if not keys:
+            continue
+        times = [seen.get(k) for k in keys]
+        incomplete += any(t is None for t in times)
+        lat.append((max(end_s if t is None else t for t in times) - s.send_s) * 1000)
+    return lat, incomplete
+
+
+def checkpoint_dir(prefix: str, base: str | None = None) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
+def write_csv(path: str | Path, rows: list[dict]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def machine() -> str:
+    return f"cores {os.cpu_count()}, load average {loadavg()}"
+
+
+
+def run_pipeline(spark, bootstrap: str, pipeline: Pipeline, sink: str = "kafka", seconds: float = 20.0,
+                 warmup_s: float = 6.0, partitions: int = 2, output_partitions: int = 2,
+                 checkpoint_base: str | None = None, latency: bool = False, cooldown_s: float = 3.0,
+                 drain_s: float = 20.0, sink_format: str = "dataflow-kafka",
+                 sink_options: dict[str, str] | None = None) -> dict:
+    """One streaming query: a fresh input topic read from ``earliest`` by ``format("dataflow-kafka")``
+    (with ``pipeline.source_options``), ``pipeline.build``, then ``sink``: ``"kafka"`` (the
+    project's sink, or ``sink_format`` with ``sink_options``, to a fresh output topic) or ``"noop"``. A :class:`Trickle` feeds the input at
+    ``pipeline.rate`` from just before the start to the end. Measured: the micro-batches that start
+    in the ``seconds`` after the first progress event plus ``warmup_s``; with ``latency`` (Kafka
+    sink only), the end-to-end latency of the records sent in that window (their expected outputs
+    read from the output topic; after the window the query runs on, ``cooldown_s`` and then up to
+    ``drain_s`` until they are all there).
+
+    Returns ``progress`` (measured events with input rows), ``all_progress``, ``latencies_ms``,
+    ``incomplete``, ``checkpoint``."""
+    in_topic = create_topic(bootstrap, partitions, "in")
+    out_topic = create_topic(bootstrap, output_partitions, "out")
+    reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", in_topic).option("startingOffsets", "earliest"))
+    for k, v in pipeline.source_options.items():
+        reader = reader.option(k, v)
+    df = pipeline.build(reader.load(), out_topic)
+    ck = checkpoint_dir("bench-ck-", checkpoint_base)
+    watcher = OutputWatcher(bootstrap, out_topic) if latency and sink == "kafka" else None
+    trickle = Trickle(bootstrap, in_topic, partitions, pipeline.rate, pipeline.record, pipeline.poisson)
+    state: dict = {}
+
+    def start():
+        w = df.writeStream.option("checkpointLocation", ck)
+        if sink == "noop":
+            w = w.format("noop")
+        else:
+            w = w.format(sink_format).option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+            for k, v in (sink_options or {}).items():
+                w = w.option(k, v)
+        trickle.start()
+        return w.start()
+
+    def drain(lo: float, hi: float) -> bool:
+        if "expected" not in state:
+            time.sleep(cooldown_s)
+            state["expected"] = pipeline.expected(trickle.sent_between(0, time.time()))
+            state["measured"] = [s for s in trickle.sent_between(lo, hi)
+                                 if state["expected"].get((s.partition, s.offset))]
+        exp, seen = state["expected"], watcher.seen
+        return all(k in seen for s in state["measured"] for k in exp[(s.partition, s.offset)])
+
+    want_latency = watcher is not None and pipeline.expected is not None
+    if watcher is not None:
+        watcher.start()
+    try:
+        run = run_query(start, seconds, warmup_s, drain if want_latency else None, drain_s)
+        end = time.time()
+    finally:
+        trickle.stop()
+        if watcher is not None:
+            watcher.stop()
+    out = {"progress": with_data(run.progress), "all_progress": run.all_progress, "latencies_ms": [],
+           "incomplete": 0, "checkpoint": ck}
+    if want_latency:
+        out["latencies_ms"], out["incomplete"] = e2e_latencies_ms(state["measured"], state["expected"],
+                                                                  watcher.seen, end)
+    return out
