@@ -9,7 +9,8 @@ stage's own rows fill the same columns.
 column              type    meaning
 ==================  ======  ==========================================================================
 kind                string  ``data``, ``punctuation``, ``modification``, ``error``, ``dropped``,
-                            ``metrics``
+                            ``metrics``, ``result`` (an earlier stage's output kept in the
+                            pipeline's output: :meth:`keygroups.Pipeline.emit`)
 topic               string  the sender: a Kafka topic, or the stage that emitted the row
 partition           int     the sender's instance: a Kafka partition, or the stage's key group
 offset              bigint  position in the sender's stream: Kafka offset; for a stage, its data
@@ -44,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "KIND_DATA", "KIND_PUNCTUATION", "KIND_MODIFICATION", "KIND_ERROR", "KIND_DROPPED", "KIND_METRICS",
+    "KIND_DATA", "KIND_PUNCTUATION", "KIND_MODIFICATION", "KIND_ERROR", "KIND_DROPPED", "KIND_METRICS", "KIND_RESULT",
     "CONTROL_COLUMNS", "CONTROL_NAMES", "Modification", "Split", "split_rows", "control_frame",
     "conform", "schema_ddl",
 ]
@@ -55,6 +56,7 @@ KIND_MODIFICATION = "modification"
 KIND_ERROR = "error"
 KIND_DROPPED = "dropped"
 KIND_METRICS = "metrics"
+KIND_RESULT = "result"
 
 CONTROL_COLUMNS: list[tuple[str, str]] = [
     ("kind", "string"), ("topic", "string"), ("partition", "int"), ("offset", "bigint"),
@@ -64,7 +66,7 @@ CONTROL_COLUMNS: list[tuple[str, str]] = [
     ("metrics", "string"),
 ]
 CONTROL_NAMES = [c for c, _ in CONTROL_COLUMNS]
-_PASS_ON = (KIND_ERROR, KIND_DROPPED, KIND_METRICS)
+_PASS_ON = (KIND_ERROR, KIND_DROPPED, KIND_METRICS, KIND_RESULT)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from keygroups.contract import (
-    CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_ERROR, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION, Modification,
+    CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_ERROR, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION,
+    KIND_RESULT, Modification,
     conform, control_frame, split_rows,
 )
 from keygroups.punctuation import PunctuationTracker
@@ -58,6 +59,8 @@ class OperatorSpec:
     out_router: PythonRouter | None = None
     data_columns: tuple[tuple[str, str], ...] = ()
     idle_timeout_ms: int | None = None
+    emit: tuple[int, ...] = ()                       # stages whose output also leaves as ``result`` rows
+    result_columns: tuple[tuple[str, str], ...] = ()  # their columns (and upstream operators')
 
     @property
     def name(self) -> str:
@@ -68,7 +71,9 @@ class OperatorSpec:
         if self.out_router is not None:
             cols.append((KEY_GROUP_COLUMN, "int"))
         names = {c for c, _ in cols}
-        return cols + [c for c in self.data_columns if c[0] not in names]
+        data = [c for c in self.data_columns if c[0] not in names]
+        names |= {c for c, _ in data}
+        return cols + data + [c for c in self.result_columns if c[0] not in names]
 
 
 @dataclass
@@ -177,6 +182,7 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
     wm, prev_wm = st.tracker.low_watermark_ms, previous
     data: Any = split.data
     reports: list[dict] = []
+    results: list[pd.DataFrame] = []
     prev_stage: Stage | None = None
     for i, stage in enumerate(spec.stages):
         if prev_stage is not None:
@@ -193,6 +199,11 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
         for text in out.errors:
             reports.append({"kind": KIND_ERROR, "topic": stage.name, "partition": key_group,
                             "processing_time_ms": pt, "error": text})
+        if i in spec.emit:
+            frame = stage.output_frame(out.data)
+            if frame is not None and len(frame):
+                results.append(frame.assign(kind=KIND_RESULT, topic=stage.name, partition=key_group,
+                                            processing_time_ms=pt))
         if out.metrics is not None:
             reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group,
                             "processing_time_ms": pt, "metrics": json.dumps(out.metrics, default=str)})
@@ -219,6 +230,7 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
                            offset=np.arange(st.emitted, st.emitted + n, dtype=np.int64), processing_time_ms=pt)
         st.emitted += n
         frames.append(rows)
+    frames += results
     if len(split.pass_on):
         frames.append(split.pass_on)
     if reports:

@@ -65,12 +65,24 @@ class _Link:
 class Pipeline:
     """A chain of stages; see the module docstring."""
 
-    def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[_Link] | None = None) -> None:
+    def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[_Link] | None = None,
+                 _emit: Sequence[str] = ()) -> None:
         links = list(_links) if _links is not None else [_Link(s, None) for s in stages]
         for link in links:
             if not isinstance(link.stage, Stage):
                 raise TypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
         self._links = _configured(_named(links))
+        names = [lk.stage.name for lk in self._links]
+        unknown = [n for n in _emit if n not in names]
+        if unknown:
+            raise ValueError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names})")
+        self._emit = tuple(_emit)
+
+    def emit(self, *stage_names: str) -> "Pipeline":
+        """This pipeline with the output of the named earlier stages kept in its output, as rows of
+        kind ``result`` (``topic`` = the stage; their columns are added to the output schema).
+        The last stage's output is the ``data`` rows anyway."""
+        return Pipeline(_links=self._links, _emit=tuple(dict.fromkeys(self._emit + stage_names)))
 
     @property
     def stages(self) -> list[Stage]:
@@ -79,10 +91,12 @@ class Pipeline:
     def then(self, stage: "Stage | Pipeline", fuse: bool | None = None) -> "Pipeline":
         """This pipeline followed by ``stage`` (or by every stage of a pipeline)."""
         if isinstance(stage, Pipeline):
-            return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links))
+            return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links),
+                            _emit=self._emit + stage._emit)
         if fuse not in (None, True, False):
             raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
-        return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)])
+        return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)],
+                        _emit=self._emit)
 
     __rshift__ = then
 
@@ -105,13 +119,27 @@ class Pipeline:
     def specs(self, fuse: bool = True, idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
         """One :class:`~keygroups.operator.OperatorSpec` per operator of :meth:`plan`."""
         ops = self.plan(fuse)
-        specs = []
+        specs: list[OperatorSpec] = []
         for j, stages in enumerate(ops):
-            nxt = ops[j + 1][0] if j + 1 < len(ops) else None
-            router = nxt.python_router() if nxt is not None else None
-            data_cols = nxt.routed_columns() if router is not None else stages[-1].output_columns()
-            specs.append(OperatorSpec(stages, router, tuple(data_cols), idle_timeout_ms if j == 0 else None))
+            specs.append(self._spec(ops, j, stages, specs[-1] if specs else None, idle_timeout_ms))
         return specs
+
+    def _spec(self, ops, j: int, stages: tuple[Stage, ...], upstream: OperatorSpec | None,
+              idle_timeout_ms: int | None) -> OperatorSpec:
+        """Operator ``j`` running ``stages`` (bound or not), after the operator ``upstream``."""
+        nxt = ops[j + 1][0] if j + 1 < len(ops) else None
+        router = nxt.python_router() if nxt is not None else None
+        data_cols = nxt.routed_columns() if router is not None else stages[-1].output_columns()
+        last = nxt is None
+        emit = tuple(i for i, s in enumerate(stages) if s.name in self._emit and not (last and i == len(stages) - 1))
+        results = dict(upstream.result_columns) if upstream is not None else {}
+        for i in emit:
+            for c, t in stages[i].output_columns() + [("event_time_ms", "bigint")]:
+                if results.setdefault(c, t) != t:
+                    raise ValueError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
+                                     f"stage's is {results[c]}")
+        return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
+                            emit, tuple(results.items()))
 
     def output_columns(self, fuse: bool = True) -> list[tuple[str, str]]:
         """Columns of the pipeline's output rows (the contract's control columns, then data)."""
@@ -134,6 +162,7 @@ class Pipeline:
         from keygroups.routing import with_key_groups
 
         ops = self.plan(fuse)
+        upstream = None
         for j, stages in enumerate(ops):
             first = stages[0]
             n = first.num_key_groups
@@ -153,10 +182,7 @@ class Pipeline:
             keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
             slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs)
             bound = _bind(stages, {f.name: f.dataType.simpleString() for f in slim.schema.fields})
-            nxt = ops[j + 1][0] if j + 1 < len(ops) else None
-            router = nxt.python_router() if nxt is not None else None
-            spec = OperatorSpec(bound, router, tuple(nxt.routed_columns() if router else bound[-1].output_columns()),
-                                idle_timeout_ms if j == 0 else None)
+            spec = upstream = self._spec(ops, j, bound, upstream, idle_timeout_ms)
             packed = pack_source and j == 0
             if packed:
                 slim = pack_key_groups(slim, None, n)

@@ -158,3 +158,19 @@ def test_python_routing_uses_the_same_hash_as_the_jvm_formula():
     assert key_group_of("hello", 5) == -4367754540140381902 % 5
     with pytest.raises(TypeError, match="cannot route a key of type dict"):
         key_group_of({"a": 1}, 3)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_emit_keeps_an_earlier_stage_output_as_result_rows(fuse):
+    batches = _random_batches(11)
+    p = TumblingCount().then(TumblingCount(key="k", value="count", size_ms=3000, name="coarse")).then(RunningTotal())
+    outs = p.emit("tumbling_count").run_local(batches, fuse=fuse)
+    alone = Pipeline([TumblingCount()]).run_local(batches)
+    cols = ["k", "window_start_ms", "count", "event_time_ms"]
+    for o, a in zip(outs, alone):
+        res = o[(o["kind"] == "result") & (o["topic"] == "tumbling_count")]
+        assert sorted(res[cols].itertuples(index=False)) == data_rows(a, *cols)
+    assert sum((o["kind"] == "result").sum() for o in outs) > 0
+    assert set(p.emit("tumbling_count").output_columns()) >= {("count", "bigint"), ("total", "bigint")}
+    with pytest.raises(ValueError, match="no stage named 'nope'"):
+        p.emit("nope")
