@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
           f"load avg {os.getloadavg()[0]:.1f}", flush=True)
     print(f"{'windows':>7} {'keys':>6} {'per-key rec/s':>14} {'keyed rec/s':>12} {'ratio':>7} {'rows out':>9}", flush=True)
     for w in (int(x) for x in args.windows.split(",")):
-        template = SlicingWindowOperator(LATENESS_MS)
+        template = SlicingWindowOperator(allowed_lateness_ms=LATENESS_MS)
         template.add_aggregation(Sum())
         for size, slide in window_specs(w):
             template.add_window(SlidingWindow(size, slide))

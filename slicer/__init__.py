@@ -24,13 +24,12 @@ emitted again (``update=True``) when records within the allowed lateness change 
 Example
 -------
 >>> import numpy as np
->>> op = SlicingWindowOperator(allowed_lateness_ms=500)
->>> _ = op.add_window(SlidingWindow(1000, 500))
->>> _ = op.add_window(SessionWindow(300))
->>> op.add_aggregation(Sum()); op.add_aggregation(M4())
+>>> op = SlicingWindowOperator({"sliding": SlidingWindow(1000, 500), "session": SessionWindow(300)},
+...                            [Sum(), M4()], allowed_lateness_ms=500)
 >>> op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 900]))
->>> [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(1500)]
-[(0, -500, 500, 3.0), (1, 100, 500, 3.0), (0, 0, 1000, 6.0), (1, 900, 1200, 3.0), (0, 500, 1500, 3.0)]
+>>> [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(1500)]  # doctest: +NORMALIZE_WHITESPACE
+[('sliding', -500, 500, 3.0), ('session', 100, 500, 3.0), ('sliding', 0, 1000, 6.0),
+ ('session', 900, 1200, 3.0), ('sliding', 500, 1500, 3.0)]
 
 Notes for a Spark adapter (``slicer/spark.py``, not part of the engine)
 --------------------------------------------------------------------------

@@ -134,6 +134,8 @@ class _SessionContext(WindowContext):
         pts = np.sort(ts)
         at = np.searchsorted(pts, view.tmin[ne])
         lo = np.insert(pts, at, view.tmin[ne])
+        if lo.size == 0:
+            return _EMPTY
         reach = np.maximum.accumulate(np.insert(pts, at, view.tmax[ne]))
         return lo[np.concatenate(([0], np.flatnonzero(lo[1:] - reach[:-1] >= self.gap) + 1))]
 

@@ -29,6 +29,16 @@ a key emits its windows with ``p < end <= w`` that hold records, and, as updates
 ``p - allowed_lateness_ms < end <= p`` that got records since ``p``; windows are ``[start, end)``.
 Floating-point sums may differ from the per-key operator's in the last bits (slices combine in
 another order).
+
+Queries added while running (:meth:`KeyedSlicingOperator.add_window`, ``apply(command)``; time
+tumbling and sliding windows only) cover what the table still holds, from a **coverage start**
+``C`` on (windows starting before it are never reported), the same for every key of the group.
+The table keeps each slice's newest record time, not its records: ``C`` is the first window
+start of the new query after its last edge ``e`` with ``slice start < e <= newest record`` in a
+held slice (adding ``TumblingWindow(2000)`` next to ``TumblingWindow(1000)``: no such edge), and
+never before the slices evicted so far (every accepted record from there on is in the table). The new query's first watermark emits all its ended windows with records (as a
+fresh operator's first watermark). See :mod:`slicer.coverage` for the per-key operator's rule,
+which also uses the records' times in a slice (so it covers at least as much).
 """
 
 from __future__ import annotations
@@ -38,26 +48,30 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from slicer.compile import compile_window
 from slicer.results import WindowResults, object_array
 from slicer.windows import TIME, PeriodicWindow, progression_points
 from windowing import M4, Count, Max, Mean, Min, Sum
+from windowing.commands import WindowQueries, check_query_id, next_query_id
 
 __all__ = ["KeyedSlicingOperator"]
 
-_MAGIC = b"SLK1"
+_MAGIC = b"SLK2"
+_NO_LIMIT = int(np.iinfo(np.int64).min)
 _BUILTINS = (Sum, Count, Min, Max, Mean, M4)
-_BASE = ("kc", "cell", "cnt", "sum", "min", "max", "dirty")
+_BASE = ("kc", "cell", "cnt", "sum", "min", "max", "tmax", "dirty")
 # M4 only: value, event time and arrival number of the first and of the last record of a slice
 _EDGES = ("fv", "ft", "fs", "lv", "lt", "ls")
 _PAIRS_PER_CHUNK = 1 << 20
 
 
-class KeyedSlicingOperator:
+class KeyedSlicingOperator(WindowQueries):
     """Tumbling and sliding time windows with Sum/Count/Min/Max/Mean/M4 for many keys at once.
 
     ``template``: a configured :class:`~slicer.SlicingWindowOperator` (windows, aggregations,
     lateness) that :meth:`supports` accepts. Keys are any hashable values; a key's code is its
-    position in :attr:`keys` (first-seen order).
+    position in :attr:`keys` (first-seen order). Queries (string ids, the template's first) are
+    state: :meth:`add_window`, :meth:`remove_window` and :meth:`apply` change them while running.
     """
 
     def __init__(self, template) -> None:
@@ -66,17 +80,20 @@ class KeyedSlicingOperator:
                              "Min/Max/Mean/M4 aggregations, stream_order='out_of_order' and no forced record keeping")
         self.allowed_lateness_ms = int(template.allowed_lateness_ms)
         self.aggregations = list(template.aggregations)
-        qs = sorted(template.windows.queries.values(), key=lambda q: q.id)
-        self.query_ids = np.array([q.id for q in qs], np.int64)
+        qs = list(template.windows.queries.values())
+        self.query_ids: list[str] = [q.id for q in qs]
+        self.specs: list = [q.spec for q in qs]
         self.size = np.array([q.window.size for q in qs], np.int64)
         self.slide = np.array([q.window.slide for q in qs], np.int64)
         self.offset = np.array([q.window.offset for q in qs], np.int64)
-        self._end_phase = (self.offset + self.size) % self.slide     # window ends = this (mod slide)
-        # slice edges: the distinct (period, phase) progressions of all window starts and ends
-        prog = {(int(sl), int(o % sl)) for sl, o in zip(self.slide, self.offset)}
-        prog |= {(int(sl), int(ph)) for sl, ph in zip(self.slide, self._end_phase)}
-        self._periods = np.array(sorted(prog), np.int64)[:, 0]
-        self._phases = np.array(sorted(prog), np.int64)[:, 1]
+        self.start_at = np.full(len(qs), _NO_LIMIT, np.int64)   # coverage start per query
+        self.fresh = np.zeros(len(qs), bool)                     # added since the last watermark
+        #: Window commands (:meth:`apply`) that did nothing: unknown id to remove, id to add taken.
+        self.ignored_commands = 0
+        self._next_id = template._next_id
+        self._held_from = _NO_LIMIT          # every accepted record at or after this is in the table
+        self._max_ts: int | None = None
+        self._rebuild()
         self.keys: list = []
         self._codes: dict = {}
         self.watermark: int | None = None
@@ -85,15 +102,71 @@ class KeyedSlicingOperator:
         self._seq = 0                            # arrival number of the next accepted record
         self._empty_table()
 
+    def _rebuild(self) -> None:
+        self._end_phase = (self.offset + self.size) % self.slide     # window ends = this (mod slide)
+        # slice edges: the distinct (period, phase) progressions of all window starts and ends
+        prog = sorted({(int(sl), int(o % sl)) for sl, o in zip(self.slide, self.offset)}
+                      | {(int(sl), int(ph)) for sl, ph in zip(self.slide, self._end_phase)})
+        self._periods = np.array([p for p, _ in prog], np.int64)
+        self._phases = np.array([o for _, o in prog], np.int64)
+
     @staticmethod
     def supports(template) -> bool:
         """Whether ``template`` (a :class:`~slicer.SlicingWindowOperator`) runs here unchanged."""
         qs = list(template.windows.queries.values())
         return (bool(qs) and bool(template.aggregations)
                 and all(isinstance(q.window, PeriodicWindow) and q.measure is TIME and q.context is None
-                        and q.start_at == np.iinfo(np.int64).min for q in qs)
+                        and q.start_at == _NO_LIMIT and not q.fresh for q in qs)
                 and all(type(a) in _BUILTINS for a in template.aggregations)
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
+
+    # ------------------------------------------------------------------ queries at runtime
+    def coverage_start(self, query_id: str) -> int | None:
+        """Windows of the query starting before this are never reported (``None``: no limit)."""
+        start = int(self.start_at[self.query_ids.index(check_query_id(query_id))])
+        return None if start == _NO_LIMIT else start
+
+    def add_window(self, window, query_id: str | None = None) -> str:
+        """Add a time tumbling or sliding window query (see the module docstring); returns its id."""
+        runtime = compile_window(window)
+        if not (isinstance(runtime, PeriodicWindow) and runtime.measure is TIME):
+            raise ValueError(f"KeyedSlicingOperator.add_window({window!r}): only time TumblingWindow / SlidingWindow "
+                             "queries (use one SlicingWindowOperator per key for others)")
+        qid, self._next_id = next_query_id(self.query_ids, query_id, self._next_id)
+        start = self._coverage(runtime)
+        self.query_ids.append(qid)
+        self.specs.append(window)
+        for name, v in (("size", runtime.size), ("slide", runtime.slide), ("offset", runtime.offset),
+                        ("start_at", start), ("fresh", True)):
+            setattr(self, name, np.append(getattr(self, name), v))
+        self._rebuild()
+        return qid
+
+    def remove_window(self, query_id: str) -> None:
+        """Stop query ``query_id`` (a ``KeyError`` names an unknown id)."""
+        if query_id not in self.query_ids:
+            raise KeyError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
+        i = self.query_ids.index(query_id)
+        del self.query_ids[i], self.specs[i]
+        for name in ("size", "slide", "offset", "start_at", "fresh"):
+            setattr(self, name, np.delete(getattr(self, name), i))
+        self._rebuild()
+        if not self.query_ids:                   # nothing needs the table any more
+            self._empty_table()
+            self._held_from = _NO_LIMIT if self._max_ts is None else self._max_ts + 1
+
+    def _coverage(self, w: PeriodicWindow) -> int:
+        """First window start of ``w`` after its last edge that falls inside a held slice's
+        records (``(cell, tmax]``), and not before the evicted slices."""
+        if self.kc.size == 0 or not self.query_ids:
+            return self._held_from
+        ph = np.array([w.offset % w.slide, (w.offset + w.size) % w.slide], np.int64)
+        inner = (self.tmax[None, :] - (self.tmax[None, :] - ph[:, None]) % w.slide).max(axis=0)
+        cut = inner > self.cell                   # the latest new edge at or before tmax
+        if not cut.any():
+            return self._held_from
+        m = int(inner[cut].max())
+        return max(self._held_from, m + 1 + (w.offset - m - 1) % w.slide)
 
     # ------------------------------------------------------------------ table
     def _empty_table(self) -> None:
@@ -103,6 +176,7 @@ class KeyedSlicingOperator:
         self.sum = np.zeros(0, np.float64)
         self.min = np.zeros(0, np.float64)
         self.max = np.zeros(0, np.float64)
+        self.tmax = np.zeros(0, np.int64)        # newest record time (a query added later cuts before it)
         self.dirty = np.zeros(0, bool)           # received records since the last watermark
         if self.edges:
             for c in _EDGES:
@@ -145,6 +219,10 @@ class KeyedSlicingOperator:
                 codes, values, ts = codes[keep], values[keep], ts[keep]
         if ts.size == 0:
             return dropped
+        top = int(ts.max())
+        self._max_ts = top if self._max_ts is None else max(self._max_ts, top)
+        if not self.query_ids:
+            return dropped
         seq = np.arange(self._seq, self._seq + ts.size, dtype=np.int64)   # arrival order (M4 ties)
         self._seq += int(ts.size)
         cells = self.slice_start(ts)
@@ -159,12 +237,14 @@ class KeyedSlicingOperator:
         sm = np.concatenate([self.sum, values])[order]
         mn = np.concatenate([self.min, values])[order]
         mx = np.concatenate([self.max, values])[order]
+        tmx = np.concatenate([self.tmax, ts])[order]
         dirty = np.concatenate([self.dirty, np.ones(ts.size, bool)])[order]
         self.kc, self.cell = kc[starts], cell[starts]
         self.cnt = np.add.reduceat(cnt, starts)
         self.sum = np.add.reduceat(sm, starts)
         self.min = np.minimum.reduceat(mn, starts)
         self.max = np.maximum.reduceat(mx, starts)
+        self.tmax = np.maximum.reduceat(tmx, starts)
         self.dirty = np.logical_or.reduceat(dirty, starts)
         if self.edges:
             # first / last record of each slice by (event time, arrival): the group structure is
@@ -183,28 +263,36 @@ class KeyedSlicingOperator:
     # ------------------------------------------------------------------ watermarks
     def process_watermark(self, wm: int) -> tuple[np.ndarray, WindowResults]:
         """Advance every key to watermark ``wm``: ``(keys, results)``, one row per window, the
-        key of each row in an object array (rows ordered by key code, then end, query id,
-        start); ``update`` as in the per-key operator. Afterwards keys left without slices are
+        key of each row in an object array (rows ordered by key code, then end, query order,
+        start); ``update`` as in the per-key operator; a query added since the last watermark
+        emits as at a first watermark. Afterwards keys left without slices are
         forgotten (they behave exactly as new keys) and the other keys' codes may change."""
         names = [a.name for a in self.aggregations]
         prev = self.watermark
         wm = int(wm) if prev is None else max(int(wm), prev)
         if self.kc.size == 0:
             self.watermark = wm
+            self.fresh[:] = False
             self._forget_idle_keys()
             return np.zeros(0, object), WindowResults.concat(names, [])
         lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
-        # windows (query index, start, end) ending in (prev, wm]: emitted if they hold records
-        lo = lo_data if prev is None else max(prev, lo_data)
+        # windows (query index, start, end) ending in (prev, wm]: emitted if they hold records;
+        # a fresh query: every window ending by wm (as a first watermark)
+        lo = np.where(self.fresh, lo_data, lo_data if prev is None else max(prev, lo_data))
         q, e = progression_points(self.slide, self._end_phase, lo,
                                   np.minimum(wm, hi_data + self.size))
         upd = np.zeros(e.size, bool)
         if prev is not None:     # windows ending in (prev - lateness, prev]: updates if they got records
-            uq, ue = progression_points(self.slide, self._end_phase,
-                                        max(prev - self.allowed_lateness_ms, lo_data), np.minimum(prev, hi_data + self.size))
+            ulo = max(prev - self.allowed_lateness_ms, lo_data)
+            uq, ue = progression_points(self.slide, self._end_phase, ulo,
+                                        np.where(self.fresh, ulo, np.minimum(prev, hi_data + self.size)))
             q, e = np.concatenate([q, uq]), np.concatenate([e, ue])
             upd = np.concatenate([upd, np.ones(ue.size, bool)])
         s = e - self.size[q]
+        if (self.start_at != _NO_LIMIT).any():
+            covered = s >= self.start_at[q]
+            q, s, e, upd = q[covered], s[covered], e[covered], upd[covered]
+        self.fresh[:] = False
         codes, results = self._windows(q, s, e, upd, names)
         keys = object_array(self.keys)[codes]
         self.watermark = wm
@@ -248,7 +336,7 @@ class KeyedSlicingOperator:
             ok = np.where(upd[w], cdirty[hi] > cdirty[lo], cum[hi] > cum[lo])
             found.append((kk[ok], w[ok], lo[ok], hi[ok]))
         kk, w, lo, hi = (np.concatenate([f[i] for f in found]) for i in range(4))
-        order = np.lexsort((s[w], self.query_ids[q[w]], e[w], kk))
+        order = np.lexsort((s[w], q[w], e[w], kk))
         kk, w, lo, hi = kk[order], w[order], lo[order], hi[order]
         count = cum[hi] - cum[lo]
         sums = _range_reduce(np.add, self.sum, lo, hi)
@@ -268,8 +356,8 @@ class KeyedSlicingOperator:
                 values.append(np.column_stack([_range_reduce(np.minimum, self.min, lo, hi),
                                                _range_reduce(np.maximum, self.max, lo, hi),
                                                self._edge_values("f", lo, hi), self._edge_values("l", lo, hi)]))
-        res = WindowResults(names, self.query_ids[q[w]], np.full(kk.size, TIME.value, object),
-                            s[w], e[w], upd[w].copy(), values)
+        res = WindowResults(names, object_array(self.query_ids)[q[w]], np.full(kk.size, TIME.value, object),
+                            s[w], e[w], upd[w].copy(), values, q[w])
         return kk, res
 
     def _edge_values(self, c: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -285,19 +373,26 @@ class KeyedSlicingOperator:
         """Drop slices no window that can still be emitted or updated needs: every window of
         query ``i`` ending after ``horizon`` starts at or after its first start past
         ``horizon - size_i`` (as ``WindowManager._cutoff``)."""
+        if not self.query_ids:
+            return
         low = horizon - self.size
         cut = int((low + 1 + (self.offset - low - 1) % self.slide).min())
         keep = self.cell >= cut
-        if not keep.all():
+        if not keep.all():     # a slice cut by a query added later may hold records past ``cut``
+            self._held_from = max(self._held_from, cut, int(self.tmax[~keep].max()) + 1)
             for name in self._columns:
                 setattr(self, name, getattr(self, name)[keep])
 
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:
-        """The state (keys, watermark, table); the configuration comes from the template."""
+        """The state (keys, watermark, queries, table); aggregations and lateness come from the
+        template."""
         table = {n: getattr(self, n) for n in self._columns}
-        return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "seq": self._seq, "table": table},
-                                     protocol=5)
+        queries = {"ids": self.query_ids, "specs": self.specs, "start_at": self.start_at, "fresh": self.fresh,
+                   "next": self._next_id, "held": self._held_from, "max": self._max_ts,
+                   "ignored": self.ignored_commands}
+        return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "seq": self._seq, "table": table,
+                                      "queries": queries}, protocol=5)
 
     @classmethod
     def from_bytes(cls, data: bytes, template) -> "KeyedSlicingOperator":
@@ -308,6 +403,15 @@ class KeyedSlicingOperator:
         op.keys = list(st["keys"])
         op._codes = {k: i for i, k in enumerate(op.keys)}
         op.watermark, op._seq = st["wm"], st["seq"]
+        qs = st["queries"]
+        op.query_ids, op.specs = list(qs["ids"]), list(qs["specs"])
+        runtimes = [compile_window(w) for w in op.specs]
+        op.size = np.array([w.size for w in runtimes], np.int64)
+        op.slide = np.array([w.slide for w in runtimes], np.int64)
+        op.offset = np.array([w.offset for w in runtimes], np.int64)
+        op.start_at, op.fresh = qs["start_at"].copy(), qs["fresh"].copy()
+        op._next_id, op._held_from, op._max_ts, op.ignored_commands = qs["next"], qs["held"], qs["max"], qs["ignored"]
+        op._rebuild()
         for name, arr in st["table"].items():
             setattr(op, name, arr)
         return op

@@ -8,9 +8,7 @@ Example
 -------
 >>> import numpy as np
 >>> from windowing import Sum, TumblingWindow
->>> op = SlicingWindowOperator(allowed_lateness_ms=1000)
->>> q = op.add_window(TumblingWindow(1000))
->>> op.add_aggregation(Sum())
+>>> op = SlicingWindowOperator([TumblingWindow(1000)], [Sum()], allowed_lateness_ms=1000)
 >>> op.process_elements(np.array([1.0, 2.0, 4.0]), np.array([100, 1500, 900]))
 >>> [(r.start, r.end, r.value) for r in op.process_watermark(2000)]
 [(0, 1000, 5.0), (1000, 2000, 2.0)]
@@ -19,6 +17,16 @@ Example
 [(1000, 2000, 10.0, True)]
 >>> op.process_element(1.0, 500); op.dropped_late   # later than 2100 - 1000: dropped, counted
 1
+
+Queries are added and removed while running (ids are strings; the constructor's list gave
+``"0"``); an added query covers the records the slices still hold (:mod:`slicer.coverage`):
+
+>>> from windowing import SlidingWindow
+>>> op.add_window(SlidingWindow(2000, 1000), query_id="2s"), op.coverage_start("2s")  # slices from 1000 on
+('2s', 1000)
+>>> [(r.query_id, r.start, r.end, r.value) for r in op.process_watermark(4000)]
+[('2s', 1000, 3000, 10.0)]
+>>> op.remove_window("0")
 """
 
 from __future__ import annotations
@@ -30,17 +38,18 @@ from typing import Any
 import numpy as np
 
 from slicer.compile import compile_window, is_builtin, kernel_for
-from slicer.context_windows import ContextAwareWindow
+from slicer.coverage import NO_LIMIT, count_coverage, time_coverage
 from slicer.decision import record_reasons
 from slicer.results import WindowResult, WindowResults
 from slicer.slice_manager import CountSliceManager, SliceManager
 from slicer.window_manager import Query, WindowManager
 from slicer.windows import COUNT, TIME, measure_of
 from windowing import AggregateFunction
+from windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
 
 __all__ = ["SlicingWindowOperator", "StreamOrder"]
 
-_MAGIC = b"SLC1"
+_MAGIC = b"SLC2"
 
 
 class StreamOrder(enum.Enum):
@@ -55,25 +64,33 @@ class StreamOrder(enum.Enum):
             raise ValueError(f"stream_order={value!r}: expected 'in_order' or 'out_of_order'") from None
 
 
-class SlicingWindowOperator:
+class SlicingWindowOperator(WindowQueries):
     """General stream slicing for many concurrent window queries over one stream (one key).
 
     Parameters
     ----------
+    windows : list or dict, optional
+        Window queries (:mod:`windowing` windows or slicer-only ones): a list gets ids ``"0"``,
+        ``"1"``, ... (the index), a dict ``{id: window}`` names them. More with :meth:`add_window`.
+    aggregations : list, optional
+        :mod:`windowing` aggregations computed for every window (more with :meth:`add_aggregation`
+        before the first record).
     allowed_lateness_ms : int
-        Allowed lateness: after watermark ``w`` records with time below ``w - allowed_lateness_ms``
-        are dropped and counted in :attr:`dropped_late`; later records update windows.
+        After watermark ``w`` records with time below ``w - allowed_lateness_ms`` are dropped
+        and counted in :attr:`dropped_late`; later records update windows.
     stream_order : {"out_of_order", "in_order"}
         ``in_order`` promises non-decreasing times (a violation raises ``ValueError``) and
         lets the decision tree drop records more often.
     store : {"lazy", "eager"}
         Lazy or eager aggregate store (see :mod:`slicer.store`).
     keep_records : bool, optional
-        Force keeping records; by default the decision tree of section 5.1 decides.
+        Force keeping records (then a query added while running covers every held record);
+        by default the decision tree of section 5.1 decides.
     """
 
-    def __init__(self, allowed_lateness_ms: int = 1000, stream_order: StreamOrder | str = "out_of_order",
-                 store: str = "lazy", keep_records: bool | None = None):
+    def __init__(self, windows=None, aggregations=None, *, allowed_lateness_ms: int = 1000,
+                 stream_order: StreamOrder | str = "out_of_order", store: str = "lazy",
+                 keep_records: bool | None = None):
         if store not in ("lazy", "eager"):
             raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
         self.set_allowed_lateness(allowed_lateness_ms)
@@ -83,11 +100,17 @@ class SlicingWindowOperator:
         self.aggregations: list[AggregateFunction] = []
         self.windows = WindowManager(self.allowed_lateness_ms)
         self.dropped_late = 0
+        #: Window commands (:meth:`apply`) that did nothing: unknown id to remove, id to add taken.
+        self.ignored_commands = 0
         self._next_id = 0
         self._seq = 0
         self._max_ts: int | None = None
         self._time: SliceManager | None = None
         self._count: CountSliceManager | None = None
+        for fn in aggregations or ():
+            self.add_aggregation(fn)
+        for qid, w in initial_queries(windows):
+            self.add_window(w, qid)
 
     # ------------------------------------------------------------------ configuration
     def set_allowed_lateness(self, ms: int) -> None:
@@ -99,38 +122,71 @@ class SlicingWindowOperator:
 
     def add_aggregation(self, fn: AggregateFunction) -> None:
         if not isinstance(fn, AggregateFunction):
-            raise TypeError(f"add_aggregation({fn!r}): expected an AggregateFunction")
+            raise TypeError(f"add_aggregation({fn!r}): expected a windowing aggregation (AggregateFunction)")
         if self._time is not None:
             raise ValueError("add_aggregation: aggregations are fixed once records were processed")
         self.aggregations.append(fn)
 
-    def add_window(self, window) -> int:
-        """Add a query (a :mod:`windowing` window or a slicer-only one); returns its id. Added
-        while running, it reports windows that start after the latest record seen (count: after
-        the records seen)."""
+    @property
+    def query_ids(self) -> list[str]:
+        """Ids of the running queries, in order (construction, then additions)."""
+        return list(self.windows.queries)
+
+    def window(self, query_id: str):
+        """The window definition of query ``query_id``."""
+        return self.windows.queries[query_id].spec
+
+    def coverage_start(self, query_id: str) -> int | None:
+        """Windows of the query starting before this are never reported (``None``: no limit);
+        see :mod:`slicer.coverage`."""
+        start = self.windows.queries[query_id].start_at
+        return None if start == NO_LIMIT else int(start)
+
+    def add_window(self, window, query_id: str | None = None) -> str:
+        """Add a query (a :mod:`windowing` window or a slicer-only one); returns its id (the next
+        unused number as a string unless ``query_id`` names it). Added while running, it covers
+        the records the slices still hold, from :meth:`coverage_start` on (:mod:`slicer.coverage`)."""
         runtime = compile_window(window)
-        qid, self._next_id = self._next_id, self._next_id + 1
-        measure = measure_of(runtime)
-        start_at = np.iinfo(np.int64).min
-        if self._time is not None:
-            start_at = self._count.total if measure is COUNT else (self._max_ts or 0) + 1
-        self.windows.queries[qid] = Query.of(qid, window, runtime, int(start_at))
-        if self._time is not None:
-            if bool(self.record_reasons()) and self._time.tuples is None:
-                del self.windows.queries[qid]
-                raise ValueError(f"add_window({window!r}) while running needs records that were not "
-                                 "kept; construct the operator with keep_records=True")
-            self._configure()
+        qid, self._next_id = next_query_id(self.windows.queries, query_id, self._next_id)
+        q = Query.of(qid, window, runtime, NO_LIMIT)
+        if self._time is None:                   # no record yet: nothing to cover
+            q.fresh = self.windows.watermark is not None
+            self.windows.queries[qid] = q
+            return qid
+        others = list(self.windows.queries.values())
+        self.windows.queries[qid] = q
+        if bool(self.record_reasons()) and self._time.tuples is None:
+            del self.windows.queries[qid]
+            raise ValueError(f"add_window({window!r}) while running needs records that were not "
+                             "kept; construct the operator with keep_records=True")
+        if q.measure is COUNT and not any(o.measure is COUNT for o in others):
+            self._count = self._manager(COUNT)       # positions count from the next record
+            self.windows.count_frontier = None
+        self._configure()
+        if q.measure is COUNT:
+            q.start_at = count_coverage(self._count, q)
+        else:
+            q.start_at = time_coverage(self._time, q, [o for o in others if o.measure is TIME], self._max_ts)
+        q.fresh = True
         return qid
 
-    def remove_window(self, query_id: int) -> None:
-        self.windows.queries.pop(query_id)
+    def remove_window(self, query_id: str) -> None:
+        """Stop query ``query_id`` (a ``KeyError`` names an unknown id); its windows are not
+        emitted any more."""
+        q = self.windows.queries.pop(check_query_id(query_id), None)
+        if q is None:
+            raise KeyError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
         if self._time is not None:
+            if not self.windows.of_measure(q.measure):     # nothing feeds these slices any more
+                setattr(self, "_count" if q.measure is COUNT else "_time", self._manager(q.measure))
+                if q.measure is COUNT:
+                    self.windows.count_frontier = None
             self._configure()
 
     def record_reasons(self) -> list[str]:
         """Why time-measure slices keep records (empty: partial aggregates only)."""
-        reasons = record_reasons(list(self.windows.queries.values()), self.aggregations, self.stream_order is StreamOrder.IN_ORDER)
+        reasons = record_reasons(list(self.windows.queries.values()), self.aggregations,
+                                 self.stream_order is StreamOrder.IN_ORDER)
         return reasons + (["keep_records=True"] if self.keep_records else [])
 
     @property
@@ -140,13 +196,18 @@ class SlicingWindowOperator:
     def _value_dtype(self):
         return np.float64 if all(is_builtin(a) for a in self.aggregations) else object
 
-    def _start(self) -> None:
+    def _manager(self, measure, keep: bool | None = None) -> SliceManager | CountSliceManager:
+        kernels = [kernel_for(a) for a in self.aggregations]
+        eager = self.store_kind == "eager"
+        if measure is COUNT:
+            return CountSliceManager(kernels, eager, self._value_dtype())
+        keep = self.stores_records if keep is None else keep
+        return SliceManager(kernels, eager, keep, self._value_dtype())
+
+    def _start(self, keep: bool | None = None) -> None:
         if not self.aggregations:
             raise ValueError("add_aggregation() before processing records")
-        kernels = lambda: [kernel_for(a) for a in self.aggregations]  # noqa: E731
-        eager = self.store_kind == "eager"
-        self._time = SliceManager(kernels(), eager, self.stores_records, self._value_dtype())
-        self._count = CountSliceManager(kernels(), eager, self._value_dtype())
+        self._time, self._count = self._manager(TIME, keep), self._manager(COUNT)
         self._configure()
 
     def _configure(self) -> None:
@@ -211,22 +272,25 @@ class SlicingWindowOperator:
 
     def process_watermark(self, ts: int) -> list[WindowResult]:
         """Windows that ended since the last watermark plus updates of emitted windows changed
-        by late records, ordered by (end, query id, start)."""
+        by late records, ordered by (end, query order, start)."""
         return self.process_watermark_columns(ts).rows()
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict:
         return {"lateness": self.allowed_lateness_ms, "order": self.stream_order.value, "store": self.store_kind,
                 "keep": self.keep_records, "aggs": self.aggregations,
-                "windows": {i: q.spec for i, q in self.windows.queries.items()}}
+                "windows": self.windows.get_state()["q"]}
 
     def to_bytes(self, include_config: bool = True) -> bytes:
         """Serialise the state (and, by default, the configuration) to bytes.
 
-        A Spark processor keeps one configured operator and stores only
-        ``to_bytes(include_config=False)`` per key, restoring with ``from_bytes(data, like=op)``.
+        The queries (also those added or removed while running) are state. A Spark processor
+        keeps one configured operator and stores only ``to_bytes(include_config=False)`` per
+        key, restoring with ``from_bytes(data, like=op)``.
         """
         state = {"next": self._next_id, "seq": self._seq, "max": self._max_ts, "dropped": self.dropped_late,
+                 "ignored": self.ignored_commands,
+                 "keeps": None if self._time is None else self._time.tuples is not None,
                  "time": None if self._time is None else self._time.get_state(),
                  "count": None if self._count is None else self._count.get_state(),
                  "wm": self.windows.get_state()}
@@ -241,15 +305,15 @@ class SlicingWindowOperator:
         cfg = payload["config"] or (like._config() if like is not None else None)
         if cfg is None:
             raise ValueError("from_bytes: state has no configuration; pass like=<configured operator>")
-        op = cls(cfg["lateness"], cfg["order"], cfg["store"], cfg["keep"])
+        op = cls(allowed_lateness_ms=cfg["lateness"], stream_order=cfg["order"], store=cfg["store"],
+                 keep_records=cfg["keep"])
         op.aggregations = list(cfg["aggs"])
-        for i, w in cfg["windows"].items():
-            op.windows.queries[i] = Query.of(i, w, compile_window(w), 0)
         st = payload["state"]
+        op.windows.set_state(st["wm"], compile_window)
         op._next_id, op._seq, op._max_ts, op.dropped_late = st["next"], st["seq"], st["max"], st["dropped"]
+        op.ignored_commands = st["ignored"]
         if st["time"] is not None:
-            op._start()
+            op._start(st["keeps"])
             op._time.set_state(st["time"])
             op._count.set_state(st["count"])
-        op.windows.set_state(st["wm"])
         return op

@@ -1,6 +1,7 @@
 """Window results: one row per emitted window, or a columnar batch of them.
 
-``update`` is ``True`` for a window that ended at or before the previous watermark and is
+``query_id`` is the query's id (a string). ``update`` is ``True`` for a window that ended at
+or before the previous watermark and is
 emitted again because records that arrived since (within the allowed lateness) changed it,
 or because context changed its extent (a late record fused sessions, a late punctuation cut
 a window). Earlier panes are not retracted: a consumer keeps the latest pane per
@@ -21,7 +22,7 @@ __all__ = ["WindowResult", "WindowResults", "object_array"]
 class WindowResult:
     """One window aggregate: ``[start, end)`` of query ``query_id``, one value per aggregation."""
 
-    query_id: int
+    query_id: str
     measure: str
     start: int
     end: int
@@ -39,16 +40,19 @@ class WindowResults:
     """Columnar results (what a Spark adapter turns into a pandas frame without a row loop).
 
     ``values[i]`` holds aggregation ``names[i]`` for all rows: a numpy array (an ``(n, 4)``
-    array for M4) or a list (holistic and user-defined functions).
+    array for M4) or a list (holistic and user-defined functions). ``query_id`` is an object
+    array of strings; ``rank`` the position of each row's query in the operator (construction
+    order, then additions), by which rows are ordered: (end, rank, start).
     """
 
     names: list[str]
-    query_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    query_id: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
     measure: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
     start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     update: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     values: list = field(default_factory=list)
+    rank: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -57,7 +61,7 @@ class WindowResults:
         cols = [v.tolist() if isinstance(v, np.ndarray) else list(v) for v in self.values]
         cols = [[tuple(x) if isinstance(x, list) else x for x in c] for c in cols]
         return [
-            WindowResult(int(q), str(m), int(s), int(e), tuple(c[i] for c in cols), bool(u))
+            WindowResult(str(q), str(m), int(s), int(e), tuple(c[i] for c in cols), bool(u))
             for i, (q, m, s, e, u) in enumerate(zip(self.query_id.tolist(), self.measure.tolist(),
                                                     self.start.tolist(), self.end.tolist(),
                                                     self.update.tolist()))
@@ -72,19 +76,19 @@ class WindowResults:
             names,
             np.concatenate([p.query_id for p in parts]), np.concatenate([p.measure for p in parts]),
             np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
-            np.concatenate([p.update for p in parts]), [],
+            np.concatenate([p.update for p in parts]), [], np.concatenate([p.rank for p in parts]),
         )
         for i in range(len(names)):
             cols = [p.values[i] for p in parts]
             out.values.append(np.concatenate(cols) if isinstance(cols[0], np.ndarray)
                               else [x for c in cols for x in c])
-        order = np.lexsort((out.start, out.query_id, out.end))
+        order = np.lexsort((out.start, out.rank, out.end))
         return out.take(order)
 
     def take(self, idx: np.ndarray) -> "WindowResults":
         vals = [v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()] for v in self.values]
         return WindowResults(self.names, self.query_id[idx], self.measure[idx], self.start[idx],
-                             self.end[idx], self.update[idx], vals)
+                             self.end[idx], self.update[idx], vals, self.rank[idx])
 
 
 def object_array(items) -> np.ndarray:

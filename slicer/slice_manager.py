@@ -36,6 +36,9 @@ class _Manager:
         self.tuples = TupleBuffer(value_dtype) if keep_tuples else None
         self.slicer = StreamSlicer()
         self.frontier: int | None = None
+        #: Every accepted record at or after this is held (the first slice start once slices
+        #: were evicted; the minimum int64 before).
+        self.held_from = int(np.iinfo(np.int64).min)
 
     # read-only view used by window contexts
     @property
@@ -55,12 +58,12 @@ class _Manager:
         return self.store.count
 
     def get_state(self) -> dict:
-        return {"store": self.store.get_state(), "frontier": self.frontier,
+        return {"store": self.store.get_state(), "frontier": self.frontier, "held": self.held_from,
                 "tuples": None if self.tuples is None else self.tuples.get_state()}
 
     def set_state(self, state: dict) -> None:
         self.store.set_state(state["store"])
-        self.frontier = state["frontier"]
+        self.frontier, self.held_from = state["frontier"], state["held"]
         if self.tuples is not None and state["tuples"] is not None:
             self.tuples.set_state(state["tuples"])
 
@@ -84,7 +87,11 @@ class SliceManager(_Manager):
                 front = self.slicer.edges_between(bmin, int(st.starts[0]) - 1)
                 st.add_empty(np.concatenate(([bmin], front)), front=True)
             if bmax > self.frontier:
-                st.add_empty(self.slicer.edges_between(self.frontier, bmax))
+                edges = self.slicer.edges_between(self.frontier, bmax)
+                if edges.size and st.starts[-1] >= edges[0]:
+                    st.split_at(edges)    # a context's separator already lies past the frontier
+                else:
+                    st.add_empty(edges)
                 self.frontier = bmax
         if self.contexts:
             flex = [c.update(self, values, ts) for c in self.contexts]
@@ -102,6 +109,17 @@ class SliceManager(_Manager):
             self._recompute(late, self.reorder)
         st.refresh()
 
+    def refresh_contexts(self, extra: np.ndarray | None = None) -> None:
+        """Reconcile the slices with the contexts' flexible edges (and ``extra`` ones) now: a
+        context-aware query was added while running; as a batch without records would."""
+        if self.contexts and self.store.n:
+            dtype = self.tuples.values.dtype if self.tuples is not None else np.float64
+            flex = [c.update(self, np.zeros(0, dtype), np.zeros(0, np.int64)) for c in self.contexts]
+            if extra is not None:
+                flex.append(np.asarray(extra, np.int64))
+            self.store.reconcile(np.unique(np.concatenate(flex)), self.tuples)
+            self.store.refresh()
+
     def _recompute(self, ids: np.ndarray, kernels: Sequence[int] | None = None) -> None:
         st, buf = self.store, self.tuples
         ends = np.append(st.starts[1:], np.iinfo(np.int64).max)
@@ -113,9 +131,12 @@ class SliceManager(_Manager):
         st = self.store
         if st.n == 0:
             return
-        st.drop_first(int(np.searchsorted(st.starts, cutoff, "right")) - 1)
+        k = int(np.searchsorted(st.starts, cutoff, "right")) - 1
+        st.drop_first(k)
         st.fixed[0] = True
         first = int(st.starts[0])
+        if k > 0:
+            self.held_from = first
         if self.tuples is not None:
             self.tuples.drop_first(int(np.searchsorted(self.tuples.ts, first, "left")))
         for c in self.contexts:
@@ -152,6 +173,26 @@ class CountSliceManager(_Manager):
         st.truncate_from(k0)
         st.recompute(ids, lo, hi, buf.values, buf.ts, buf.seq)
         st.refresh()
+
+    def recut(self, edges: np.ndarray) -> None:
+        """Cut the held slices at ``edges`` too (a count query added while running); every
+        slice is recomputed from the records, which the count measure always keeps."""
+        st, buf = self.store, self.tuples
+        if st.n == 0:
+            return
+        edges = np.asarray(edges, np.int64)
+        new = np.setdiff1d(edges[(edges > st.starts[0]) & (edges <= self.frontier)], st.starts)
+        if new.size == 0:
+            return
+        starts = np.union1d(st.starts, new)
+        fresh = AggregationStore(st.kernels, st.eager)
+        fresh.next_seq, fresh.fresh_seq = st.next_seq, st.fresh_seq
+        fresh.add_empty(starts)
+        ends = np.append(starts[1:], self.total)
+        fresh.recompute(np.arange(starts.size), np.clip(starts - buf.base, 0, None),
+                        np.clip(ends - buf.base, 0, len(buf)), buf.values, buf.ts, buf.seq)
+        fresh.refresh()
+        self.store = fresh
 
     def position_of_time(self, t: int) -> int:
         """Number of records with event time below ``t``."""

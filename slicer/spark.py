@@ -62,7 +62,7 @@ Output columns
   types preserved);
 * ``kind``: ``"window"`` for a window aggregate, ``"dropped"`` for a per-key report of records
   this micro-batch did not aggregate (only emitted when there were some);
-* ``query_id`` (index in ``windows``), ``measure`` (``"time"``/``"count"``), ``window_start``,
+* ``query_id`` (string: the index in a ``windows`` list, or the key of a ``windows`` dict), ``measure`` (``"time"``/``"count"``), ``window_start``,
   ``window_end`` (``[start, end)``, epoch ms for time windows, record positions for count
   windows), ``update`` (``True``: a window emitted before, re-emitted because late records
   within the allowed lateness changed it; keep the latest pane per window);
@@ -140,7 +140,7 @@ def _agg_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, s
 def output_columns(key_columns: Sequence[tuple[str, str]], aggregations) -> list[tuple[str, str]]:
     """The output schema of :func:`slice_windows` as ``(name, DDL type)`` pairs."""
     return (list(key_columns)
-            + [("kind", "string"), ("query_id", "int"), ("measure", "string"), ("window_start", "long"),
+            + [("kind", "string"), ("query_id", "string"), ("measure", "string"), ("window_start", "long"),
                ("window_end", "long"), ("update", "boolean")]
             + _agg_columns(aggregations)
             + [("late_records", "long"), ("null_records", "long")])
@@ -335,7 +335,7 @@ class SlicingProcessor(PackedKeyGroupProcessor):
 
         res = [r for _, r in parts]
         cols["kind"] = np.repeat(np.array(["window", "dropped"], dtype=object), [n_win, n_drop])
-        cols["query_id"] = ints([r.query_id for r in res], np.int32)
+        cols["query_id"] = cat([r.query_id.astype(object) for r in res], object, None)
         cols["measure"] = cat([r.measure.astype(object) for r in res], object, None)
         cols["window_start"] = ints([r.start for r in res])
         cols["window_end"] = ints([r.end for r in res])
@@ -394,7 +394,7 @@ def _key_specs(df, key) -> list[tuple[str, str]]:
     return out
 
 
-def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
+def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable | dict,
                   aggregations: Iterable[AggregateFunction], value="try_cast(CAST(value AS STRING) AS DOUBLE)",
                   num_key_groups: int = 8, allowed_lateness_ms: int = 1000, stream_order: str = "out_of_order",
                   store: str = "lazy", idle_timeout_ms: int | None = None,
@@ -405,8 +405,8 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
     ----------
     df : streaming DataFrame with the source's row contract (``kind``, ``event_time``, ...).
     key : column name, SQL expression, a list of them, or a dict ``{output name: expression}``.
-    windows : window definitions (:mod:`windowing` windows, or slicer-only ones); ``query_id``
-        is the index.
+    windows : window definitions (:mod:`windowing` windows, or slicer-only ones): a list
+        (``query_id`` is the index as a string) or a dict ``{query_id: window}``.
     aggregations : :mod:`windowing` aggregations, all computed for every window.
     value : SQL expression (str) or Column giving the aggregated value; cast to double
         (unparseable values become null and are reported in ``null_records``).
@@ -421,9 +421,8 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    template = SlicingWindowOperator(allowed_lateness_ms, stream_order, store)
     aggs = list(aggregations)
-    wins = list(windows)
+    wins = windows if isinstance(windows, dict) else list(windows)
     if not wins:
         raise ValueError("slice_windows: at least one window")
     if not aggs:
@@ -431,10 +430,8 @@ def slice_windows(df, key: str | Sequence[str] | dict, windows: Iterable,
     processor_class = processor_class or SlicingProcessor
     if not (isinstance(processor_class, type) and issubclass(processor_class, SlicingProcessor)):
         raise TypeError(f"slice_windows: processor_class must be a SlicingProcessor subclass, got {processor_class!r}")
-    for fn in aggs:
-        template.add_aggregation(fn)
-    for w in wins:
-        template.add_window(w)
+    template = SlicingWindowOperator(wins, aggs, allowed_lateness_ms=allowed_lateness_ms,
+                                     stream_order=stream_order, store=store)
     specs = _key_specs(df, key)
     reserved = _CONTROL + [KEY_GROUP_COLUMN, _VALUE] + [c for c, _ in output_columns([], aggs)]
     clash = {n for n, _ in specs} & set(reserved)

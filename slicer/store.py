@@ -135,6 +135,28 @@ class AggregationStore:
             self._merge(np.flatnonzero(np.isin(union, want, assume_unique=True)))
         self.fixed = np.isin(self.starts, fixed, assume_unique=True)
 
+    def split_at(self, points: np.ndarray, buffer=None) -> np.ndarray:
+        """Cut slices at ``points`` and make them fixed separators (the edges of a query added
+        while running). With records (``buffer``) every cut is exact: the pieces are recomputed.
+        Without, a cut is made only where no slice holds records on both sides of it (the
+        aggregate moves to the piece that holds the records, as a session split in a gap,
+        section 6.2). Returns the points where a slice's records straddle the cut (not cut)."""
+        if self.n == 0 or points.size == 0:
+            return np.zeros(0, np.int64)
+        points = np.asarray(points, np.int64)
+        fixed = np.union1d(self.starts[self.fixed], points)    # flexible separators there become fixed
+        pts = np.setdiff1d(points[points > self.starts[0]], self.starts)
+        bad = pts[:0]
+        if buffer is None and pts.size:
+            i = self.slice_of(pts)
+            straddle = (self.count[i] > 0) & (self.tmin[i] < pts) & (pts <= self.tmax[i])
+            bad, pts = pts[straddle], pts[~straddle]
+        if pts.size:
+            self._split(np.union1d(self.starts, pts), buffer)
+            self._index = None
+        self.fixed = np.isin(self.starts, fixed)
+        return bad
+
     def _split(self, union: np.ndarray, buffer) -> None:
         owner = self.slice_of(union)
         new = ~np.isin(union, self.starts, assume_unique=True)

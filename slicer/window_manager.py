@@ -41,15 +41,18 @@ class Query:
     """A running window query; windows starting before ``start_at`` are not reported.
 
     ``spec`` is what the user gave (a :mod:`windowing` window or a slicer-only one), ``window``
-    its runtime (:func:`slicer.compile.compile_window`)."""
+    its runtime (:func:`slicer.compile.compile_window`); ``fresh``: added while running and not
+    yet through a watermark (its first watermark emits as a fresh operator's, see
+    :mod:`slicer.coverage`)."""
 
-    id: int
+    id: str
     window: Any
     start_at: int
     context: WindowContext | None = None
     emitted: dict = field(default_factory=dict)  # context-aware: (start, end) already emitted
     spec: Any = None
     measure: Measure = TIME
+    fresh: bool = False
 
     @classmethod
     def of(cls, qid, spec, runtime, start_at: int) -> "Query":
@@ -73,19 +76,29 @@ class WindowManager:
         prev = self.watermark
         wm = wm if prev is None else max(wm, prev)
         parts = []
+        rank = {qid: i for i, qid in enumerate(self.queries)}
         if time_mgr.store.n:
-            parts.append(self._emit_measure(self.of_measure(TIME), time_mgr, prev, wm, None, names))
+            parts += self._emit_split(self.of_measure(TIME), time_mgr, prev, wm, None, names, rank)
         if count_mgr.store.n:
             n_now = count_mgr.position_of_time(wm)
-            parts.append(self._emit_measure(self.of_measure(COUNT), count_mgr, self.count_frontier,
-                                            n_now, count_mgr.first_change, names))
+            parts += self._emit_split(self.of_measure(COUNT), count_mgr, self.count_frontier,
+                                      n_now, count_mgr.first_change, names, rank)
             self.count_frontier, count_mgr.first_change = n_now, None
+        for q in self.queries.values():
+            q.fresh = False
         self.watermark = wm
         time_mgr.store.clear_dirty()
         self._evict(wm - self.allowed_lateness_ms, time_mgr, count_mgr)
         return WindowResults.concat(names, [p for p in parts if p is not None])
 
-    def _emit_measure(self, queries, mgr, prev, now, first_change, names) -> WindowResults | None:
+    def _emit_split(self, queries, mgr, prev, now, first_change, names, rank) -> list:
+        """Queries added since the last watermark emit as at a first watermark (no ``prev``)."""
+        old = [q for q in queries if not q.fresh]
+        new = [q for q in queries if q.fresh]
+        return [self._emit_measure(old, mgr, prev, now, first_change, names, rank),
+                self._emit_measure(new, mgr, None, now, None, names, rank)]
+
+    def _emit_measure(self, queries, mgr, prev, now, first_change, names, rank) -> WindowResults | None:
         if not queries:
             return None
         st = mgr.store
@@ -107,9 +120,10 @@ class WindowManager:
             if queries[i].context is not None:
                 m = pos == i
                 queries[i].emitted.update(dict.fromkeys(zip(s[m].tolist(), e[m].tolist())))
-        qid = np.array([q.id for q in queries], np.int64)[pos]
+        qid = np.array([q.id for q in queries], object)[pos]
         measure = np.array([q.measure.value for q in queries], object)[pos]
-        return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi))
+        order = np.array([rank[q.id] for q in queries], np.int64)[pos]
+        return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi), order)
 
     def _sliding_block(self, qs, mgr, prev, now, first_change, span):
         """Tumbling and sliding queries, all at once: (query index, starts, ends, update)."""
@@ -197,14 +211,16 @@ class WindowManager:
         return int(q.window.earliest_open_start(horizon))
 
     def get_state(self) -> dict:
+        """Watermarks and every query: definition, coverage start, emitted windows, context."""
         return {"wm": self.watermark, "cf": self.count_frontier,
-                "q": {i: (q.start_at, q.emitted, None if q.context is None else q.context.get_state())
-                      for i, q in self.queries.items()}}
+                "q": [(i, q.spec, q.start_at, q.fresh, q.emitted, None if q.context is None else q.context.get_state())
+                      for i, q in self.queries.items()]}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict, compile_window) -> None:
         self.watermark, self.count_frontier = state["wm"], state["cf"]
-        for i, (start_at, emitted, ctx) in state["q"].items():
-            q = self.queries[i]
-            q.start_at, q.emitted = start_at, dict(emitted)
+        self.queries = {}
+        for i, spec, start_at, fresh, emitted, ctx in state["q"]:
+            q = self.queries[i] = Query.of(i, spec, compile_window(spec), start_at)
+            q.fresh, q.emitted = fresh, dict(emitted)
             if q.context is not None:
                 q.context.set_state(ctx)

@@ -8,6 +8,7 @@ both names (``FixedWindows`` is ``windowing.TumblingWindow``, ``SumCombiner`` is
 
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from watermarks.driver import TriggerDriver
+from watermarks.multi import MultiQueryDriver
 from watermarks.punctuation import PunctuationTracker
 from watermarks.triggers import (
     AfterAll,
@@ -72,7 +73,7 @@ __all__ = [
     "AccumulationMode", "TimestampCombiner", "OnTimeBehavior", "PaneTiming", "Pane",
     "AggregateFunction", "Combiner", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner",
     "MaxCombiner", "ToListCombiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
-    "TriggerDriver",
+    "TriggerDriver", "MultiQueryDriver",
 ]
 # The Spark operator: `watermarks.apply_windowing` (or `from watermarks.spark import apply_windowing`)
 # imports watermarks.spark, and so pyspark, on first access; it is kept out of __all__ so that

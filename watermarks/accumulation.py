@@ -104,6 +104,8 @@ class Pane:
     is_first: bool
     is_last: bool
     is_retraction: bool = False
+    #: The window query's id (``MultiQueryDriver``); ``None`` from a single-query ``TriggerDriver``.
+    query_id: str | None = None
 
     @property
     def start_ms(self) -> int:
@@ -116,7 +118,7 @@ class Pane:
     def retraction(self) -> Pane:
         return Pane(
             self.key, self.window, self.value, self.timestamp_ms, self.timing, self.index,
-            self.is_first, self.is_last, True,
+            self.is_first, self.is_last, True, self.query_id,
         )
 
     def brief(self) -> tuple:
@@ -130,6 +132,7 @@ class Pane:
 
     def __repr__(self) -> str:
         key = "" if self.key is None else f"key={self.key!r} "
+        key = key if self.query_id is None else f"query={self.query_id!r} {key}"
         sign = "RETRACT " if self.is_retraction else ""
         flags = " first" * self.is_first + " last" * self.is_last
         return (

@@ -10,6 +10,11 @@ Aggregations (:mod:`windowing.aggregations`): :class:`Sum`, :class:`Count`, :cla
 user-defined ones as lift / combine / lower (:class:`AggregateFunction`) or as a Beam-style
 :class:`Combiner`, with Beam's combiner names as aliases (``SumCombiner``, ...).
 
+Window queries added and removed at runtime (:mod:`windowing.commands`): the control-topic
+commands ``{"op": "add_window", "id": ..., "window": {...}}`` and ``{"op": "remove_window",
+"id": ...}`` parse into :class:`AddWindow` / :class:`RemoveWindow` (:func:`parse_command`),
+which every engine applies with ``apply(command)``; query ids are strings.
+
 Engine-specific extensions stay with their engine: the slicer's punctuation, slide-by-tuple,
 fixed-band and user-defined context-free / context-aware windows, the Dataflow driver's custom
 ``WindowFn``.
@@ -26,6 +31,7 @@ from windowing.aggregations import (
     M4, AggregateFunction, Combiner, Count, CountCombiner, Max, MaxCombiner, Mean, MeanCombiner, Median, Min,
     MinCombiner, Quantile, Sum, SumCombiner, ToList, ToListCombiner,
 )
+from windowing.commands import AddWindow, RemoveWindow, WindowCommand, parse_command
 from windowing.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindows, GlobalWindow, GlobalWindows, SessionWindow, Sessions,
     SlidingWindow, SlidingWindows, TumblingWindow, Window, window_from_json,
@@ -37,4 +43,5 @@ __all__ = [
     "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS",
     "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
     "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner", "ToListCombiner",
+    "AddWindow", "RemoveWindow", "WindowCommand", "parse_command",
 ]

@@ -213,6 +213,20 @@ _TYPES: dict[str, type[Window]] = {
 _REQUIRED = {TumblingWindow: ("size_ms",), SlidingWindow: ("size_ms",), SessionWindow: ("gap_ms",), GlobalWindow: ()}
 
 
+def json_object(obj: Any, name: str, needs: str) -> dict:
+    """``obj`` (a dict, or JSON text or bytes of an object) as a dict; else a ValueError."""
+    if isinstance(obj, (bytes, bytearray)):
+        obj = obj.decode("utf-8", "replace")
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj)
+        except ValueError as err:
+            raise ValueError(f"{name} {obj!r}: not JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{name}={obj!r}: expected a JSON object with {needs}")
+    return obj
+
+
 def window_from_json(obj: dict | str) -> Window:
     """The window of a JSON form (a dict, or its text), as :meth:`Window.to_json` writes it.
 
@@ -220,13 +234,7 @@ def window_from_json(obj: dict | str) -> Window:
     sliding windows take ``slide_ms`` or ``period_ms``. A bad form raises ``ValueError`` naming
     the field and the value.
     """
-    if isinstance(obj, str):
-        try:
-            obj = json.loads(obj)
-        except ValueError as err:
-            raise ValueError(f"window {obj!r}: not JSON ({err})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"window={obj!r}: expected a JSON object with a 'type'")
+    obj = json_object(obj, "window", "a 'type'")
     kind = obj.get("type")
     cls = _TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:

@@ -100,17 +100,44 @@ def ref_windows(w, recs):
     return [(s, e, [r for r in recs if s <= r[1] < e]) for s, e in set(spans)]
 
 
+def _is_count(window) -> bool:
+    return measure_of(compile_window(window)) is COUNT
+
+
 @dataclass
 class RefQuery:
     window: object
-    emitted: dict  # (start, end) -> tuple of seqs last emitted
+    emitted: dict                   # (start, end) -> tuple of seqs last emitted
+    start_at: int | None = None     # coverage start: windows starting before it are not reported
+    fresh: bool = False             # added since the last watermark: emits as a fresh operator
+    since: int = 0                  # count windows: positions among the records with seq >= since
+    cfront: int | None = None       # count windows: positions below the watermark at the last one
 
 
 class Reference:
+    """``windows``: a list (ids "0", "1", ...) or a dict {id: window}."""
+
     def __init__(self, windows, aggs, lateness):
-        self.queries = [RefQuery(w, {}) for w in windows]
+        pairs = windows.items() if isinstance(windows, dict) else ((str(i), w) for i, w in enumerate(windows))
+        self.queries = {qid: RefQuery(w, {}) for qid, w in pairs}
         self.aggs, self.allowed_lateness_ms = aggs, lateness
-        self.recs, self.wm, self.cfront, self.dropped, self.since = [], None, None, 0, set()
+        self.recs, self.wm, self.dropped, self.since = [], None, 0, set()
+        self.time_since = 0     # the engine's time slices hold the records from this seq on
+
+    def add_query(self, qid, window, start_at):
+        """A query added at this point, reporting windows from ``start_at`` on. Count queries
+        share one numbering of the records: the first count query numbers them from the next
+        record on."""
+        since = 0
+        if _is_count(window):
+            counting = [q for q in self.queries.values() if _is_count(q.window)]
+            since = counting[0].since if counting else len(self.recs) + self.dropped
+        elif not any(not _is_count(q.window) for q in self.queries.values()):
+            self.time_since = len(self.recs) + self.dropped   # slide-by-tuple numbers from here
+        self.queries[qid] = RefQuery(window, {}, start_at, True, since)
+
+    def remove_query(self, qid):
+        del self.queries[qid]
 
     def records(self, values, ts):
         for v, t in zip(values, ts):
@@ -122,19 +149,22 @@ class Reference:
             self.since.add(seq)
 
     def watermark(self, wm):
-        prev = self.wm
-        wm = wm if prev is None else max(prev, wm)
+        wm = wm if self.wm is None else max(self.wm, wm)
         recs = sorted(self.recs, key=lambda r: (r[1], r[2]))
-        n_now = sum(1 for r in recs if r[1] < wm)
         out = []
-        for qi, q in enumerate(self.queries):
-            for s, e, mem in ref_windows(q.window, recs):
-                if not mem:
+        for qid, q in self.queries.items():
+            prev = None if q.fresh else self.wm
+            count = _is_count(q.window)
+            mine = [r for r in recs if r[2] >= (q.since if count else self.time_since)]
+            n_now = sum(1 for r in mine if r[1] < wm)
+            cfront = None if q.fresh else q.cfront
+            for s, e, mem in ref_windows(q.window, mine):
+                if not mem or (q.start_at is not None and s < q.start_at):
                     continue
                 ids = tuple(r[2] for r in mem)
-                if measure_of(compile_window(q.window)) is COUNT:
-                    new = e <= n_now and (self.cfront is None or e > self.cfront)
-                    upd = self.cfront is not None and e <= self.cfront and q.emitted.get((s, e)) != ids
+                if count:
+                    new = e <= n_now and (cfront is None or e > cfront)
+                    upd = cfront is not None and e <= cfront and q.emitted.get((s, e)) != ids
                 else:
                     new = e <= wm and (prev is None or e > prev)
                     upd = prev is not None and prev - self.allowed_lateness_ms < e <= prev and (
@@ -143,9 +173,9 @@ class Reference:
                             and (s, e) not in q.emitted))
                 if new or upd:
                     q.emitted[(s, e)] = ids
-                    out.append((qi, s, e, bool(upd), tuple(ref_aggregate(a, mem) for a in self.aggs)))
+                    out.append((qid, s, e, bool(upd), tuple(ref_aggregate(a, mem) for a in self.aggs)))
+            q.fresh, q.cfront = False, n_now
         self.wm, self.since = wm, set()
-        self.cfront = n_now
         return sorted(out, key=lambda r: (r[2], r[0], r[1]))
 
 

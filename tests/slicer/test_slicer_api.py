@@ -38,7 +38,7 @@ class TestSessionsOutOfOrder:
         feed(self.op, [(1, 0), (1, 5), (1, 40), (1, 45), (1, 80)])  # sessions [0,15) [40,55) [80,..)
 
     def sessions(self, wm=1000):
-        return [(r.start, r.end, r.value) for r in self.op.process_watermark(wm) if r.query_id == 0]
+        return [(r.start, r.end, r.value) for r in self.op.process_watermark(wm) if r.query_id == "0"]
 
     def test_in_order_sessions(self):
         assert self.sessions() == [(0, 15, 2.0), (40, 55, 2.0), (80, 90, 1.0)]
@@ -62,18 +62,18 @@ class TestSessionsOutOfOrder:
 
     def test_tumbling_unaffected(self):
         feed(self.op, [(10, 62)])
-        tumbling = [(r.start, r.end, r.value) for r in self.op.process_watermark(1000) if r.query_id == 1]
+        tumbling = [(r.start, r.end, r.value) for r in self.op.process_watermark(1000) if r.query_id == "1"]
         assert tumbling == [(0, 30, 2.0), (30, 60, 2.0), (60, 90, 11.0)]
 
 
 def test_late_updates_and_drops_are_counted():
     op = make(TumblingWindow(100), lateness=50)
     op.process_elements(np.array([1.0, 2.0]), np.array([10, 120]))
-    assert spans(op.process_watermark(100)) == [(0, 0, 100, 1.0, False)]
+    assert spans(op.process_watermark(100)) == [("0", 0, 100, 1.0, False)]
     op.process_elements(np.array([5.0, 7.0]), np.array([60, 40]))  # 60 within lateness; 40 is not
     assert op.dropped_late == 1
-    assert spans(op.process_watermark(150)) == [(0, 0, 100, 6.0, True)]
-    assert spans(op.process_watermark(250)) == [(0, 100, 200, 2.0, False)]
+    assert spans(op.process_watermark(150)) == [("0", 0, 100, 6.0, True)]
+    assert spans(op.process_watermark(250)) == [("0", 100, 200, 2.0, False)]
 
 
 def test_decision_tree():
@@ -100,11 +100,14 @@ def test_decision_tree():
 def test_queries_added_and_removed_while_running():
     op = make(TumblingWindow(100))
     op.process_elements(np.ones(3), np.array([10, 150, 250]))
-    q2 = op.add_window(TumblingWindow(50))
+    q2 = op.add_window(TumblingWindow(50))        # every cut falls between records: covers all
+    assert q2 == "1" and op.coverage_start(q2) is None
     op.process_elements(np.ones(3), np.array([260, 310, 360]))
     out = spans(op.process_watermark(400))
-    assert [r for r in out if r[0] == q2] == [(q2, 300, 350, 1.0, False), (q2, 350, 400, 1.0, False)]
-    op.remove_window(0)
+    assert [r for r in out if r[0] == q2] == [(q2, 0, 50, 1.0, False), (q2, 150, 200, 1.0, False),
+                                              (q2, 250, 300, 2.0, False), (q2, 300, 350, 1.0, False),
+                                              (q2, 350, 400, 1.0, False)]
+    op.remove_window("0")
     op.process_elements(np.ones(1), np.array([420]))
     assert [r.query_id for r in op.process_watermark(600)] == [q2]
 

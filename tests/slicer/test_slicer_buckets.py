@@ -27,7 +27,7 @@ def test_buckets_agree_with_slicing_on_final_sums(seed):
         bk.process_elements(vals[i:i + 700], ts[i:i + 700])
     final = {}
     for r in op.process_watermark(int(ts.max()) + 1000):
-        final[(r.query_id, r.start, r.end)] = r.value
+        final[(int(r.query_id), r.start, r.end)] = r.value
     got = {(q, s, e): v for q, s, e, v in bk.process_watermark(int(ts.max()) + 1000)}
     assert got.keys() == final.keys() and len(got) > 50
     assert all(np.isclose(got[k], final[k]) for k in got)

@@ -19,7 +19,7 @@ _AGGS = [Sum, Count, Min, Max, Mean, M4]
 
 
 def _template(windows, aggs, lateness) -> SlicingWindowOperator:
-    op = SlicingWindowOperator(lateness)
+    op = SlicingWindowOperator(allowed_lateness_ms=lateness)
     for a in aggs:
         op.add_aggregation(a())
     for w in windows:
@@ -63,7 +63,7 @@ def _keyed_batch(op: KeyedSlicingOperator, records, wm):
         ks, res = op.process_watermark(wm)
         cols = [np.asarray(v, np.float64) for v in res.values]
         for i in range(len(res)):
-            rows.append((ks[i], int(res.query_id[i]), int(res.start[i]), int(res.end[i]), bool(res.update[i]),
+            rows.append((ks[i], str(res.query_id[i]), int(res.start[i]), int(res.end[i]), bool(res.update[i]),
                          _flat(tuple(c[i] for c in cols))))
     return sorted(rows, key=repr), drops
 
