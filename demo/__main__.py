@@ -1,18 +1,30 @@
-"""The main job: out-of-order events from Kafka through dataflow-kafka, back to Kafka.
+"""The main job: out-of-order clicks through three engines in one Spark query, back to Kafka.
 
 1. Starts a broker (``KAFKA_BOOTSTRAP_SERVERS`` if set, else the embedded noida-db).
-2. Produces click events to topic ``events`` (4 partitions) from a background thread: event
-   times follow the wall clock, 20% arrive 0.5 to 3 s late; one partition lags behind.
-3. Runs a streaming query ``readStream.format("dataflow-kafka")`` with 1 s micro-batches. Every
-   batch: per-partition timestamp punctuations are combined into a low watermark
-   (``watermarks.PunctuationTracker``, min over partitions); each click is tagged on time or
-   late against the watermark before the batch; rows go to topic ``events-tagged`` through
-   ``format("dataflow-kafka")``. Halfway through, a modification command is written to the
-   control topic and shows up in one batch, on every partition.
-4. Prints a line per micro-batch and a summary read back from the output topic.
+2. Produces clicks ``{"user", "page", "ts"}`` to topic ``clicks`` (4 partitions, keyed by user)
+   from a background thread: event times follow the wall clock, 15% arrive 0.5 to 3 s late, and
+   partition 3 runs 1 s behind (its punctuations hold the low watermark back).
+3. Runs one streaming query, ``readStream.format("dataflow-kafka")`` with a control topic:
 
-Run: ``python -m demo [--seconds 40] [--rate 1000]``. The first one or two micro-batches include
-Spark's and the Python workers' start-up (about 15 s here); later ones take about 3 s on 2 cores.
+   - **sessions** (optimistic, FlameStream): per user, the session a click belongs to (a new one
+     after 0.3 s of silence) and its depth (clicks so far in the session). Order-sensitive: a late click is inserted
+     where it belongs, the user's later outputs are replayed and the invalid ones retracted
+     (tombstones); the barrier releases valid results below the low watermark.
+   - **page_windows** (slicer, Scotty): per page, clicks and mean session depth in sliding and
+     tumbling windows sharing one set of slices. Re-keyed from user to page: one shuffle.
+   - **panes** (Dataflow Model): per page, 15-second windows over the 5-second counts, with early
+     panes every 2 s of processing time, an on-time pane and late panes (accumulating). Keyed
+     like page_windows, so both run fused in one operator.
+
+   Halfway, two commands on the control topic add a window query to page_windows and one to panes
+   while they run (``{"op": "add_window", "stage": "page_windows", "id": "20s", ...}``): every key
+   group applies them at the same point of the stream, and each new query covers what the stage
+   still holds (the slicer's slices; the Dataflow driver's element history).
+4. Every micro-batch prints what came out: panes by timing, window results per query, the low
+   watermark each stage forwarded, late data and where it went, the modification taking effect;
+   panes go to topic ``page-panes`` through ``format("dataflow-kafka")``. A summary ends the run.
+
+Run: ``python -m demo [--seconds 30] [--rate 300]`` (``make demo``).
 """
 
 from __future__ import annotations
@@ -23,128 +35,226 @@ import random
 import tempfile
 import threading
 import time
+from collections import Counter
+
+GAP_MS = 300
+COMMANDS = [{"op": "add_window", "stage": "page_windows", "id": "20s",
+             "window": {"type": "sliding", "size_ms": 20_000, "slide_ms": 4_000}},
+            {"op": "add_window", "stage": "panes", "id": "30s",
+             "window": {"type": "sliding", "size_ms": 30_000, "slide_ms": 5_000}}]
 
 
-def _produce(bootstrap: str, topic: str, control: str, seconds: float, rate: int, stop: threading.Event) -> None:
+# -- the pipeline's functions (module level: pickled to the executors) ----------------------------
+
+def user_of(click: dict) -> str:
+    return click["user"]
+
+
+def sessionise(state: tuple | None, click: dict) -> tuple[tuple, list]:
+    """Per user, in event-time order: ``(session start, last click time, clicks)``; each click
+    comes out with its session's start and its depth in the session."""
+    ts = click["ts"]
+    if state is None or ts - state[1] > GAP_MS:
+        state = (ts, ts, 1)
+    else:
+        state = (state[0], ts, state[2] + 1)
+    return state, [(click["user"], click["page"], state[0], state[2])]
+
+
+def session_columns(out: tuple) -> dict:
+    user, page, start, depth = out
+    return {"user": user, "page": page, "session_start_ms": start, "depth": depth}
+
+
+def pipeline():
+    from keygroups import Pipeline
+    from optimistic import StatefulMap
+    from optimistic.stage import OptimisticStage
+    from slicer.stage import SlicerStage
+    from watermarks import AfterCount, AfterProcessingTime, AfterWatermark
+    from watermarks.stage import WindowingStage
+    from windowing import Count, FixedWindows, Mean, SlidingWindow, Sum, TumblingWindow
+
+    sessions = OptimisticStage(stage=StatefulMap(sessionise, key=user_of, initial=None), num_key_groups=2,
+                               output=session_columns, output_key=("user",), name="sessions",
+                               output_schema=(("user", "string"), ("page", "string"),
+                                              ("session_start_ms", "bigint"), ("depth", "bigint")))
+    windows = SlicerStage(key="page", value="depth", aggregations=[Count(), Mean()], allowed_lateness_ms=2_000,
+                          windows={"5s": TumblingWindow(5_000), "10s": SlidingWindow(10_000, 2_000),
+                                   "30s": SlidingWindow(30_000, 5_000)},
+                          num_key_groups=2, name="page_windows")
+    panes = WindowingStage(key="page", value="count", select={"query_id": "5s"}, windows=FixedWindows(15_000),
+                           trigger=AfterWatermark(early=AfterProcessingTime(2_000), late=AfterCount(1)),
+                           accumulation_mode="accumulating", allowed_lateness_ms=5_000, aggregation=Sum(),
+                           num_key_groups=2, name="panes")
+    return Pipeline([sessions, windows, panes]).emit("page_windows")
+
+
+# -- input ----------------------------------------------------------------------------------------
+
+def _produce(bootstrap: str, seconds: float, rate: int, stop: threading.Event, sent: dict) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     rng = random.Random(42)
+    users = [f"u{i}" for i in range(40)]
+    pages = ["/", "/search", "/item", "/cart", "/pay"]
     t_end = time.time() + seconds
-    i = 0
-    sent_command = False
-    while time.time() < t_end and not stop.is_set():
-        tick = time.time()
-        for _ in range(rate // 10):
-            now = int(time.time() * 1000)
-            late = rng.random() < 0.2
-            event_ms = now - (rng.randint(500, 3000) if late else 0)
-            part = i % 4
-            if part == 3:            # a slow partition: its events are 1.5 s behind
-                event_ms -= 1500
-            value = {"user": f"u{rng.randint(1, 50)}", "page": rng.choice(["/", "/cart", "/pay"]), "ts": event_ms}
-            p.produce(topic, key=value["user"].encode(), value=json.dumps(value).encode(), partition=part)
-            i += 1
-        if not sent_command and time.time() > t_end - seconds / 2:
-            p.produce(control, value=json.dumps({"op": "rebalance", "key_groups": {"3": "worker-1"}}).encode())
-            sent_command = True
-        p.poll(0)
-        time.sleep(max(0.0, 0.1 - (time.time() - tick)))
-    p.flush(30)
+    try:
+        while time.time() < t_end and not stop.is_set():
+            tick = time.time()
+            for _ in range(max(1, rate // 10)):
+                user = rng.choice(users)
+                part = hash(user) % 4
+                now = int(time.time() * 1000)
+                ts = now - (rng.randint(500, 3_000) if rng.random() < 0.15 else 0) - (1_000 if part == 3 else 0)
+                value = {"user": user, "page": rng.choice(pages), "ts": ts}
+                p.produce("clicks", key=user.encode(), value=json.dumps(value).encode(), partition=part)
+                sent["clicks"] += 1
+            if not sent["command"] and time.time() > t_end - seconds / 2:
+                for command in COMMANDS:
+                    p.produce("clicks-control", value=json.dumps(command).encode())
+                    print(f"-- control topic: {json.dumps(command)}")
+                sent["command"] = True
+            p.poll(0)
+            time.sleep(max(0.0, 0.1 - (time.time() - tick)))
+    finally:
+        p.flush(30)
+
+
+# -- per batch ------------------------------------------------------------------------------------
+
+class Report:
+    """What the demo prints per micro-batch, and the totals for the summary."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.started = time.time()
+        self.totals: Counter = Counter()
+        self.queries: Counter = Counter()
+        self.dropped: Counter = Counter()
+        self.metrics: dict[int, dict] = {}
+        self.modification_batches: list[int] = []
+
+    def __call__(self, df, batch_id: int) -> None:
+        rows = [r.asDict() for r in df.collect()]
+        by_kind: dict[str, list] = {}
+        for r in rows:
+            by_kind.setdefault(r["kind"], []).append(r)
+        panes, results = by_kind.get("data", []), by_kind.get("result", [])
+        before = sum(m.get("items_in", 0) for m in self.metrics.values())
+        for r in by_kind.get("metrics", []):
+            self.metrics[r["partition"]] = json.loads(r["metrics"])
+        m = list(self.metrics.values())
+        clicks = sum(x.get("items_in", 0) for x in m) - before
+        pane_kinds = Counter((p["query_id"], p["timing"]) for p in panes)
+        windows = Counter(r["query_id"] for r in results)
+        self.totals.update({f"panes {t}": n for (_, t), n in pane_kinds.items()})
+        self.queries.update(windows)
+        dropped = Counter()
+        for r in by_kind.get("dropped", []):
+            dropped[(r["topic"], r["dropped_reason"])] += r["dropped_count"]
+        self.dropped.update({f"{s} {why}": n for (s, why), n in dropped.items()})
+        errors = by_kind.get("error", [])
+        self.totals["errors"] += len(errors)
+        wm = [r["punctuation_ms"] for r in by_kind.get("punctuation", []) if r["punctuation_ms"] is not None]
+        session_wm = min((x["low_watermark_ms"] for x in m if x.get("low_watermark_ms") is not None), default=None)
+        print(f"batch {batch_id:3d} (+{time.time() - self.started:4.0f} s): {clicks:5d} clicks in sessions, "
+              f"{sum(x.get('tombstones_in', 0) for x in m):4d} tombstones so far | low watermark: sessions "
+              f"{_clock(session_wm)}, panes out {_clock(min(wm) if wm else None)}")
+        if windows:
+            print(f"    page_windows results by query: {dict(sorted(windows.items()))}")
+            latest = max(results, key=lambda r: (r["window_end_ms"], r["count"]))
+            print(f"      e.g. {latest['page']} [{_clock(latest['window_start_ms'])}, {_clock(latest['window_end_ms'])})"
+                  f" query {latest['query_id']}: {latest['count']} clicks, mean session depth {latest['mean']:.1f}")
+        if panes:
+            print(f"    panes by (query, timing): {dict(sorted(pane_kinds.items()))}")
+            for p in sorted(panes, key=lambda r: (r["timing"] != "LATE", r["window_start_ms"], r["page"]))[:2]:
+                print(f"      {p['timing']:7s} pane #{p['pane_index']} of {p['page']} [{_clock(p['window_start_ms'])}, "
+                      f"{_clock(p['window_end_ms'])}) query {p['query_id']}: {p['sum']:.0f} clicks")
+        if dropped:
+            print("    late data: " + ", ".join(f"{n} records {why} at {s} (dropped rows)"
+                                               for (s, why), n in sorted(dropped.items())))
+        if by_kind.get("modification"):
+            self.modification_batches.append(batch_id)
+            for r in by_kind["modification"]:
+                print(f"    MODIFICATION at control offset {r['control_offset']}, applied in this batch by every "
+                      f"key group: {r['modification']}")
+        for r in errors[:3]:
+            print(f"    error row from {r['topic']}: {r['error']}")
+        if panes:
+            out = df.where("kind = 'data'").selectExpr(
+                "CAST(page AS BINARY) AS key",
+                "to_json(named_struct('page', page, 'query', query_id, 'window_start_ms', window_start_ms, "
+                "'window_end_ms', window_end_ms, 'timing', timing, 'pane_index', pane_index, 'clicks', sum)) AS value")
+            out.write.format("dataflow-kafka").option("kafka.bootstrap.servers", self.bootstrap) \
+                .option("topic", "page-panes").mode("append").save()
+        self.totals["batches"] += 1
+
+
+def _clock(ms: int | None) -> str:
+    return "-" if ms is None else time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}"
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=40)
-    ap.add_argument("--rate", type=int, default=1000, help="events per second")
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--rate", type=int, default=300, help="clicks per second")
     args = ap.parse_args(argv)
 
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pyspark.sql import functions as F
 
     from brokers import kafka_broker
     from datasource import consumer_lag
     from datasource.session import spark_session
-    from watermarks import PunctuationTracker
 
+    started = time.time()
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
         print(f"broker: {broker.kind} at {bs}")
         admin = AdminClient({"bootstrap.servers": bs})
-        for f in admin.create_topics([NewTopic("events", 4, 1), NewTopic("events-control", 1, 1),
-                                      NewTopic("events-tagged", 4, 1)]).values():
+        for f in admin.create_topics([NewTopic("clicks", 4, 1), NewTopic("clicks-control", 1, 1),
+                                      NewTopic("page-panes", 2, 1)]).values():
             try:
                 f.result(15)
             except Exception as e:  # topic exists on an external cluster
                 print(f"note: {e}")
         print("starting Spark ...")
         spark = spark_session(shuffle_partitions=2)
-        tracker = PunctuationTracker()
-        totals = {"data": 0, "late": 0, "error": 0, "modification": 0}
-
-        def per_batch(df, batch_id: int) -> None:
-            df = df.cache()
-            before = tracker.low_watermark_ms
-            rows = df.filter("kind <> 'data'").collect()
-            for r in rows:
-                if r.kind == "punctuation" and r.punctuation is not None:
-                    tracker.update(f"{r.topic}-{r.partition}", int(r.punctuation.timestamp() * 1000),
-                                   r.offset, int(r.processing_time.timestamp() * 1000))
-            mods = [r.modification for r in rows if r.kind == "modification"]
-            errors = [r.error for r in rows if r.kind == "error"]
-            wm_expr = "NULL" if before is None else f"timestamp_millis({before})"
-            tagged = (df.filter("kind = 'data'")
-                      .selectExpr("key", f"to_json(named_struct('click', parse_json(CAST(value AS STRING)), "
-                                  f"'late', coalesce(event_time < {wm_expr}, false), 'partition', partition, "
-                                  f"'offset', offset)) AS value"))
-            counts = {bool(r.late): r["count"] for r in df.filter("kind = 'data'").groupBy(
-                F.coalesce(F.expr(f"event_time < {wm_expr}"), F.lit(False)).alias("late")).count().collect()}
-            n, late = sum(counts.values()), counts.get(True, 0)
-            if n:
-                tagged.write.format("dataflow-kafka").option("kafka.bootstrap.servers", bs) \
-                    .option("topic", "events-tagged").mode("append").save()
-            df.unpersist()
-            totals["data"] += n
-            totals["late"] += late
-            totals["error"] += len(errors)
-            totals["modification"] += len(mods)
-            wm = tracker.low_watermark_ms
-            puncts = {k: _clock(v) for k, v in tracker.source_punctuations().items()}
-            print(f"batch {batch_id:3d}: {n:6d} clicks, {late:5d} late vs watermark "
-                  f"{_clock(before)} | "
-                  f"low watermark now {_clock(wm)} "
-                  f"| punctuation per partition {puncts}"
-                  + (f" | MODIFICATION on {len(mods)} partitions: {mods[0]}" if mods else "")
-                  + (f" | {len(errors)} error rows: {errors[0]}" if errors else ""))
-
-        stop = threading.Event()
-        producer = threading.Thread(target=_produce, args=(bs, "events", "events-control", args.seconds,
-                                                            args.rate, stop), daemon=True)
+        pipe = pipeline()
+        print(f"pipeline: {pipe}; operators: {[[s.name for s in op] for op in pipe.plan()]}")
         source = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bs)
-                  .option("subscribe", "events").option("startingOffsets", "earliest")
-                  .option("eventTimeField", "ts").option("watermarkDelayMs", "1000")
-                  .option("controlTopic", "events-control").load())
+                  .option("subscribe", "clicks").option("startingOffsets", "earliest")
+                  .option("eventTimeField", "ts").option("watermarkDelayMs", "2000")
+                  .option("controlTopic", "clicks-control").load())
+        report = Report(bs)
         ck = tempfile.mkdtemp(prefix="dataflow-kafka-demo-")
-        query = (source.writeStream.foreachBatch(per_batch).option("checkpointLocation", ck)
+        query = (pipe.apply(source).writeStream.foreachBatch(report).option("checkpointLocation", ck)
                  .trigger(processingTime="1 second").start())
+        stop, sent = threading.Event(), {"clicks": 0, "command": False}
+        producer = threading.Thread(target=_produce, args=(bs, args.seconds, args.rate, stop, sent), daemon=True)
         producer.start()
         producer.join()
         time.sleep(3)
         query.processAllAvailable()
         lag = consumer_lag(query.lastProgress)
         query.stop()
-        written = _topic_size(bs, "events-tagged")
-        print("\nsummary")
-        print(f"  clicks read: {totals['data']}, tagged late against the low watermark: {totals['late']}")
-        print(f"  records in output topic events-tagged: {written} (at-least-once sink)")
-        print(f"  modification rows: {totals['modification']} (one per partition), error rows: {totals['error']}")
-        print(f"  consumer lag at stop (records behind latest): {lag}")
-        print(f"  checkpoint: {ck}")
         spark.stop()
-
-
-def _clock(ms: int | None) -> str:
-    return "-" if ms is None else time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}"
+        written = _topic_size(bs, "page-panes")
+        t, m = report.totals, report.metrics.values()
+        released = sum(x.get("released", 0) for x in m)
+        arrived = sum(x.get("items_in", 0) + x.get("tombstones_in", 0) for x in m)
+        print("\nsummary")
+        print(f"  clicks produced: {sent['clicks']}; micro-batches: {t['batches']}; {time.time() - started:.0f} s in all")
+        print(f"  sessions (optimistic): {released} clicks released in order, {sum(x.get('tombstones_in', 0) for x in m)} "
+              f"tombstones repaired late clicks (replay ratio {arrived / max(1, released):.3f})")
+        print(f"  page_windows (slicer) results by query: {dict(sorted(report.queries.items()))}")
+        print(f"  panes: {t['panes EARLY']} early, {t['panes ON_TIME']} on time, {t['panes LATE']} late; "
+              f"{written} records in topic page-panes")
+        print(f"  records a stage could not use (dropped rows): {dict(report.dropped) or 'none'}; "
+              f"error rows: {t['errors']}")
+        print(f"  window commands applied in batch(es) {report.modification_batches}")
+        print(f"  consumer lag at stop (records behind latest): {lag}")
 
 
 def _topic_size(bootstrap: str, topic: str) -> int:

@@ -42,6 +42,7 @@ import copy
 import json
 import math
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -218,7 +219,9 @@ class OptimisticStage(Stage):
         now = batch.processing_time_ms or 0
         c = barrier.counters
         lag_before, released_before, late_before = c.lag_sum, c.released, c.late_items
-        barrier.insert_all(items, now)
+        with warnings.catch_warnings():       # late items are reported as dropped rows below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            barrier.insert_all(items, now)
         out = barrier.punctuate(batch.watermark_ms, now) if batch.watermark_ms is not None else []
         n = c.released - released_before
         metrics = None
