@@ -79,11 +79,26 @@ class Trickle(threading.Thread):
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
         self._halt = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
         self.i = 0
+
+    def pause(self) -> None:
+        """Stop producing until :meth:`resume` (the query then has nothing to do)."""
+        self._active.clear()
+
+    def resume(self) -> None:
+        self._active.set()
 
     def run(self) -> None:
         next_t = time.time()
         while not self._halt.is_set():
+            if not self._active.is_set():
+                while not self._active.wait(0.05) and not self._halt.is_set():
+                    pass
+                if self._halt.is_set():
+                    break
+                next_t = time.time()
             next_t += self.rng.expovariate(self.rate) if self.poisson else 1 / self.rate
             delay = next_t - time.time()
             if delay > 0:
@@ -104,6 +119,7 @@ class Trickle(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        self._active.set()
         self.join(60)
 
     def sent_between(self, lo: float, hi: float) -> list[Sent]:
@@ -391,3 +407,110 @@ def run_pipeline(spark, bootstrap: str, pipeline: Pipeline, sink: str = "kafka",
         out["latencies_ms"], out["incomplete"] = e2e_latencies_ms(state["measured"], state["expected"],
                                                                   watcher.seen, end)
     return out
+
+
+
+@dataclass
+class Arm:
+    """One side of an interleaved comparison: a query and the session settings it starts with."""
+
+    name: str
+    pipeline: Pipeline
+    sink: str = "kafka"                 # "kafka" (sink_format) or "noop"; sink_options go to either
+    settings: dict[str, str] = field(default_factory=dict)
+    checkpoint_base: str | None = None
+    sink_format: str = "dataflow-kafka"
+    sink_options: dict[str, str] = field(default_factory=dict)
+
+
+def interleaved(spark, bootstrap: str, arms: list[Arm], cycles: int = 3, phase_s: float = 12.0,
+                warmup_s: float = 6.0, warmup_batches: int = 2, partitions: int = 2,
+                log: Callable[[str], None] | None = None) -> list[dict]:
+    """Run the ``arms``' queries at the same time in one session, each on its own input topic fed
+    by its own :class:`Trickle`, and take turns: in each cycle every arm's input runs for
+    ``phase_s`` seconds while the others' inputs are paused (their queries idle), in an order that
+    rotates from cycle to cycle. So every arm is measured under the same background load, sampled
+    finely over the same minutes, instead of one after the other (on a shared machine the load
+    drifts over minutes). An arm's measured micro-batches: those with input rows that started in
+    one of its phases. Session settings are snapshotted by Spark when a query starts: each arm's
+    ``settings`` are set just before its start and restored just after.
+
+    Returns one dict per (cycle, arm): ``cycle``, ``arm``, ``progress`` (that phase's batches)."""
+    queries, trickles = [], []
+    try:
+        for arm in arms:
+            in_topic = create_topic(bootstrap, partitions, "in")
+            out_topic = create_topic(bootstrap, 2, "out")
+            reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
+                      .option("subscribe", in_topic).option("startingOffsets", "earliest"))
+            for k, v in arm.pipeline.source_options.items():
+                reader = reader.option(k, v)
+            df = arm.pipeline.build(reader.load(), out_topic)
+            w = df.writeStream.option("checkpointLocation", checkpoint_dir("bench-ck-", arm.checkpoint_base))
+            if arm.sink == "noop":
+                w = w.format("noop")
+            else:
+                w = w.format(arm.sink_format).option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+            for k, v in arm.sink_options.items():
+                w = w.option(k, v)
+            before = {k: spark.conf.get(k, None) for k in arm.settings}
+            for k, v in arm.settings.items():
+                spark.conf.set(k, v)
+            try:
+                t = Trickle(bootstrap, in_topic, partitions, arm.pipeline.rate, arm.pipeline.record,
+                            arm.pipeline.poisson)
+                t.start()
+                trickles.append(t)
+                queries.append(w.start())
+            finally:
+                for k, v in before.items():
+                    spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+        deadline = time.time() + 300
+        t0 = time.time()
+        while (time.time() < t0 + warmup_s
+               or any(len(with_data(q.recentProgress)) < warmup_batches for q in queries)):
+            for q in queries:
+                if q.exception():
+                    raise q.exception()
+            if time.time() > deadline:
+                raise RuntimeError("the queries did not get through their warm-up within 300 s")
+            time.sleep(0.2)
+        for t in trickles:
+            t.pause()
+        _settle(queries)
+        windows: list[tuple[int, int, float, float]] = []
+        for c in range(cycles):
+            order = [(c + j) % len(arms) for j in range(len(arms))]
+            for j in order:
+                trickles[j].resume()
+                lo = time.time()
+                time.sleep(phase_s)
+                trickles[j].pause()
+                hi = time.time()
+                windows.append((c + 1, j, lo, hi))
+                _settle(queries)
+                if queries[j].exception():
+                    raise queries[j].exception()
+            if log:
+                log(f"  cycle {c + 1} done; load average {loadavg()}")
+        every = [list(q.recentProgress) for q in queries]
+    finally:
+        for q in queries:
+            q.stop()
+        for t in trickles:
+            t.stop()
+    out = []
+    for c, j, lo, hi in windows:
+        out.append({"cycle": c, "arm": arms[j].name, "window": (lo, hi),
+                    "progress": [p for p in with_data(every[j]) if lo <= _epoch(p["timestamp"]) < hi]})
+    return out
+
+
+def _settle(queries, timeout_s: float = 20.0) -> None:
+    """Wait until no query runs a micro-batch with input (the paused input's last batch ended)."""
+    until = time.time() + timeout_s
+    time.sleep(1.0)
+    while time.time() < until:
+        if not any(q.status.get("isDataAvailable") and q.status.get("isTriggerActive") for q in queries):
+            return
+        time.sleep(0.1)

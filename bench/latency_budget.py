@@ -1,7 +1,7 @@
 """Where a micro-batch's time goes, per stage, for Kafka -> order-sensitive stages -> Kafka, and the
 end-to-end latency it gives.
 
-    python -m bench.latency_budget [--quick] [--runs 3] [--seconds 20] [--pipeline inverted_index]
+    python -m bench.latency_budget [--quick] [--runs 3] [--phase 12] [--seconds 20] [--pipeline inverted_index]
                                    [--shuffle 1] [--csv bench/out/latency_budget.csv]
 
 The pipeline is an argument (:func:`budget` takes a :class:`bench._stream.Pipeline`; on the command
@@ -12,27 +12,31 @@ gaps to a 2-partition topic, event time = send time minus 100 ms per partition, 
 stage, optimistic mode; ``spark_session()`` defaults on ``local[2]`` with ``--shuffle`` shuffle
 partitions; Spark's default trigger; embedded broker.
 
-Each run measures three queries, each on a fresh input topic, fed from just before its start, in
-the same order (reversed every other run):
+Part 1 runs three queries at the same time in one session, each on its own input topic fed by
+its own trickle, and lets them take turns (``bench._stream.interleaved``: in each of ``--runs``
+cycles one query gets ``--phase`` seconds of input while the others' inputs are paused), so the
+differences between them are measured under the same background load:
 
 * ``source -> noop``: ``format("dataflow-kafka")`` data rows into ``noop`` (the floor: Spark's
   micro-batch and our source);
 * ``pipeline -> noop``: the pipeline into ``noop``;
 * ``pipeline -> sink``: the pipeline into the project's sink (a subclass whose tasks also time
-  their ``write``: waiting for input rows, producing, flushing; the driver's commit logs them); also
-  the end-to-end latency of every
-  document sent in the measured window: the time the last of its expected output records
-  (``Pipeline.expected``, from the sequential in-order run) is readable in the output topic
-  (a consumer in this process) minus the time it was sent (same clock).
+  their ``write``: waiting for input rows, producing, flushing; the driver's commit logs them).
 
-Per query, the medians over the micro-batches with input rows that started in the measured window
-(after a warm-up): ``durationMs`` (queryPlanning, latestOffset, getBatch, addBatch, walCommit,
+Part 2 runs ``pipeline -> sink`` alone ``--runs`` times with uninterrupted input (a paused input
+would hold back the punctuations that release the last records) and measures the end-to-end
+latency of every record sent in its ``--seconds`` window: the time the last of its expected output
+records (``Pipeline.expected``, from the sequential in-order run) is readable in the output topic
+(a consumer in this process) minus the time it was sent (same clock).
+
+Per query and cycle (or run), the medians over the micro-batches with input rows that started in
+its phase (or window, after a warm-up): ``durationMs`` (queryPlanning, latestOffset, getBatch, addBatch, walCommit,
 commitOffsets, triggerExecution; ``other`` = triggerExecution minus the others, per batch), and per stateful
 operator (``stateOperators[]``, in plan order) allUpdatesTimeMs, allRemovalsTimeMs, commitTimeMs,
 numRowsUpdated, numRowsTotal, numRowsRemoved. Operator times are summed over the operator's tasks
 by Spark (with one shuffle partition, one task: wall time inside the batch).
 
-Derived per run:
+Derived per cycle:
 
 * ``rest of addBatch`` = addBatch - sum over operators of (allUpdates + allRemovals + commit), per
   batch, then the median: the source read, the stateless Python steps, shuffles, task scheduling
@@ -42,8 +46,8 @@ Derived per run:
   own cost (the only difference between the two queries is where the rows go), except that a
   slower query's batches hold more rows under the default trigger (rows per batch are printed).
 
-Printed: every run, the budget table (medians over runs) and the ratios of the pipeline -> sink
-batch and of the end-to-end p50 to the ``source -> noop`` batch of the same run.
+Printed: every cycle and run, the budget table (medians over cycles and runs), the end-to-end p50
+and p99, and the ratios of the ``pipeline -> sink`` batch to the ``source -> noop`` batch.
 """
 
 from __future__ import annotations
@@ -178,9 +182,26 @@ def _summary(r: dict) -> dict:
     return d
 
 
+def _log_run(log, label: str, s: dict, floor: float) -> None:
+    log(f"{label}  {s['query']:24s} {s['batches']:3d} batches ({s['rows_per_batch']:4.1f} rows)  trigger "
+        f"{s['triggerExecution']:5.0f}  plan {s['queryPlanning']:4.0f}  latestOffset {s['latestOffset']:4.0f}  "
+        f"getBatch {s['getBatch']:3.0f}  addBatch {s['addBatch']:5.0f} (operators {s['ops_time']:4.0f}, rest "
+        f"{s['rest_of_addBatch']:4.0f})  walCommit {s['walCommit']:4.0f}  commitOffsets {s['commitOffsets']:4.0f}  "
+        f"other {s['other']:4.0f} ms  ratio to source->noop {s['triggerExecution'] / floor:4.2f}"
+        + (f"  e2e p50 {s['p50']:5.0f} p99 {s['p99']:5.0f} ms ({s['measured_docs']} records, "
+           f"{s['incomplete']} incomplete)" if s["measured_docs"] else ""))
+
+
 def budget(spark, bootstrap: str, pipeline: _stream.Pipeline, runs: int = 3, seconds: float = 20.0,
-           warmup_s: float = 6.0, checkpoint_base: str | None = None, log: Callable[[str], None] = print) -> list[dict]:
-    """Measure ``pipeline`` (module docstring) ``runs`` times; returns one summary per run and query."""
+           warmup_s: float = 6.0, phase_s: float = 12.0, checkpoint_base: str | None = None,
+           log: Callable[[str], None] = print) -> list[dict]:
+    """Measure ``pipeline`` (module docstring); returns one summary per cycle or run and query.
+
+    Part 1: the three queries of ``QUERIES`` run at the same time and take turns
+    (``bench._stream.interleaved``, ``runs`` cycles of ``phase_s`` seconds of input each): the
+    per-stage budget and the differences between the queries, under the same load. Part 2: the
+    end-to-end latency needs uninterrupted input (the punctuations that release a record come with
+    later records), so ``pipeline -> sink`` also runs ``runs`` times alone, ``seconds`` measured."""
     passthrough = _stream.passthrough(pipeline.rate)
     passthrough.record, passthrough.poisson = pipeline.record, pipeline.poisson   # the same input
     passthrough.source_options = pipeline.source_options
@@ -189,47 +210,56 @@ def budget(spark, bootstrap: str, pipeline: _stream.Pipeline, runs: int = 3, sec
 
     spark.dataSource.register(this.TimedSink)
 
-    def measure(query: str, secs: float, warm: float) -> dict:
-        pipe = passthrough if query == "source -> noop" else pipeline
-        sink = "kafka" if query == "pipeline -> sink" else "noop"
+    def timed_arm(name: str) -> tuple[_stream.Arm, Path]:
         log_path = Path(_stream.checkpoint_dir("bench-timing-")) / "sink.jsonl"
-        r = _stream.run_pipeline(spark, bootstrap, pipe, sink, secs, warm, checkpoint_base=checkpoint_base,
-                                 latency=sink == "kafka", sink_format=TimedSink.name(),
-                                 sink_options={"timingLog": str(log_path)})
-        r["sink_timing"] = _sink_timing(log_path, {p["batchId"] for p in r["progress"]})
-        return r
+        return _stream.Arm(name, pipeline, "kafka", checkpoint_base=checkpoint_base, sink_format=TimedSink.name(),
+                           sink_options={"timingLog": str(log_path)}), log_path
 
-    for q in QUERIES:   # discarded: Python workers, JIT, first-query costs
-        measure(q, 3, 2)
-    log(f"warm-up queries done; load average {_stream.loadavg()}")
+    sink_arm, sink_log = timed_arm("pipeline -> sink")
+    arms = [_stream.Arm("source -> noop", passthrough, "noop", checkpoint_base=checkpoint_base),
+            _stream.Arm("pipeline -> noop", pipeline, "noop", checkpoint_base=checkpoint_base), sink_arm]
+    log(f"part 1: {' | '.join(QUERIES)} at the same time, taking turns ({runs} cycles of {phase_s:g} s of input each)")
+    res_all = _stream.interleaved(spark, bootstrap, arms, runs, phase_s, warmup_s, log=log)
     out = []
-    for run in range(1, runs + 1):
+    for c in range(1, runs + 1):
         res = {}
-        for q in (QUERIES if run % 2 else tuple(reversed(QUERIES))):
-            load = _stream.loadavg()
-            res[q] = {**_summary(measure(q, seconds, warmup_s)), "load": load}
+        for r in (r for r in res_all if r["cycle"] == c):
+            extra = {"sink_timing": _sink_timing(sink_log, {p["batchId"] for p in r["progress"]})} \
+                if r["arm"] == "pipeline -> sink" else {}
+            res[r["arm"]] = {"query": r["arm"], **_summary({"progress": r["progress"], "latencies_ms": [],
+                                                            "incomplete": 0, **extra})}
         floor = res["source -> noop"]["triggerExecution"]
         sink_ms = res["pipeline -> sink"]["addBatch"] - res["pipeline -> noop"]["addBatch"]
         stages_ms = res["pipeline -> noop"]["addBatch"] - res["source -> noop"]["addBatch"]
         for q in QUERIES:
             s = res[q]
-            out.append({"date": time.strftime("%Y-%m-%d %H:%M"), "run": run, "query": q, "pipeline": pipeline.name,
-                        **{k: v for k, v in s.items() if k != "operators"},
+            out.append({"date": time.strftime("%Y-%m-%d %H:%M"), "part": "interleaved", "run": c,
+                        "pipeline": pipeline.name, **{k: v for k, v in s.items() if k != "operators"},
                         **{f"op{j}_{f}": o[f] for j, o in enumerate(s["operators"]) for f in _stream.OPERATOR_FIELDS},
                         "stages_ms": stages_ms, "sink_ms": sink_ms,
-                        "ratio_vs_source_noop": s["triggerExecution"] / floor})
-            log(f"run {run}  {q:17s} {s['batches']:3d} batches ({s['rows_per_batch']:4.1f} rows)  trigger "
-                f"{s['triggerExecution']:5.0f}  plan {s['queryPlanning']:4.0f}  latestOffset {s['latestOffset']:4.0f}  "
-                f"getBatch {s['getBatch']:3.0f}  addBatch {s['addBatch']:5.0f} (operators {s['ops_time']:4.0f}, rest "
-                f"{s['rest_of_addBatch']:4.0f})  walCommit {s['walCommit']:4.0f}  commitOffsets {s['commitOffsets']:4.0f}  "
-                f"other {s['other']:4.0f} ms  ratio {s['triggerExecution'] / floor:4.2f}"
-                + (f"  e2e p50 {s['p50']:5.0f} p99 {s['p99']:5.0f} ms ({s['measured_docs']} docs, "
-                   f"{s['incomplete']} incomplete)" if q == "pipeline -> sink" else "") + f"  (load {s['load']})")
+                        "ratio_vs_source_noop": s["triggerExecution"] / floor, "load": _stream.loadavg()})
+            _log_run(log, f"cycle {c}", s, floor)
         t = res["pipeline -> sink"]
-        log(f"run {run}  derived: stages {stages_ms:.0f} ms, sink {sink_ms:.0f} ms per batch; e2e p50 / source->noop "
-            f"batch {t['p50'] / floor:.2f}; inside the sink's write() per batch: {t['sink_records']:.0f} records, "
-            f"{t['sink_tasks']:.0f} tasks, wall {t['sink_wall_ms']:.0f} = waiting for input {t['sink_wait_ms']:.0f} + "
-            f"producing {t['sink_produce_ms']:.0f} + flush {t['sink_flush_ms']:.0f} ms")
+        log(f"cycle {c}  derived: stages {stages_ms:.0f} ms, sink {sink_ms:.0f} ms per batch; inside the sink's "
+            f"write() per batch: {t['sink_records']:.0f} records, {t['sink_tasks']:.0f} task(s), wall "
+            f"{t['sink_wall_ms']:.0f} = waiting for input {t['sink_wait_ms']:.0f} + producing "
+            f"{t['sink_produce_ms']:.0f} + flush {t['sink_flush_ms']:.0f} ms")
+    floor_all = statistics.median(r["triggerExecution"] for r in out if r["query"] == "source -> noop")
+    log(f"part 2: pipeline -> sink alone, uninterrupted input, {runs} runs of {seconds:g} s, end-to-end latency")
+    for run in range(1, runs + 1):
+        load = _stream.loadavg()
+        arm, log_path = timed_arm("pipeline -> sink (alone)")
+        r = _stream.run_pipeline(spark, bootstrap, pipeline, "kafka", seconds, warmup_s, checkpoint_base=checkpoint_base,
+                                 latency=True, sink_format=arm.sink_format, sink_options=arm.sink_options)
+        r["sink_timing"] = _sink_timing(log_path, {p["batchId"] for p in r["progress"]})
+        s = {"query": "pipeline -> sink (alone)", **_summary(r)}
+        out.append({"date": time.strftime("%Y-%m-%d %H:%M"), "part": "alone", "run": run, "pipeline": pipeline.name,
+                    **{k: v for k, v in s.items() if k != "operators"},
+                    **{f"op{j}_{f}": o[f] for j, o in enumerate(s["operators"]) for f in _stream.OPERATOR_FIELDS},
+                    "ratio_vs_source_noop": s["triggerExecution"] / floor_all, "load": load})
+        _log_run(log, f"run {run}  ", s, floor_all)
+        log(f"run {run}   e2e p50 / batch {s['p50'] / s['triggerExecution']:.2f}; e2e p50 / source->noop batch "
+            f"(part 1 median) {s['p50'] / floor_all:.2f}  (load {load})")
     return out
 
 
@@ -240,32 +270,38 @@ def print_budget(rows: list[dict], log: Callable[[str], None] = print) -> None:
         return statistics.median(xs) if xs else float("nan")
 
     log("budget, ms per micro-batch (medians over runs):")
-    log(f"  {'':34s}" + "".join(f"{q:>18s}" for q in QUERIES))
+    queries = (*QUERIES, "pipeline -> sink (alone)")
+    log(f"  {'':34s}" + "".join(f"{q:>26s}" for q in queries))
     for key in ("queryPlanning", "latestOffset", "getBatch", "addBatch", "walCommit", "commitOffsets", "other",
                 "triggerExecution"):
-        log(f"  {key:34s}" + "".join(f"{med(q, key):18.0f}" for q in QUERIES))
+        log(f"  {key:34s}" + "".join(f"{med(q, key):26.0f}" for q in queries))
     n_ops = max((int(k[2:].split("_")[0]) + 1 for r in rows for k in r if k.startswith("op") and "_" in k
                  and k[2:].split("_")[0].isdigit()), default=0)
     for j in range(n_ops):
         for f in ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "numRowsUpdated", "numRowsTotal"):
-            log(f"  {'operator %d %s' % (j + 1, f):34s}" + "".join(f"{med(q, f'op{j}_{f}'):18.0f}" for q in QUERIES))
-    log(f"  {'addBatch - operators':34s}" + "".join(f"{med(q, 'rest_of_addBatch'):18.0f}" for q in QUERIES))
+            log(f"  {'operator %d %s' % (j + 1, f):34s}" + "".join(f"{med(q, f'op{j}_{f}'):26.0f}" for q in queries))
+    log(f"  {'addBatch - operators':34s}" + "".join(f"{med(q, 'rest_of_addBatch'):26.0f}" for q in queries))
+    log(f"  {'rows per batch':34s}" + "".join(f"{med(q, 'rows_per_batch'):26.1f}" for q in queries))
     log(f"  stages (pipeline->noop - source->noop addBatch) {med('pipeline -> sink', 'stages_ms'):.0f}; "
         f"sink (pipeline->sink - pipeline->noop addBatch) {med('pipeline -> sink', 'sink_ms'):.0f}")
-    log(f"  inside the sink's write() (pipeline -> sink, summed over a batch's tasks): "
-        f"{med('pipeline -> sink', 'sink_records'):.0f} records, wall {med('pipeline -> sink', 'sink_wall_ms'):.0f} ms = "
-        f"waiting for input {med('pipeline -> sink', 'sink_wait_ms'):.0f} + producing "
-        f"{med('pipeline -> sink', 'sink_produce_ms'):.0f} + flush {med('pipeline -> sink', 'sink_flush_ms'):.0f} ms")
-    log(f"  end to end (pipeline -> sink): p50 {med('pipeline -> sink', 'p50'):.0f} ms, "
-        f"p99 {med('pipeline -> sink', 'p99'):.0f} ms; batch / source->noop batch "
-        f"{med('pipeline -> sink', 'ratio_vs_source_noop'):.2f}")
+    for q in ("pipeline -> sink", "pipeline -> sink (alone)"):
+        log(f"  inside the sink's write() ({q}, summed over a batch's tasks): "
+            f"{med(q, 'sink_records'):.0f} records, wall {med(q, 'sink_wall_ms'):.0f} ms = waiting for input "
+            f"{med(q, 'sink_wait_ms'):.0f} + producing {med(q, 'sink_produce_ms'):.0f} + flush "
+            f"{med(q, 'sink_flush_ms'):.0f} ms")
+    a = "pipeline -> sink (alone)"
+    log(f"  end to end ({a}): p50 {med(a, 'p50'):.0f} ms, p99 {med(a, 'p99'):.0f} ms (medians of the runs' "
+        f"percentiles); its batch / source->noop batch {med(a, 'ratio_vs_source_noop'):.2f}, e2e p50 / its batch "
+        f"{med(a, 'p50') / med(a, 'triggerExecution'):.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="3 runs of 8 s per query (about 8 minutes)")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=None, help="measured seconds per query and run (default 20)")
+    ap.add_argument("--quick", action="store_true", help="3 cycles of 6 s, 3 latency runs of 8 s (about 6 minutes)")
+    ap.add_argument("--runs", type=int, default=3, help="cycles of part 1 and runs of part 2")
+    ap.add_argument("--phase", type=float, default=None, help="part 1: seconds of input per query and cycle "
+                    "(default 12)")
+    ap.add_argument("--seconds", type=float, default=None, help="part 2: measured seconds per run (default 20)")
     ap.add_argument("--warmup", type=float, default=None, help="seconds after the first progress event (default 6)")
     ap.add_argument("--pipeline", default="inverted_index", help=f"{sorted(PIPELINES)} or module:function")
     ap.add_argument("--shuffle", type=int, default=None, help="shuffle partitions (default: spark_session's)")
@@ -274,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", default=None, help="default bench/out/latency_budget[-quick].csv")
     args = ap.parse_args(argv)
     seconds = args.seconds or (8.0 if args.quick else 20.0)
+    phase = args.phase or (6.0 if args.quick else 12.0)
     warmup = args.warmup if args.warmup is not None else (4.0 if args.quick else 6.0)
     out_csv = args.csv or str(Path(__file__).resolve().parent / "out" /
                               f"latency_budget{'-quick' if args.quick else ''}.csv")
@@ -291,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
               f"local[2], {spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions; {seconds:g} s measured "
               f"per query; {_stream.machine()}", flush=True)
         try:
-            rows = budget(spark, broker.bootstrap_servers, pipeline, args.runs, seconds, warmup, args.checkpoint_dir,
-                          log=lambda s: print(s, flush=True))
+            rows = budget(spark, broker.bootstrap_servers, pipeline, args.runs, seconds, warmup, phase,
+                          args.checkpoint_dir, log=lambda s: print(s, flush=True))
         finally:
             spark.stop()
     print_budget(rows)
