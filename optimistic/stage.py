@@ -21,8 +21,10 @@ an input at or above it and keeps its event time (a late input at ``t`` replays 
 ``>= t`` only); for the barrier it is the release bound.
 
 Input from the source: ``decode(value)`` is the payload, the record's event time, Kafka
-partition and offset its position in the total order (``leading`` maps run first). Input from
-another kind of stage: ``from_row(row)`` (a dict of that stage's output columns) is the payload.
+partition and offset its position in the total order (``leading`` maps run first); with
+``from_row``, ``from_row(row)`` is (a dict of the row's columns other than the contract's: the
+source's ``key``, ``value``, ``timestamp``, ...). Input from another kind of stage: ``from_row(row)``
+(a dict of that stage's output columns) is the payload.
 Released items leave as rows of ``output_columns``: by default ``key`` (``Meta.sort_key()``,
 unique per item, so it deduplicates an at-least-once sink) and ``value`` (``encode(payload)``);
 ``output=fn`` maps a payload to a dict of typed columns (``output_schema`` declares them) for a
@@ -50,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+from keygroups.contract import CONTROL_NAMES
 from optimistic.barrier import Barrier
 from optimistic.order import Item, Meta
 from optimistic.replay import KeyedState
@@ -171,7 +174,7 @@ class OptimisticStage(Stage):
         if self.from_row is None:
             raise ValueError(f"stage {self.name!r}: input rows have no 'value' column; pass from_row= to "
                              f"build a payload from the upstream stage's columns {list(data.columns)}")
-        rows = data.drop(columns=[c for c in data.columns if c in _CONTROL], errors="ignore").to_dict("records")
+        rows = data.drop(columns=[c for c in data.columns if c in _CONTROL]).to_dict("records")
         return _apply_maps(self.leading, [Item.source(t, p, o, self.from_row(r))
                                           for t, p, o, r in zip(times, parts, offs, rows)])
 
@@ -257,10 +260,7 @@ class OptimisticStage(Stage):
         return frame
 
 
-_CONTROL = {"kind", "topic", "partition", "offset", "event_time_ms", "punctuation_ms", "modification",
-            "control_offset", "processing_time_ms", "error", "dropped_key", "dropped_reason", "dropped_count",
-            "metrics", "key_group", "key", "value", "timestamp", "timestampType", "headers", "event_time",
-            "punctuation", "processing_time"}
+_CONTROL = set(CONTROL_NAMES) | {"key_group"}   # the contract's columns: not part of a row's payload
 
 
 def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups: int | Sequence[int] = 4,

@@ -22,9 +22,11 @@ watermark), held at the previous output watermark when it is behind it: a query 
 running reports windows that ended before it was added (Beam holds late panes the same way).
 Windows without records are not emitted.
 
-Output low watermark: input watermark minus the allowed lateness. A record is accepted when its
-time is at or after that bound, and only windows containing it change, so every later row ends
-after the bound. Records later than the allowed lateness are reported as ``dropped`` rows
+Output low watermark (``output_watermark="complete"``, the default): input watermark minus the
+allowed lateness. A record is accepted when its time is at or after that bound, and only windows
+containing it change, so every later row ends after the bound. ``"input"``: the input watermark;
+updates then reach the next stage as late data (:func:`windowing.rows.output_watermark`).
+Records later than the allowed lateness are reported as ``dropped`` rows
 (reason ``late``), records whose value or event time is null as ``null``.
 """
 
@@ -43,7 +45,9 @@ from slicer.keyed import KeyedSlicingOperator
 from slicer.operator import SlicingWindowOperator
 from slicer.results import object_array
 from windowing import M4, Count
-from windowing.rows import RESULT_COLUMNS, aggregation_columns, key_specs, window_command
+from windowing.rows import (
+    RESULT_COLUMNS, aggregation_columns, key_specs, output_watermark, window_command,
+)
 
 __all__ = ["SlicerStage", "SLICER_COLUMNS"]
 
@@ -61,7 +65,8 @@ class SlicerStage(Stage):
     ``windows``: a list (ids ``"0"``, ``"1"``, ...) or a dict ``{id: window}`` of :mod:`windowing`
     windows (or slicer-only ones); ``aggregations``: :mod:`windowing` aggregations, all computed
     for every window; ``allowed_lateness_ms``; ``stream_order``, ``store``: as
-    :class:`~slicer.SlicingWindowOperator`.
+    :class:`~slicer.SlicingWindowOperator`; ``output_watermark``: ``"complete"`` or ``"input"``
+    (:func:`windowing.rows.output_watermark`).
     """
 
     key: Any = "key"
@@ -72,6 +77,7 @@ class SlicerStage(Stage):
     num_key_groups: int = 4
     stream_order: str = "out_of_order"
     store: str = "lazy"
+    output_watermark: str = "complete"
     name: str | None = None
     key_types: dict = field(default_factory=dict)
 
@@ -86,6 +92,7 @@ class SlicerStage(Stage):
         self.keyed = KeyedSlicingOperator.supports(self._template())
         reserved = [c for c, _ in RESULT_COLUMNS + SLICER_COLUMNS + aggregation_columns(self.aggregations)]
         self._keys = key_specs(self.key, reserved=reserved)
+        output_watermark(self.output_watermark, None, 0)              # validates it
 
     def _template(self) -> SlicingWindowOperator:
         return SlicingWindowOperator(self.windows, self.aggregations, allowed_lateness_ms=self.allowed_lateness_ms,
@@ -165,8 +172,9 @@ class SlicerStage(Stage):
         ts = ts_col.to_numpy(np.int64, na_value=0) if bad.any() else ts_col.to_numpy(np.int64)
         return keys, np.asarray(codes, np.int64), values, ts, bad
 
-    def _commands(self, state: Any, batch: StageInput) -> list[str]:
-        errors = []
+    def _commands(self, state: Any, batch: StageInput) -> tuple[list[str], bool]:
+        """Apply the batch's window commands; ``(error messages, whether any was applied)``."""
+        errors, applied = [], False
         for m in batch.modifications:
             cmd, err = window_command(m.text, self.name)
             if err:
@@ -174,19 +182,20 @@ class SlicerStage(Stage):
                 continue
             if cmd is None:
                 continue
+            applied = True
             try:
                 if self.keyed:
                     state.apply(cmd)
-                else:
-                    state["template"].apply(cmd)
+                else:   # engines first: one restored from bytes takes its queries from the template
                     for key in list(state["engines"]):
                         self._engine(state, key, None).apply(cmd)
+                    state["template"].apply(cmd)
             except (ValueError, TypeError) as e:
                 errors.append(f"stage {self.name!r}: cannot apply {m.text[:200]}: {e}")
-        return errors
+        return errors, applied
 
     def process(self, state: Any, batch: StageInput) -> StageOutput:
-        errors = self._commands(state, batch)
+        errors, changed = self._commands(state, batch)
         prev_wm, wm = batch.previous_watermark_ms, batch.watermark_ms
         data = batch.data
         has_data = data is not None and len(data) > 0
@@ -227,13 +236,15 @@ class SlicerStage(Stage):
                     touched[key] = True
                 drops = _drops(keys, late, nulls)
             if wm is not None:
-                advanced = prev_wm is None or wm > prev_wm
+                advanced = prev_wm is None or wm > prev_wm or changed   # a new query may emit at once
                 for key in (list(state["engines"]) if advanced else list(touched)):
                     res = self._engine(state, key, prev_wm).process_watermark_columns(wm)
                     if len(res):
                         parts.append((key, res))
-        hold = None if wm is None else wm - self.allowed_lateness_ms
-        floor = None if prev_wm is None else prev_wm - self.allowed_lateness_ms
+        hold = output_watermark(self.output_watermark, wm, self.allowed_lateness_ms)
+        floor = output_watermark(self.output_watermark, prev_wm, self.allowed_lateness_ms)
+        if self.output_watermark != "complete":
+            floor = None                            # updates travel as late data
         return StageOutput(self._frame(parts, hold, floor), hold, drops, errors=errors)
 
     def _frame(self, parts: list, hold: int | None, floor: int | None) -> pd.DataFrame:

@@ -18,9 +18,11 @@ timestamp (:class:`~watermarks.TimestampCombiner`; by default the window's last 
 raised to the stage's previous output watermark when a combiner would put it behind (Beam holds
 late panes' timestamps the same way), so the output watermark stays a promise.
 
-Output low watermark (Beam's output watermark hold): the input watermark minus the allowed
-lateness. A window still open to updates has ``end + allowed_lateness > watermark``, so every
-pane it can still emit is at or after that bound.
+Output low watermark (Beam's output watermark hold; ``output_watermark="complete"``, the
+default): the input watermark minus the allowed lateness. A window still open to updates has
+``end + allowed_lateness > watermark``, so every pane it can still emit is at or after that
+bound. ``"input"``: the input watermark; late panes then reach the next stage as late data
+(:func:`windowing.rows.output_watermark`).
 
 Records the stage could not use are reported as ``dropped`` rows per key: ``late`` (window past
 the allowed lateness), ``closed`` (window's trigger finished), ``null`` (null value).
@@ -40,7 +42,9 @@ from watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampC
 from watermarks.multi import MultiQueryDriver
 from watermarks.triggers import DefaultTrigger, Trigger
 from windowing import ToList, Window
-from windowing.rows import RESULT_COLUMNS, aggregation_columns, json_value, key_specs, window_command
+from windowing.rows import (
+    RESULT_COLUMNS, aggregation_columns, json_value, key_specs, output_watermark, window_command,
+)
 
 __all__ = ["WindowingStage", "PANE_COLUMNS"]
 
@@ -61,7 +65,8 @@ class WindowingStage(Stage):
     ``allowed_lateness_ms``, ``timestamp_combiner``, ``on_time_behavior``, ``history_ms``: as
     :class:`~watermarks.MultiQueryDriver`; ``aggregation``: a :mod:`windowing` aggregation
     (default ``ToList()``); ``select``: ``{column: value}``, only input rows with these values
-    (e.g. ``{"query_id": "1s"}`` after a slicer with several queries).
+    (e.g. ``{"query_id": "1s"}`` after a slicer with several queries); ``output_watermark``:
+    ``"complete"`` or ``"input"`` (:func:`windowing.rows.output_watermark`).
     """
 
     key: Any = "key"
@@ -76,6 +81,7 @@ class WindowingStage(Stage):
     history_ms: int | None = None
     num_key_groups: int = 4
     select: dict | None = None
+    output_watermark: str = "complete"
     name: str | None = None
     key_types: dict = field(default_factory=dict)
     integral_values: bool = False
@@ -86,6 +92,7 @@ class WindowingStage(Stage):
         if self.aggregation is None:
             self.aggregation = ToList()
         self._keys = key_specs(self.key, reserved=self._reserved())
+        output_watermark(self.output_watermark, None, 0)              # validates it
         probe = self.new_state()                  # validates the configuration here, not in Spark
         self.accumulation_mode = probe._shared[1]
         self.timestamp_combiner, self.on_time_behavior = probe._shared[3], probe._shared[5]
@@ -169,9 +176,9 @@ class WindowingStage(Stage):
                         dropped.append(Dropped(key, reason, n))
         if batch.watermark_ms is not None:
             panes += driver.advance_watermark(batch.watermark_ms)
-        hold = None if batch.watermark_ms is None else batch.watermark_ms - self.allowed_lateness_ms
-        floor = batch.previous_watermark_ms
-        floor = None if floor is None else floor - self.allowed_lateness_ms
+        hold = output_watermark(self.output_watermark, batch.watermark_ms, self.allowed_lateness_ms)
+        floor = None if self.output_watermark != "complete" else output_watermark(
+            self.output_watermark, batch.previous_watermark_ms, self.allowed_lateness_ms)
         return StageOutput(self._frame(panes, floor), hold, dropped, errors=errors)
 
     def _elements(self, data: pd.DataFrame):

@@ -24,10 +24,31 @@ import numpy as np
 from windowing.aggregations import M4, AggregateFunction, Count, Max, Mean, Min, Quantile, Sum
 from windowing.commands import WindowCommand, parse_command
 
-__all__ = ["key_specs", "aggregation_columns", "window_command", "RESULT_COLUMNS"]
+__all__ = ["key_specs", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
+           "RESULT_COLUMNS"]
+
+#: How a windowing stage sets its output low watermark (see :func:`output_watermark`).
+OUTPUT_WATERMARKS = ("complete", "input")
 
 #: Columns of every window result row after the key columns.
 RESULT_COLUMNS = [("query_id", "string"), ("window_start_ms", "bigint"), ("window_end_ms", "bigint")]
+
+
+def output_watermark(mode: str, watermark_ms: int | None, allowed_lateness_ms: int) -> int | None:
+    """A windowing stage's output low watermark for its input watermark.
+
+    ``"complete"`` (default): ``watermark - allowed_lateness``, the earliest end of a window the
+    stage may still emit or update: nothing it emits later is behind it, so the next stage sees
+    no late data from it, at the cost of a watermark that trails by the allowed lateness (Beam
+    holds its output watermark for late panes the same way). ``"input"``: the input watermark:
+    updates from records within the allowed lateness reach the next stage as late data, for its
+    own allowed lateness to decide (lower latency downstream; the Dataflow model's late panes).
+    """
+    if mode not in OUTPUT_WATERMARKS:
+        raise ValueError(f"output_watermark={mode!r}: expected one of {OUTPUT_WATERMARKS}")
+    if watermark_ms is None:
+        return None
+    return watermark_ms - allowed_lateness_ms if mode == "complete" else watermark_ms
 
 
 def key_specs(key: str | Sequence[str] | dict, reserved: Sequence[str] = ()) -> list[tuple[str, str]]:
