@@ -52,6 +52,7 @@ def consumer(kafka_conf: dict[str, str]):
     conf.update(kafka_conf)
     conf["enable.auto.commit"] = False
     conf["enable.partition.eof"] = True
+    conf["auto.offset.reset"] = "error"  # an offset outside the log is reported (fetch_range), never skipped
     return Consumer(conf)
 
 
@@ -137,62 +138,78 @@ def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):
     return _retrying(lambda t: c.list_topics(topic, timeout=t), timeout_s)
 
 
+def _start_lost(topic: str, partition: int, start: int, end: int, low: int, high: int,
+                fail_on_data_loss: bool) -> tuple[int, str | None]:
+    """Where reading ``[start, end)`` can begin given the log's ``[low, high)``, and a note when
+    offsets from ``start`` on are gone (raises :class:`DataLossError` if ``fail_on_data_loss``)."""
+    if low <= start <= high:
+        return start, None
+    lost_to = min(low, end) if low > start else end
+    msg = (f"records {topic}-{partition} offsets [{start}, {lost_to}) are no longer on the broker "
+           f"(log start {low}, end {high}): deleted by retention or the partition was recreated")
+    if fail_on_data_loss:
+        raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+    return lost_to, msg + "; skipped (failOnDataLoss=false)"
+
+
 def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeout_ms: int,
                 fail_on_data_loss: bool) -> Iterator[tuple[list, str | None]]:
     """Yield ``(messages, data_loss_note)`` chunks covering offsets ``[start, end)`` in order.
 
     Missing offsets (retention, truncation) raise :class:`DataLossError` when
     ``fail_on_data_loss``; otherwise the chunk carries a note saying what was skipped.
+
+    The log's start and end are asked for (a round trip to the broker) only when the read does
+    not begin with offset ``start`` itself: the consumer's ``auto.offset.reset`` is ``error``, so
+    a ``start`` outside the log comes back as an error instead of a silent jump, and a first
+    record after ``start`` (compaction, transaction markers, or retention) is checked then.
     """
     from confluent_kafka import KafkaError, TopicPartition
 
     if start >= end:
         return
-    low, high = watermarks(c, topic, partition)
     note = None
-    if low > start or high < start:
-        lost_to = min(low, end) if low > start else end
-        msg = (f"records {topic}-{partition} offsets [{start}, {lost_to}) are no longer on the broker "
-               f"(log start {low}, end {high}): deleted by retention or the partition was recreated")
-        if fail_on_data_loss:
-            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-        note = msg + "; skipped (failOnDataLoss=false)"
-        start = lost_to
-        if start >= end:
-            yield [], note
-            return
     c.assign([TopicPartition(topic, partition, start)])
     position = start
+    checked = False  # whether the read is known to begin where the log holds ``start``
     deadline = time.monotonic() + poll_timeout_ms / 1000
     try:
         while position < end:
             msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
-            reached_eof = False
+            reached_eof = out_of_range = False
             if any(map(_message_cls().error, msgs)):
                 errors = [m.error() for m in msgs]
                 for e in errors:
                     if e is None or _transient(e):  # transient: keep polling until the deadline
                         continue
-                    if e.code() != KafkaError._PARTITION_EOF:
+                    if e.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        out_of_range = True
+                    elif e.code() == KafkaError._PARTITION_EOF:
+                        reached_eof = True
+                    else:
                         raise RuntimeError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
-                    reached_eof = True
-                good = [m for m, e in zip(msgs, errors) if e is None]
+                good = [] if out_of_range else [m for m, e in zip(msgs, errors) if e is None]
             else:
                 good = msgs
-            if good and good[-1].offset() >= end:
-                good = [m for m in good if m.offset() < end]
-                if not good:
-                    break
-            if good:
-                position = good[-1].offset() + 1
-                deadline = time.monotonic() + poll_timeout_ms / 1000
-                yield good, note
-                note = None
-            elif reached_eof or not msgs:
-                # librdkafka reports a partition's end once per offset and client: a reused
-                # consumer gets no second EOF at the same offset, so an empty poll checks too.
+            # librdkafka reports a partition's end once per offset and client (a reused consumer
+            # gets no second EOF at the same offset), so an empty poll asks for the log's end too.
+            if out_of_range or (not good and (reached_eof or not msgs)) or (
+                    not checked and good and good[0].offset() > position):
                 low, high = watermarks(c, topic, partition)
-                if high <= position:  # only transaction markers / compacted gaps remain
+                if not checked or out_of_range:
+                    checked = True
+                    begin, lost = _start_lost(topic, partition, position, end, low, high, fail_on_data_loss)
+                    if lost is not None:
+                        note = lost if note is None else f"{note}; {lost}"
+                        if begin >= end:
+                            break
+                        c.assign([TopicPartition(topic, partition, begin)])
+                        position = begin
+                        deadline = time.monotonic() + poll_timeout_ms / 1000
+                        continue
+                if out_of_range:  # yet the log holds ``position``: fetch again, until the deadline
+                    c.assign([TopicPartition(topic, partition, position)])
+                elif not good and high <= position:  # only transaction markers / compacted gaps remain
                     if high < end:
                         msg = (f"{topic}-{partition}: offsets [{position}, {end}) are gone "
                                f"(log end is now {high})")
@@ -200,6 +217,16 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
                         yield [], msg + "; skipped (failOnDataLoss=false)"
                     break
+            if good:
+                checked = True
+                if good[-1].offset() >= end:
+                    good = [m for m in good if m.offset() < end]
+                    if not good:
+                        break
+                position = good[-1].offset() + 1
+                deadline = time.monotonic() + poll_timeout_ms / 1000
+                yield good, note
+                note = None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no records from {topic}-{partition} at offset {position} within "
                                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms} (range ends at {end})")
