@@ -21,11 +21,14 @@ admission control and Arrow batch size, whose ``read()`` yields prebuilt Arrow b
 no decoding): what the platform costs before the source does any work. A ``floor`` ratio below a
 target means the target is out of reach for any Python data source on this machine.
 
-Everything runs once on a warm-up topic first (a long-running query has a JIT-compiled JVM and
+Everything runs once first, on the same topic (a long-running query has a JIT-compiled JVM and
 started Python workers; the first query of a JVM reads several times slower). Each repeat runs
-every variant once, in the same order; every run is printed (and written to ``--csv``), then the
-median, min and max ratio per variant. ``cat /proc/loadavg`` is printed at the start and end of
-every repeat: the machine is shared, so compare ratios within a run, not rates across runs.
+every variant once, in the same order (``--ab`` pairs swap places in even repeats), each after
+the broker has gone idle (noida-db works for seconds after any produce, such as the source's
+range stats, in proportion to all the records it stores); every run is printed (and written to
+``--csv``) with the CPU seconds the Spark processes (JVM and Python workers) and the broker used,
+then the median, min and max ratio per variant. ``/proc/loadavg`` is printed at the start and
+end of every repeat: the machine is shared, so compare ratios within a run, not rates across runs.
 """
 
 from __future__ import annotations
@@ -293,6 +296,21 @@ def _cpu_seconds(root_pids: list[int]) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _settle(broker_pids: list[int], idle_share: float = 0.1, step_s: float = 0.5, limit_s: float = 20.0) -> float:
+    """Wait until the broker uses less than ``idle_share`` of a core (noida-db keeps working for
+    seconds after a produce, e.g. the source's range stats: that work must not land on the next
+    run); returns the seconds waited."""
+    t0 = time.perf_counter()
+    if not broker_pids or _cpu_seconds(broker_pids) is None:
+        return 0.0
+    while time.perf_counter() - t0 < limit_s:
+        before = _cpu_seconds(broker_pids)
+        time.sleep(step_s)
+        if _cpu_seconds(broker_pids) - before < idle_share * step_s:
+            break
+    return time.perf_counter() - t0
+
+
 def _run(spark, kind: str, options: dict, bootstrap: str, topic: str, n: int, partitions: int,
          value_bytes: int) -> dict:
     """One timed query: seconds from start to end, rows/s, the rate inside micro-batches."""
@@ -392,21 +410,33 @@ def main(argv: list[str] | None = None) -> None:
                 _run(spark, *every[name], bs, "bench", *shape)
         for rep in range(1, args.repeat + 1):
             load_start = _loadavg()
+            _settle(broker_pids)
             raw_before = _raw_consume(bs, "bench", args.partitions, n)
             runs = {}
-            for name in names:
+            order = names
+            if args.ab and rep % 2 == 0:  # ab-X before X in odd repeats, after it in even ones
+                order = []
+                for name in names:
+                    if order and order[-1] == f"ab-{name}":
+                        order.insert(len(order) - 1, name)
+                    else:
+                        order.append(name)
+            for name in order:
+                _settle(broker_pids)
                 cpu0 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
                 runs[name] = _run(spark, *every[name], bs, "bench", *shape)
                 cpu1 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
                 runs[name]["spark_cpu_s"], runs[name]["broker_cpu_s"] = (
                     None if a is None or b is None or not pids else round(b - a, 2)
                     for a, b, pids in zip(cpu0, cpu1, (spark_pids, broker_pids)))
+            _settle(broker_pids)
             raw_after = _raw_consume(bs, "bench", args.partitions, n)
             raw = max(raw_before, raw_after)
             load_end = _loadavg()
             print(f"repeat {rep}: loadavg {load_start} -> {load_end}; raw confluent-kafka consume "
                   f"{raw_before:,.0f} / {raw_after:,.0f} rec/s (baseline {raw:,.0f})", flush=True)
-            for name, r in runs.items():
+            for name in names:
+                r = runs[name]
                 inb = r["in_batch_rows_per_s"]
                 print(f"  {name:14s} {r['rows_per_s']:10,.0f} rows/s  ratio {r['rows_per_s'] / raw:.2f}  "
                       f"{r['seconds']:6.2f} s  {r['batches']:3d} batch(es)"
