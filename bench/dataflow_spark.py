@@ -60,7 +60,7 @@ def operator_query(src):
     return apply_windowing(src, "CAST(key AS STRING)", VALUE, FixedWindows(60_000),
                            AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1)),
                            AccumulationMode.ACCUMULATING, allowed_lateness_ms=60_000,
-                           combiner=SumCombiner(), num_key_groups=2)
+                           aggregation=SumCombiner(), num_key_groups=2)
 
 
 def spark_query(src):

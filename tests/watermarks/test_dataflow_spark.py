@@ -1,4 +1,4 @@
-"""The Dataflow Spark operator end to end: Kafka → dataflow-kafka → apply_windowing → panes.
+"""The Dataflow Model on Spark end to end: Kafka → dataflow-kafka → apply_windowing → panes.
 
 Three micro-batches (one AvailableNow run each, all on one checkpoint, so every batch after the
 first starts from a restored state), then a crash simulated with ``forget_batches_from``: the last
@@ -12,27 +12,19 @@ batch is replayed from its offset log. Two queries run side by side on the same 
 The expected panes come from a pure :class:`watermarks.TriggerDriver` fed the same batches: the
 same elements in Kafka order, the watermark worked out from the records (min over the two
 partitions of their newest event time) and the processing time the source recorded in the
-offset log. Some panes are also checked by hand.
+offset log. Some panes are also checked by hand. Each key group's punctuation is its output
+watermark: the input watermark minus the allowed lateness.
 """
 
 from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from tests.support import BatchCollector, forget_batches_from, offset_log
-from watermarks import (
-    AccumulationMode,
-    AfterCount,
-    AfterProcessingTime,
-    AfterWatermark,
-    FixedWindows,
-    Sessions,
-    SumCombiner,
-    TriggerDriver,
-)
+from watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
+from windowing import FixedWindows, Sessions, SumCombiner
 
 
 T0 = 1_700_000_040_000  # a minute boundary; event times live in the JSON field "ts"
@@ -46,10 +38,10 @@ BATCHES = [
 ]
 
 CONFIGS = {
-    "fixed": dict(window_fn=FixedWindows(60_000),
+    "fixed": dict(windows=FixedWindows(60_000),
                   trigger=AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
                   accumulation_mode=AccumulationMode.ACCUMULATING, allowed_lateness_ms=60_000),
-    "sessions": dict(window_fn=Sessions(30_000),
+    "sessions": dict(windows=Sessions(30_000),
                      trigger=AfterWatermark(early=AfterProcessingTime(1_000), late=AfterCount(1)),
                      accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING,
                      allowed_lateness_ms=60_000),
@@ -58,13 +50,13 @@ CONFIGS = {
 VALUE = "CAST(get_json_object(CAST(value AS STRING), '$.score') AS LONG)"
 
 
-def pane_row(key, start, end, value, timing, index, first, last, retraction, ts, wm, pt):
-    return (key, start - T0, end - T0, value, timing, index, first, last, retraction, ts - T0, wm - T0, pt)
+def pane_row(key, start, end, value, timing, index, first, last, retraction, ts, pt):
+    return (key, start - T0, end - T0, value, timing, index, first, last, retraction, ts - T0, pt)
 
 
 def expected_panes(config: dict, processing_times: list[int]) -> list[dict]:
     """Per batch: {key: [pane rows in emission order]}, and per batch {key: dropped_late}."""
-    d = TriggerDriver(config["window_fn"], config["trigger"], config["accumulation_mode"],
+    d = TriggerDriver(config["windows"], config["trigger"], config["accumulation_mode"],
                       config["allowed_lateness_ms"], combiner=SumCombiner())
     newest: dict[int, int] = {}
     out = []
@@ -85,25 +77,25 @@ def expected_panes(config: dict, processing_times: list[int]) -> list[dict]:
         for p in panes:
             per_key.setdefault(p.key, []).append(pane_row(
                 p.key, p.start_ms, p.end_ms, float(p.value), p.timing.name, p.index, p.is_first,
-                p.is_last, p.is_retraction, p.timestamp_ms, wm, pt))
-        out.append({"panes": per_key, "dropped_late": drops})
+                p.is_last, p.is_retraction, p.timestamp_ms, pt))
+        out.append({"panes": per_key, "dropped_late": drops, "watermark": wm - T0 - config["allowed_lateness_ms"]})
     return out
 
 
 def observed(collector: BatchCollector, query: str) -> list[dict]:
     out = []
     for b in sorted(collector.batches):
-        rows = sorted((r for r in collector.batches[b] if r["query"] == query), key=lambda r: (r["key_group"], r["seq"]))
+        rows = [r for r in collector.batches[b] if r["query"] == query]
         per_key: dict[str, list] = {}
-        for r in rows:
-            if r["kind"] == "pane":
-                assert json.loads(r["value_json"]) == r["value"]
-                per_key.setdefault(r["key"], []).append(pane_row(
-                    r["key"], r["window_start_ms"], r["window_end_ms"], r["value"], r["timing"],
-                    r["pane_index"], r["is_first"], r["is_last"], r["is_retraction"], r["timestamp_ms"],
-                    r["watermark_ms"], r["processing_time_ms"]))
-        drops = {r["key"]: r["dropped_late"] for r in rows if r["kind"] == "dropped"}
-        out.append({"panes": per_key, "dropped_late": drops})
+        for r in sorted((r for r in rows if r["kind"] == "data"), key=lambda r: (r["partition"], r["offset"])):
+            per_key.setdefault(r["key"], []).append(pane_row(
+                r["key"], r["window_start_ms"], r["window_end_ms"], r["sum"], r["timing"], r["pane_index"],
+                r["is_first"], r["is_last"], r["is_retraction"], r["event_time_ms"], r["processing_time_ms"]))
+        drops = {r["dropped_key"]: r["dropped_count"] for r in rows
+                 if r["kind"] == "dropped" and r["dropped_reason"] == "late"}
+        marks = {r["punctuation_ms"] for r in rows if r["kind"] == "punctuation"}
+        assert len(marks) == 1, marks          # every key group forwards the same output watermark
+        out.append({"panes": per_key, "dropped_late": drops, "watermark": marks.pop() - T0})
     return out
 
 
@@ -121,8 +113,8 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
     # Both operators in one query (one plan, one checkpoint): a union of two independent branches.
     panes = None
     for name, cfg in CONFIGS.items():
-        branch = apply_windowing(src, "CAST(key AS STRING)", VALUE, combiner=SumCombiner(), num_key_groups=2,
-                                 **cfg).withColumn("query", F.lit(name))
+        branch = apply_windowing(src, "CAST(key AS STRING)", VALUE, aggregation=SumCombiner(), num_key_groups=2,
+                                 name=name, **cfg).withColumn("query", F.lit(name))
         panes = branch if panes is None else panes.unionByName(branch)
     ck, col = str(tmp_path / "ck"), BatchCollector()
 
@@ -137,7 +129,7 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
                               for k, p, t, v in batch])
         run()
     def canonical(batches):  # row order of collect() is not part of the contract
-        return {b: sorted(rows, key=lambda r: (r["query"], r["key_group"], r["seq"])) for b, rows in batches.items()}
+        return {b: sorted(rows, key=repr) for b, rows in batches.items()}
 
     first_attempt = canonical(col.batches)
     forget_batches_from(ck, len(BATCHES) - 1)  # crash during the last batch: replayed from its offsets
@@ -174,24 +166,3 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
     a2 = [(r[1], r[2], r[3], r[4], r[8]) for r in sessions[2]["panes"]["a"]]
     i = a2.index((5 * S, 70 * S, 24.0, "ON_TIME", True))
     assert a2[i + 1] == (5 * S, 70 * S, 34.0, "LATE", False)
-
-
-def test_run_batch_counts_late_and_null_values_and_keeps_kafka_order():
-    """The processor's per-batch step without Spark: drops are rows, never silent."""
-    from watermarks.spark import PANE_COLUMNS, run_batch
-
-    d = TriggerDriver(FixedWindows(10), AfterWatermark(early=AfterCount(2)), "discarding",
-                      combiner=SumCombiner())
-    data = pd.DataFrame({"dataflow_key": ["x", "y", None, "x", "x"], "dataflow_value": [1.0, None, 6.0, 2.0, 4.0],
-                         "event_time_ms": [3.0, 4.0, 6.0, 5.0, 25.0]})
-    rows = run_batch(d, data, watermark_ms=20, processing_time_ms=7, integral_values=True)
-    assert all(set(r) <= set(PANE_COLUMNS) for r in rows)
-    panes = [(r["key"], r["window_start_ms"], r["value_json"], r["timing"]) for r in rows if r["kind"] == "pane"]
-    # Kafka order 1, 2: the early pane holds 3 (integral values stay ints); discarding, the on-time
-    # pane (fires always) is empty: 0. The 4 at 25 waits in [20, 30).
-    # A null Kafka key is a key of its own (None): one element, no early pane; on time 6.
-    assert panes == [("x", 0, "3", "EARLY"), ("x", 0, "0", "ON_TIME"), (None, 0, "6", "ON_TIME")]
-    assert [(r["key"], r["dropped_null"], r["watermark_ms"]) for r in rows if r["kind"] == "dropped"] == [("y", 1, 20)]
-    late = pd.DataFrame({"dataflow_key": ["x"], "dataflow_value": [9.0], "event_time_ms": [1]})
-    rows = run_batch(d, late, watermark_ms=30, processing_time_ms=8, integral_values=True)
-    assert [(r["kind"], r["key"], r["dropped_late"]) for r in rows if r["kind"] == "dropped"] == [("dropped", "x", 1)]
