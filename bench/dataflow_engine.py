@@ -103,7 +103,7 @@ def run_engine(window_fn, elements, state_bytes: bool = False) -> tuple[float, d
     for p in out:
         final[(p.key, p.window.start_ms, p.window.end_ms)] = p.value
     assert driver.dropped_late == 0 and driver.dropped_closed == 0, (driver.dropped_late, driver.dropped_closed)
-    if window_fn.is_merging:  # keep only the final sessions: drop windows merged into larger ones
+    if driver.window_fn.is_merging:  # keep only the final sessions: drop windows merged into larger ones
         by_key: dict = {}
         for (k, s, e), v in final.items():
             by_key.setdefault(k, []).append((s, e, v))

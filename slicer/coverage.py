@@ -4,9 +4,10 @@ A query added while the operator runs reports the windows a fresh operator would
 the records the slices still hold (plus every later record), from its **coverage start** ``C``
 on: windows starting before ``C`` are never reported. The slices hold every accepted record
 with event time at or after ``H``: the first slice start once slices were evicted (section
-5.3), unbounded before, so ``C >= H``. The new query's first watermark emits all of its windows that ended
-and hold records (as a fresh operator's first watermark does); after that it behaves as any
-other query (updates within the allowed lateness).
+5.3), unbounded before, so ``C >= H``. At its first watermark the new query emits every window
+of it that ended and holds records: those that ended after the previous watermark as new
+windows, older ones as updates (``update=True``: the window ended at or before the previous
+watermark, as when a late record changes a window); after that it behaves as any other query.
 
 ``C`` per kind of query (the edge where partial aggregates stop being exact, else ``H``):
 

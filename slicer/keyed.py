@@ -36,9 +36,10 @@ tumbling and sliding windows only) cover what the table still holds, from a **co
 The table keeps each slice's newest record time, not its records: ``C`` is the first window
 start of the new query after its last edge ``e`` with ``slice start < e <= newest record`` in a
 held slice (adding ``TumblingWindow(2000)`` next to ``TumblingWindow(1000)``: no such edge), and
-never before the slices evicted so far (every accepted record from there on is in the table). The new query's first watermark emits all its ended windows with records (as a
-fresh operator's first watermark). See :mod:`slicer.coverage` for the per-key operator's rule,
-which also uses the records' times in a slice (so it covers at least as much).
+never before the slices evicted so far (every accepted record from there on is in the table).
+The new query's first watermark emits all its ended windows with records, those that ended by
+the previous watermark as updates. See :mod:`slicer.coverage` for the per-key operator's rule,
+which also uses the oldest record time of a slice (so it can cover more).
 """
 
 from __future__ import annotations
@@ -265,7 +266,8 @@ class KeyedSlicingOperator(WindowQueries):
         """Advance every key to watermark ``wm``: ``(keys, results)``, one row per window, the
         key of each row in an object array (rows ordered by key code, then end, query order,
         start); ``update`` as in the per-key operator; a query added since the last watermark
-        emits as at a first watermark. Afterwards keys left without slices are
+        emits every window that ended and holds records (updates: those that ended by the
+        previous watermark). Afterwards keys left without slices are
         forgotten (they behave exactly as new keys) and the other keys' codes may change."""
         names = [a.name for a in self.aggregations]
         prev = self.watermark
@@ -276,24 +278,24 @@ class KeyedSlicingOperator(WindowQueries):
             self._forget_idle_keys()
             return np.zeros(0, object), WindowResults.concat(names, [])
         lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
-        # windows (query index, start, end) ending in (prev, wm]: emitted if they hold records;
-        # a fresh query: every window ending by wm (as a first watermark)
-        lo = np.where(self.fresh, lo_data, lo_data if prev is None else max(prev, lo_data))
+        # windows (query index, start, end) ending in (prev, wm]: emitted if they hold records
+        lo = lo_data if prev is None else max(prev, lo_data)
         q, e = progression_points(self.slide, self._end_phase, lo,
                                   np.minimum(wm, hi_data + self.size))
         upd = np.zeros(e.size, bool)
-        if prev is not None:     # windows ending in (prev - lateness, prev]: updates if they got records
-            ulo = max(prev - self.allowed_lateness_ms, lo_data)
-            uq, ue = progression_points(self.slide, self._end_phase, ulo,
-                                        np.where(self.fresh, ulo, np.minimum(prev, hi_data + self.size)))
+        if prev is not None:     # windows ending in (prev - lateness, prev]: updates if they got records;
+            # a query added since the last watermark: every older window with records
+            ulo = np.where(self.fresh, lo_data, max(prev - self.allowed_lateness_ms, lo_data))
+            uq, ue = progression_points(self.slide, self._end_phase, ulo, np.minimum(prev, hi_data + self.size))
             q, e = np.concatenate([q, uq]), np.concatenate([e, ue])
             upd = np.concatenate([upd, np.ones(ue.size, bool)])
         s = e - self.size[q]
         if (self.start_at != _NO_LIMIT).any():
             covered = s >= self.start_at[q]
             q, s, e, upd = q[covered], s[covered], e[covered], upd[covered]
+        changed = upd & ~self.fresh[q]           # updates that need records since the last watermark
         self.fresh[:] = False
-        codes, results = self._windows(q, s, e, upd, names)
+        codes, results = self._windows(q, s, e, upd, names, changed)
         keys = object_array(self.keys)[codes]
         self.watermark = wm
         self.dirty[:] = False
@@ -311,8 +313,9 @@ class KeyedSlicingOperator(WindowQueries):
         self.keys = [k for k, u in zip(self.keys, used.tolist()) if u]
         self._codes = {k: i for i, k in enumerate(self.keys)}
 
-    def _windows(self, q, s, e, upd, names) -> tuple[np.ndarray, WindowResults]:
-        """Aggregates of every (key, window) pair that holds records (updates: new records)."""
+    def _windows(self, q, s, e, upd, names, changed) -> tuple[np.ndarray, WindowResults]:
+        """Aggregates of every (key, window) pair that holds records (``changed``: that got
+        records since the last watermark)."""
         keys = np.flatnonzero(np.bincount(self.kc, minlength=len(self.keys)))
         n_w = e.size
         if n_w == 0 or keys.size == 0:
@@ -333,7 +336,7 @@ class KeyedSlicingOperator(WindowQueries):
             w = np.tile(np.arange(n_w), chunk.size)
             lo = np.searchsorted(comp, (kk << shift) | (s[w] - base), "left")
             hi = np.searchsorted(comp, (kk << shift) | (e[w] - base), "left")
-            ok = np.where(upd[w], cdirty[hi] > cdirty[lo], cum[hi] > cum[lo])
+            ok = np.where(changed[w], cdirty[hi] > cdirty[lo], cum[hi] > cum[lo])
             found.append((kk[ok], w[ok], lo[ok], hi[ok]))
         kk, w, lo, hi = (np.concatenate([f[i] for f in found]) for i in range(4))
         order = np.lexsort((s[w], q[w], e[w], kk))

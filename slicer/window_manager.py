@@ -42,7 +42,7 @@ class Query:
 
     ``spec`` is what the user gave (a :mod:`windowing` window or a slicer-only one), ``window``
     its runtime (:func:`slicer.compile.compile_window`); ``fresh``: added while running and not
-    yet through a watermark (its first watermark emits as a fresh operator's, see
+    yet through a watermark (its first watermark emits every older window too, see
     :mod:`slicer.coverage`)."""
 
     id: str
@@ -92,21 +92,24 @@ class WindowManager:
         return WindowResults.concat(names, [p for p in parts if p is not None])
 
     def _emit_split(self, queries, mgr, prev, now, first_change, names, rank) -> list:
-        """Queries added since the last watermark emit as at a first watermark (no ``prev``)."""
+        """A query added since the last watermark emits every window that ended and holds
+        records: as an update if it ended at or before the previous watermark."""
         old = [q for q in queries if not q.fresh]
         new = [q for q in queries if q.fresh]
         return [self._emit_measure(old, mgr, prev, now, first_change, names, rank),
-                self._emit_measure(new, mgr, None, now, None, names, rank)]
+                self._emit_measure(new, mgr, prev, now, first_change, names, rank, fresh=True)]
 
-    def _emit_measure(self, queries, mgr, prev, now, first_change, names, rank) -> WindowResults | None:
+    def _emit_measure(self, queries, mgr, prev, now, first_change, names, rank,
+                      fresh: bool = False) -> WindowResults | None:
         if not queries:
             return None
         st = mgr.store
         span = (int(st.starts[0]), mgr.frontier + 1)
         fam = [i for i, q in enumerate(queries) if isinstance(q.window, PeriodicWindow)]
         rest = [i for i, q in enumerate(queries) if not isinstance(q.window, PeriodicWindow)]
-        blocks = [self._sliding_block([queries[i] for i in fam], mgr, prev, now, first_change, span)] if fam else []
-        blocks += [self._query_block(queries[i], mgr, prev, now, first_change, span) for i in rest]
+        blocks = ([self._sliding_block([queries[i] for i in fam], mgr, prev, now, first_change, span, fresh)]
+                  if fam else [])
+        blocks += [self._query_block(queries[i], mgr, prev, now, first_change, span, fresh) for i in rest]
         pos = np.concatenate([np.asarray(fam + rest, np.int64)[b[0]] if j == 0 and fam else
                               np.full(b[1].size, rest[j - bool(fam)], np.int64)
                               for j, b in enumerate(blocks)])
@@ -125,7 +128,7 @@ class WindowManager:
         order = np.array([rank[q.id] for q in queries], np.int64)[pos]
         return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi), order)
 
-    def _sliding_block(self, qs, mgr, prev, now, first_change, span):
+    def _sliding_block(self, qs, mgr, prev, now, first_change, span, fresh=False):
         """Tumbling and sliding queries, all at once: (query index, starts, ends, update)."""
         size = np.array([q.window.size for q in qs], np.int64)
         slide = np.array([q.window.slide for q in qs], np.int64)
@@ -139,7 +142,9 @@ class WindowManager:
         g, s, e = ends_in(span[0] if prev is None else max(prev, span[0]), now)
         upd = np.zeros(s.size, bool)
         if prev is not None:
-            if qs[0].measure is COUNT:
+            if fresh:                                   # every older window: the query is new
+                ug, us, ue = ends_in(span[0], prev)
+            elif qs[0].measure is COUNT:
                 ug, us, ue = ends_in(max(first_change, span[0]), prev) if first_change is not None else (g[:0], s[:0], e[:0])
             else:
                 ug, us, ue = ends_in(max(prev - self.allowed_lateness_ms, span[0]), prev)
@@ -149,12 +154,15 @@ class WindowManager:
             upd = np.concatenate((upd, np.ones(us.size, bool)))
         return g, s, e, upd
 
-    def _query_block(self, q, mgr, prev, now, first_change, span):
+    def _query_block(self, q, mgr, prev, now, first_change, span, fresh=False):
         """Any other query: (None, starts, ends, update)."""
         s, e = self._windows(q, mgr, span[0] if prev is None else max(prev, span[0]), now, span[1])
         upd = np.zeros(s.size, bool)
         if prev is not None:
-            us, ue = self._changed(q, mgr, prev, span[0], span[1], first_change)
+            if fresh:
+                us, ue = self._windows(q, mgr, span[0], prev, span[1])
+            else:
+                us, ue = self._changed(q, mgr, prev, span[0], span[1], first_change)
             s, e = np.concatenate((s, us)), np.concatenate((e, ue))
             upd = np.concatenate((upd, np.ones(us.size, bool)))
         return None, s, e, upd

@@ -109,7 +109,7 @@ class RefQuery:
     window: object
     emitted: dict                   # (start, end) -> tuple of seqs last emitted
     start_at: int | None = None     # coverage start: windows starting before it are not reported
-    fresh: bool = False             # added since the last watermark: emits as a fresh operator
+    fresh: bool = False             # added since the last watermark: emits every older window as an update
     since: int = 0                  # count windows: positions among the records with seq >= since
     cfront: int | None = None       # count windows: positions below the watermark at the last one
 
@@ -128,13 +128,14 @@ class Reference:
         """A query added at this point, reporting windows from ``start_at`` on. Count queries
         share one numbering of the records: the first count query numbers them from the next
         record on."""
-        since = 0
+        since, cfront = 0, None
         if _is_count(window):
             counting = [q for q in self.queries.values() if _is_count(q.window)]
             since = counting[0].since if counting else len(self.recs) + self.dropped
+            cfront = counting[0].cfront if counting else None
         elif not any(not _is_count(q.window) for q in self.queries.values()):
             self.time_since = len(self.recs) + self.dropped   # slide-by-tuple numbers from here
-        self.queries[qid] = RefQuery(window, {}, start_at, True, since)
+        self.queries[qid] = RefQuery(window, {}, start_at, True, since, cfront)
 
     def remove_query(self, qid):
         del self.queries[qid]
@@ -153,24 +154,24 @@ class Reference:
         recs = sorted(self.recs, key=lambda r: (r[1], r[2]))
         out = []
         for qid, q in self.queries.items():
-            prev = None if q.fresh else self.wm
+            prev = self.wm
             count = _is_count(q.window)
             mine = [r for r in recs if r[2] >= (q.since if count else self.time_since)]
             n_now = sum(1 for r in mine if r[1] < wm)
-            cfront = None if q.fresh else q.cfront
+            cfront = q.cfront
             for s, e, mem in ref_windows(q.window, mine):
                 if not mem or (q.start_at is not None and s < q.start_at):
                     continue
                 ids = tuple(r[2] for r in mem)
                 if count:
                     new = e <= n_now and (cfront is None or e > cfront)
-                    upd = cfront is not None and e <= cfront and q.emitted.get((s, e)) != ids
+                    upd = cfront is not None and e <= cfront and (q.fresh or q.emitted.get((s, e)) != ids)
                 else:
                     new = e <= wm and (prev is None or e > prev)
-                    upd = prev is not None and prev - self.allowed_lateness_ms < e <= prev and (
+                    upd = prev is not None and e <= prev and (q.fresh or prev - self.allowed_lateness_ms < e and (
                         any(i in self.since for i in ids)
                         or (isinstance(q.window, (SessionWindow, PunctuationWindow, SlideByTupleWindow))
-                            and (s, e) not in q.emitted))
+                            and (s, e) not in q.emitted)))
                 if new or upd:
                     q.emitted[(s, e)] = ids
                     out.append((qid, s, e, bool(upd), tuple(ref_aggregate(a, mem) for a in self.aggs)))

@@ -24,7 +24,7 @@ from windowing import (
 )
 
 
-@pytest.mark.parametrize("name", ["windowing", "windowing.windows", "windowing.aggregations"])
+@pytest.mark.parametrize("name", ["windowing", "windowing.windows", "windowing.aggregations", "windowing.commands"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0
