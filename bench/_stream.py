@@ -514,3 +514,49 @@ def _settle(queries, timeout_s: float = 20.0) -> None:
         if not any(q.status.get("isDataAvailable") and q.status.get("isTriggerActive") for q in queries):
             return
         time.sleep(0.1)
+
+
+# -- the same query shape without our stage code ------------------------------------------------------
+
+class FloorProcessor:
+    """A ``transformWithStateInPandas`` processor that only does what any stateful processor must:
+    read its key's state once, pass its rows on, write the state once (``floor_shape``)."""
+
+    def __new__(cls, *args, **kwargs):
+        from pyspark.sql.streaming import StatefulProcessor
+
+        class _Floor(StatefulProcessor):
+            def init(self, handle) -> None:
+                self.count = handle.getValueState("n", "n long")
+
+            def handleInputRows(self, key, rows, timerValues):
+                n = self.count.get()[0] if self.count.exists() else 0
+                for pdf in rows:
+                    n += len(pdf)
+                    yield pdf
+                self.count.update((n,))
+
+            def close(self) -> None:
+                pass
+
+        return _Floor()
+
+
+def floor_shape(key_groups: int = 4, rate: float = 10.0, record=None, source_options=None) -> Pipeline:
+    """Our source -> two chained ``transformWithStateInPandas`` processors that do nothing
+    (:class:`FloorProcessor`, ``key_groups`` groups each, a shuffle before each) -> sink rows: the
+    query shape of the inverted index without our stage code (no ingest step, no optimistic
+    processors), so what it costs is Spark's and the source's."""
+    def build(src, out_topic):
+        df = src.filter("kind = 'data'").selectExpr(f"CAST(pmod(hash(value), {key_groups}) AS INT) AS key_group",
+                                                     "value")
+        df = df.groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, value binary",
+                                                                 "Append", "None")
+        df = df.selectExpr(f"CAST(pmod(key_group + 1, {key_groups}) AS INT) AS key_group", "value")
+        df = df.groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, value binary",
+                                                                 "Append", "None")
+        return df.selectExpr("CAST(key_group AS STRING) AS key", "value")
+
+    base = passthrough(rate)
+    return Pipeline("two no-op transformWithStateInPandas", build, record or base.record, None,
+                    dict(source_options or base.source_options), rate, poisson=True)

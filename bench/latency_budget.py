@@ -12,13 +12,17 @@ gaps to a 2-partition topic, event time = send time minus 100 ms per partition, 
 stage, optimistic mode; ``spark_session()`` defaults on ``local[2]`` with ``--shuffle`` shuffle
 partitions; Spark's default trigger; embedded broker.
 
-Part 1 runs three queries at the same time in one session, each on its own input topic fed by
+Part 1 runs four queries at the same time in one session, each on its own input topic fed by
 its own trickle, and lets them take turns (``bench._stream.interleaved``: in each of ``--runs``
 cycles one query gets ``--phase`` seconds of input while the others' inputs are paused), so the
 differences between them are measured under the same background load:
 
 * ``source -> noop``: ``format("dataflow-kafka")`` data rows into ``noop`` (the floor: Spark's
   micro-batch and our source);
+* ``floor shape -> noop``: the same query shape without our stage code: the source's data rows,
+  two chained ``transformWithStateInPandas`` processors that only read and write their key
+  group's state once and pass the rows on, 4 key groups and a shuffle before each
+  (``bench._stream.floor_shape``), into ``noop``;
 * ``pipeline -> noop``: the pipeline into ``noop``;
 * ``pipeline -> sink``: the pipeline into the project's sink (a subclass whose tasks also time
   their ``write``: waiting for input rows, producing, flushing; the driver's commit logs them).
@@ -41,7 +45,9 @@ Derived per cycle:
 * ``rest of addBatch`` = addBatch - sum over operators of (allUpdates + allRemovals + commit), per
   batch, then the median: the source read, the stateless Python steps, shuffles, task scheduling
   and the sink's writes;
-* ``stages`` = median addBatch(pipeline -> noop) - median addBatch(source -> noop);
+* ``stages`` = median addBatch(pipeline -> noop) - median addBatch(source -> noop), split into
+  ``floor`` (floor shape -> noop minus source -> noop: Spark's two stateful operators) and ``our
+  stage code`` (pipeline -> noop minus floor shape -> noop);
 * ``sink`` = median addBatch(pipeline -> sink) - median addBatch(pipeline -> noop): the sink's
   own cost (the only difference between the two queries is where the rows go), except that a
   slower query's batches hold more rows under the default trigger (rows per batch are printed).
@@ -67,7 +73,7 @@ from datasource import sink as _sink  # noqa: E402
 from datasource.options import parse_sink_options  # noqa: E402
 from datasource.source import DataflowKafkaDataSource  # noqa: E402
 
-QUERIES = ("source -> noop", "pipeline -> noop", "pipeline -> sink")
+QUERIES = ("source -> noop", "floor shape -> noop", "pipeline -> noop", "pipeline -> sink")
 
 
 class _TimedIterator:
@@ -216,7 +222,9 @@ def budget(spark, bootstrap: str, pipeline: _stream.Pipeline, runs: int = 3, sec
                            sink_options={"timingLog": str(log_path)}), log_path
 
     sink_arm, sink_log = timed_arm("pipeline -> sink")
+    floor_pipe = _stream.floor_shape(rate=pipeline.rate, record=pipeline.record, source_options=pipeline.source_options)
     arms = [_stream.Arm("source -> noop", passthrough, "noop", checkpoint_base=checkpoint_base),
+            _stream.Arm("floor shape -> noop", floor_pipe, "noop", checkpoint_base=checkpoint_base),
             _stream.Arm("pipeline -> noop", pipeline, "noop", checkpoint_base=checkpoint_base), sink_arm]
     log(f"part 1: {' | '.join(QUERIES)} at the same time, taking turns ({runs} cycles of {phase_s:g} s of input each)")
     res_all = _stream.interleaved(spark, bootstrap, arms, runs, phase_s, warmup_s, log=log)
@@ -231,16 +239,20 @@ def budget(spark, bootstrap: str, pipeline: _stream.Pipeline, runs: int = 3, sec
         floor = res["source -> noop"]["triggerExecution"]
         sink_ms = res["pipeline -> sink"]["addBatch"] - res["pipeline -> noop"]["addBatch"]
         stages_ms = res["pipeline -> noop"]["addBatch"] - res["source -> noop"]["addBatch"]
+        spark_ops_ms = res["floor shape -> noop"]["addBatch"] - res["source -> noop"]["addBatch"]
+        ours_ms = res["pipeline -> noop"]["addBatch"] - res["floor shape -> noop"]["addBatch"]
         for q in QUERIES:
             s = res[q]
             out.append({"date": time.strftime("%Y-%m-%d %H:%M"), "part": "interleaved", "run": c,
                         "pipeline": pipeline.name, **{k: v for k, v in s.items() if k != "operators"},
                         **{f"op{j}_{f}": o[f] for j, o in enumerate(s["operators"]) for f in _stream.OPERATOR_FIELDS},
-                        "stages_ms": stages_ms, "sink_ms": sink_ms,
+                        "stages_ms": stages_ms, "sink_ms": sink_ms, "floor_ops_ms": spark_ops_ms,
+                        "our_stage_code_ms": ours_ms,
                         "ratio_vs_source_noop": s["triggerExecution"] / floor, "load": _stream.loadavg()})
             _log_run(log, f"cycle {c}", s, floor)
         t = res["pipeline -> sink"]
-        log(f"cycle {c}  derived: stages {stages_ms:.0f} ms, sink {sink_ms:.0f} ms per batch; inside the sink's "
+        log(f"cycle {c}  derived: stages {stages_ms:.0f} ms (two no-op stateful operators {spark_ops_ms:.0f}, our "
+            f"stage code on top {ours_ms:.0f}), sink {sink_ms:.0f} ms per batch; inside the sink's "
             f"write() per batch: {t['sink_records']:.0f} records, {t['sink_tasks']:.0f} task(s), wall "
             f"{t['sink_wall_ms']:.0f} = waiting for input {t['sink_wait_ms']:.0f} + producing "
             f"{t['sink_produce_ms']:.0f} + flush {t['sink_flush_ms']:.0f} ms")
@@ -282,7 +294,9 @@ def print_budget(rows: list[dict], log: Callable[[str], None] = print) -> None:
             log(f"  {'operator %d %s' % (j + 1, f):34s}" + "".join(f"{med(q, f'op{j}_{f}'):26.0f}" for q in queries))
     log(f"  {'addBatch - operators':34s}" + "".join(f"{med(q, 'rest_of_addBatch'):26.0f}" for q in queries))
     log(f"  {'rows per batch':34s}" + "".join(f"{med(q, 'rows_per_batch'):26.1f}" for q in queries))
-    log(f"  stages (pipeline->noop - source->noop addBatch) {med('pipeline -> sink', 'stages_ms'):.0f}; "
+    log(f"  stages (pipeline->noop - source->noop addBatch) {med('pipeline -> sink', 'stages_ms'):.0f}, of which "
+        f"two no-op stateful operators (floor shape->noop - source->noop) {med('pipeline -> sink', 'floor_ops_ms'):.0f} "
+        f"and our stage code (pipeline->noop - floor shape->noop) {med('pipeline -> sink', 'our_stage_code_ms'):.0f}; "
         f"sink (pipeline->sink - pipeline->noop addBatch) {med('pipeline -> sink', 'sink_ms'):.0f}")
     for q in ("pipeline -> sink", "pipeline -> sink (alone)"):
         log(f"  inside the sink's write() ({q}, summed over a batch's tasks): "
