@@ -93,8 +93,9 @@ def _v(x):
         return None
     if hasattr(x, "item"):
         x = x.item()
-    if isinstance(x, float):
-        return round(x, 9)
+    if isinstance(x, float):                    # a column with nulls in a batch turns ints to floats
+        x = round(x, 9)
+        return int(x) if x.is_integer() else x
     if isinstance(x, (bytes, bytearray)):
         return bytes(x)
     if isinstance(x, list):
