@@ -31,20 +31,11 @@ Example
 [('sliding', -500, 500, 3.0), ('session', 100, 500, 3.0), ('sliding', 0, 1000, 6.0),
  ('session', 900, 1200, 3.0), ('sliding', 500, 1500, 3.0)]
 
-Notes for a Spark adapter (``slicer/spark.py``, not part of the engine)
---------------------------------------------------------------------------
-The adapter is :func:`slicer.spark.slice_windows` (also ``slicer.slice_windows``, imported
-lazily: ``import slicer`` does not import pyspark). How it follows these notes:
-
-* Keep one configured operator as a template per processor; per key (or key group) store
-  ``op.to_bytes(include_config=False)`` in state and restore with
-  ``SlicingWindowOperator.from_bytes(blob, like=template)`` - one state read and write per
-  key per micro-batch.
-* Feed each key's rows of a micro-batch with one ``process_elements(values, event_time_ms)``
-  call, then ``process_watermark_columns(wm)`` (columnar results turn into a pandas frame
-  without a row loop). Event-time progress: the source's punctuations (or Spark's watermark).
-* ``dropped_late`` counts records later than the allowed lateness; surface it as a metric.
-* State size: slices (not records) unless ``stores_records`` (see :mod:`slicer.decision`).
+On Spark
+--------
+:class:`slicer.stage.SlicerStage` runs this engine per key group in the stage layer
+(``docs/stages.md``); :func:`slicer.spark.slice_windows` (also ``slicer.slice_windows``, imported
+lazily: ``import slicer`` does not import pyspark) is the one-stage pipeline.
 """
 
 from slicer.context_windows import (
@@ -70,7 +61,7 @@ __all__ = [
 
 def __getattr__(name):
     # The Spark operator imports pyspark; load it only when asked for (``import slicer`` stays Spark-free).
-    if name in ("slice_windows", "SlicingProcessor"):
+    if name == "slice_windows":
         from slicer import spark
 
         return getattr(spark, name)

@@ -1,6 +1,6 @@
 """All keys of a key group at once: one table of (key, slice) partial aggregates.
 
-:class:`~slicer.spark.SlicingProcessor` keeps one :class:`~slicer.SlicingWindowOperator` per
+:class:`~slicer.stage.SlicerStage` can keep one :class:`~slicer.SlicingWindowOperator` per
 key, which costs about 1 ms of Python per key and micro-batch whatever the key's record count:
 with thousands of keys per key group that, not the records, is the bill. For the workload where
 it is possible, :class:`KeyedSlicingOperator` does the same work for every key of the group in a
@@ -19,10 +19,10 @@ fixed number of numpy calls:
 The table holds one row per (key, slice) with records, sorted by (key, slice start). Window
 aggregates are combined from the slices they cover (section 5.3 step 3) for all keys and windows
 in one pass. :meth:`KeyedSlicingOperator.supports` says whether an operator's configuration
-qualifies; :class:`~slicer.spark.SlicingProcessor` uses this class then, else one operator per key.
+qualifies; :class:`~slicer.stage.SlicerStage` uses this class then, else one operator per key.
 
 Semantics are exactly those of one :class:`~slicer.SlicingWindowOperator` per key driven as the
-Spark processor drives them (tested against it with hypothesis, ``tests/slicer/test_slicer_keyed.py``):
+stage drives them (tested against it with hypothesis, ``tests/slicer/test_slicer_keyed.py``):
 all keys share the group's watermark (a key seen for the first time starts at it); records with
 ``ts < watermark - allowed_lateness_ms`` are dropped and counted per key; on watermark ``w`` after ``p``
 a key emits its windows with ``p < end <= w`` that hold records, and, as updates, its windows with

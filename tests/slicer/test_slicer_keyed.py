@@ -1,5 +1,5 @@
 """KeyedSlicingOperator (all keys at once) against one SlicingWindowOperator per key, driven the way
-slicer.spark.SlicingProcessor drives them, for random keyed streams and watermarks (hypothesis)."""
+slicer.stage.SlicerStage drives them, for random keyed streams and watermarks (hypothesis)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _template(windows, aggs, lateness) -> SlicingWindowOperator:
 
 
 def _reference_batch(engines: dict, template, records, prev_wm, wm):
-    """One micro-batch through per-key operators, as SlicingProcessor.on_batch does."""
+    """One micro-batch through per-key operators, as SlicerStage.process does."""
     touched: dict = {}
     for key in dict.fromkeys(k for k, _, _ in records):
         op = engines.get(key)
@@ -190,17 +190,15 @@ def test_slice_start_is_the_latest_edge_in_chunks(monkeypatch):
     assert np.array_equal(op.slice_start(ts), want)
 
 
-def test_processor_refuses_a_state_of_the_other_path():
+def test_stage_refuses_a_state_of_the_other_path():
     """A checkpoint written by one engine per key is refused (clearly) by the keyed path and the
     other way round, e.g. after the windows or aggregations of a query changed."""
-    from slicer.spark import SlicingProcessor, output_columns
+    from slicer.stage import SlicerStage
 
-    keyed = SlicingProcessor(_template([TumblingWindow(10)], [Sum], 0), ["key"],
-                             output_columns([("key", "string")], [Sum()]))
-    per_key = SlicingProcessor(_template([SessionWindow(10)], [Sum], 0), ["key"],
-                               output_columns([("key", "string")], [Sum()]))
+    keyed = SlicerStage(key="k", value="v", windows=[TumblingWindow(10)], aggregations=[Sum()], name="w")
+    per_key = SlicerStage(key="k", value="v", windows=[SessionWindow(10)], aggregations=[Sum()], name="w")
     assert keyed.keyed and not per_key.keyed
-    with pytest.raises(ValueError, match="unknown format .*SKG2.*expected b'SKK1'"):
-        keyed.load(per_key.dump(per_key.load(None)))
-    with pytest.raises(ValueError, match="unknown format .*SKK1.*expected b'SKG2'"):
-        per_key.load(keyed.dump(keyed.load(None)))
+    with pytest.raises(ValueError, match="holds the per-key slicing state, this configuration needs the other"):
+        keyed.load_state(per_key.dump_state(per_key.new_state()))
+    with pytest.raises(ValueError, match="holds the keyed slicing state, this configuration needs the other"):
+        per_key.load_state(keyed.dump_state(keyed.new_state()))

@@ -1,4 +1,4 @@
-"""slice_windows end to end: Kafka → dataflow-kafka source → key groups → slicing processor.
+"""slice_windows end to end: Kafka → dataflow-kafka source → key groups → SlicerStage.
 
 The reference is the pure engine fed with the same input: the test reads the micro-batch
 boundaries (end offset per partition) from the query's offset log, feeds
@@ -63,9 +63,10 @@ def _flat(values) -> tuple:
     return tuple(x for v in values for x in (v if isinstance(v, tuple) else (v,)))
 
 
-def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> dict:
-    """``{batch: sorted rows}`` of the pure engine, batches cut as in the offset log."""
-    from watermarks.punctuation import PunctuationTracker
+def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> tuple[dict, dict]:
+    """``{batch: sorted rows}`` of the pure engine, batches cut as in the offset log, and
+    ``{batch: low watermark}``."""
+    from keygroups import PunctuationTracker
 
     by_part: dict[int, list] = {}
     for m in records:
@@ -74,6 +75,7 @@ def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> d
     tracker = PunctuationTracker()
     done = {p: 0 for p in range(PARTITIONS)}
     out: dict[int, list] = {}
+    marks: dict[int, int | None] = {}
     for b in batches:
         log = offset_log(checkpoint, b)
         (parts,) = log["partitions"].values()
@@ -99,30 +101,42 @@ def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> d
             for r in good:          # record at a time: the Spark side uses process_elements
                 op.process_element(float(r["amount"]), r["ts"])
             late, nulls = op.dropped_late - before, len(recs) - len(good)
-            if late or nulls:
-                rows.append(("dropped", k, late, nulls))
+            rows += [("dropped", k, why, n) for why, n in (("late", late), ("null", nulls)) if n]
         if wm is not None:
             for k, op in engines.items():
                 for r in op.process_watermark(wm):
                     rows.append(("window", k, r.query_id, r.start, r.end, r.update, *_flat(r.values)))
         out[b] = sorted(rows, key=repr)
-    return out
+        marks[b] = wm
+    return out, marks
 
 
 def _spark_rows(collector: BatchCollector, aggs) -> dict:
-    from slicer.spark import _agg_columns
+    """Window and dropped rows of each batch; every key group's punctuation is checked to be
+    its output watermark (the input watermark minus the allowed lateness) on the way."""
+    from windowing.rows import aggregation_columns
 
-    cols = [c for c, _ in _agg_columns(aggs)]
+    cols = [c for c, _ in aggregation_columns(aggs)]
     out = {}
     for b, rows in collector.batches.items():
         conv = []
         for r in rows:
             if r["kind"] == "dropped":
-                conv.append(("dropped", r["key"], r["late_records"], r["null_records"]))
-            else:
-                conv.append(("window", r["key"], r["query_id"], r["window_start"], r["window_end"], r["update"],
-                             *(r[c] for c in cols)))
+                conv.append(("dropped", r["dropped_key"], r["dropped_reason"], r["dropped_count"]))
+            elif r["kind"] == "data":
+                assert r["event_time_ms"] >= r["window_end_ms"] - 1 and r["measure"] == "time"
+                conv.append(("window", r["key"], r["query_id"], r["window_start_ms"], r["window_end_ms"],
+                             r["update"], *(r[c] for c in cols)))
         out[b] = sorted(conv, key=repr)
+    return out
+
+
+def _output_watermarks(collector: BatchCollector) -> dict:
+    out = {}
+    for b, rows in collector.batches.items():
+        marks = {r["punctuation_ms"] for r in rows if r["kind"] == "punctuation"}
+        assert len(marks) == 1, marks
+        out[b] = marks.pop()
     return out
 
 
@@ -186,18 +200,13 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     got = _spark_rows(out, aggs)
     assert _same(got[last], before)
 
-    expected = _reference(kafka.consume_all(topic), ck, batches, windows, aggs)
+    expected, marks = _reference(kafka.consume_all(topic), ck, batches, windows, aggs)
     for b in batches:
         assert _same(got[b], expected[b]), f"batch {b}:\n{got[b]}\n!=\n{expected[b]}"
+    assert _output_watermarks(out) == {b: marks[b] - LATENESS for b in batches}
     windows = [r for b in batches for r in got[b] if r[0] == "window"]
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]
     assert any(r[5] for r in windows)                                      # updates from late records
     assert {r[2] for r in windows} == {str(i) for i in range(len(CONFIGS[config][0]))}   # query ids: the index
-    assert sum(r[2] for r in drops) > 0 and sum(r[3] for r in drops) == len(range(0, 800, 151))
-
-
-def test_processor_class_must_be_a_slicing_processor():
-    from slicer.spark import slice_windows
-
-    with pytest.raises(TypeError, match="processor_class must be a SlicingProcessor subclass, got <class 'dict'>"):
-        slice_windows(None, "key", [TumblingWindow(1_000)], [Sum()], processor_class=dict)
+    late = sum(r[3] for r in drops if r[2] == "late")
+    assert late > 0 and sum(r[3] for r in drops if r[2] == "null") == len(range(0, 800, 151))
