@@ -25,12 +25,15 @@ Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size 
 Both runs emit the windows the watermark closed; the output row counts are printed (Spark's
 append mode holds back windows its watermark has not passed at the end of the run).
 
-Floor (on by default, ``--no-floor`` skips it): the slicer's plan exactly (key groups, packing, the
-``transformWithStateInPandas`` operator) but with a processor that only takes its rows and reads
-and writes its key group's state once (``NoopSlicingProcessor``), run alternating with the other two at the first
-window count. It is what a ``transformWithStateInPandas`` operator costs here before any work; it
-does not depend on the number of windows. ``floor/spark`` is the best ratio any processor in this
-plan could reach against Spark's native aggregation.
+Floor (on by default, ``--no-floor`` skips it): the slicer's query exactly (the same one-stage
+``keygroups.Pipeline`` as ``slice_windows``: key groups, packing, the ``transformWithStateInPandas``
+operator and its per-key-group framework work: unpacking, splitting rows by kind, folding
+punctuations, one read and write of the key group's state) but with a stage whose ``process``
+does no slicing (``NoopSlicerStage``, a ``slicer.stage.SlicerStage`` subclass: its state is empty,
+it emits no rows and passes the input watermark on), run alternating with the other two at the
+first window count. It is what this plan costs before any stage work; it does not depend on the
+number of windows. ``floor/spark`` is the best ratio any stage in this plan could reach against
+Spark's native aggregation.
 
 Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]
 [--max-offsets M] [--repeat R] [--no-floor]``
@@ -39,6 +42,7 @@ Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K]
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -85,30 +89,49 @@ def _source(spark, bootstrap: str, topic: str, max_offsets: int):
 VALUE = "get_json_object(CAST(value AS STRING), '$.v')"
 
 
-def _noop_processor_class():
-    from slicer.spark import SlicingProcessor
+def _noop_stage_class():
+    from keygroups import StageOutput
+    from slicer.stage import SlicerStage
 
-    class NoopSlicingProcessor(SlicingProcessor):
-        """What any stateful processor in this plan must do: take its input rows and read and
-        write its key group's state once. Nothing is unpacked, computed or emitted."""
+    class NoopSlicerStage(SlicerStage):
+        """The slicer stage's inputs, key and output columns, doing no slicing: what any stage in
+        this plan gets for free (the operator still unpacks its rows, folds the punctuations and
+        reads and writes the key group's state once). Its own state is empty; it emits no rows
+        and passes the input watermark on."""
 
-        def handleInputRows(self, key, rows, timerValues):
-            for _ in rows:
-                pass
-            self._state.get()
-            self._state.update((b"", b""))
-            return iter(())
+        def new_state(self):
+            return None
 
-    return NoopSlicingProcessor
+        def dump_state(self, state) -> bytes:
+            return b""
+
+        def load_state(self, blob: bytes):
+            return None
+
+        def process(self, state, batch):
+            return StageOutput(None, batch.watermark_ms)
+
+    return NoopSlicerStage
 
 
 def slicer_query(src, specs, floor: bool = False):
+    """The slicer's query: ``slice_windows``, or (``floor``) the same one-stage pipeline with
+    :class:`NoopSlicerStage` in place of the ``SlicerStage`` it builds."""
+    from keygroups import Pipeline
     from slicer import SlidingWindow, Sum
     from slicer.spark import slice_windows
 
-    return slice_windows(src, "CAST(key AS STRING)", [SlidingWindow(s, d) for s, d in specs], [Sum()],
-                         value=VALUE, num_key_groups=KEY_GROUPS, allowed_lateness_ms=LATENESS_MS,
-                         processor_class=_noop_processor_class() if floor else None)
+    windows = [SlidingWindow(s, d) for s, d in specs]
+    if not floor:
+        return slice_windows(src, "CAST(key AS STRING)", windows, [Sum()], value=VALUE,
+                             num_key_groups=KEY_GROUPS, allowed_lateness_ms=LATENESS_MS)
+    # everything else as slice_windows passes it by default (name, store, idle timeout, packing, ...)
+    d = {k: p.default for k, p in inspect.signature(slice_windows).parameters.items() if p.default is not p.empty}
+    stage = _noop_stage_class()(key="CAST(key AS STRING)", value=VALUE, windows=windows, aggregations=[Sum()],
+                                allowed_lateness_ms=LATENESS_MS, num_key_groups=KEY_GROUPS,
+                                stream_order=d["stream_order"], store=d["store"],
+                                output_watermark=d["output_watermark"], name=d["name"])
+    return Pipeline([stage]).apply(src, idle_timeout_ms=d["idle_timeout_ms"], pack_source=d["pack_source"])
 
 
 def spark_query(src, specs):
@@ -162,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="run each pair (slicer, Spark) this often, alternating; report the median run of each")
     ap.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: records/2)")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
-                    help="skip the floor run (the slicer's plan with a processor that computes nothing)")
+                    help="skip the floor run (the slicer's plan with a stage that computes nothing)")
     args = ap.parse_args(argv)
     n = args.records or (30_000 if args.quick else 200_000)
     max_offsets = args.max_offsets or (n if args.quick else max(1, n // 2))
@@ -220,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
                       + "; spark " + " ".join(f"{r[1]['s']:.1f}" for r in runs)
                       + ("; floor " + " ".join(f"{r[2]['s']:.1f}" for r in runs) if with_floor else ""), flush=True)
         if floor is not None:
-            print(f"floor (the slicer's plan, processor computing nothing; {floor['windows']} window runs): "
+            print(f"floor (the slicer's plan, stage computing nothing; {floor['windows']} window runs): "
                   f"{floor['floor_rows_s']:,.0f} rows/s, {floor['floor_s']:.1f} s, planning {floor['floor_planning_s']:.1f} s; "
                   f"floor/spark {floor['floor_over_spark']:.2f}, slicer/floor {floor['slicer_over_floor']:.2f}", flush=True)
         print(f"load avg after: {os.getloadavg()[0]:.1f}")
