@@ -183,12 +183,13 @@ def passthrough(rate: float = 20.0) -> Pipeline:
 
 
 def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rate: float = 10.0,
-                   output_partitions: int = 2) -> Pipeline:
+                   output_partitions: int = 2, fused: bool = False) -> Pipeline:
     """Today's optimistic inverted index, as ``bench/latency_experiment.py`` drives it: documents of
     synthetic Zipf text, event time = send time minus ``partition * skew_ms``, ``stages``
-    order-sensitive stages, ``key_groups`` key groups per stage, one barrier."""
+    order-sensitive stages, ``key_groups`` key groups per stage, one barrier. ``fused``: stages
+    keyed by the same key run in one operator (``inverted_index_same_key``)."""
     from optimistic.spark import build_pipeline
-    from optimistic.workload import generate_documents, inverted_index_stages
+    from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
     docs = generate_documents(500, vocabulary_size=2000, words_per_doc=(10, 30), seed=1)
     stage_list = inverted_index_stages(stages)
@@ -199,7 +200,8 @@ def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rat
 
     def build(src, out_topic):
         return build_pipeline(src, stage_list, output_topic=out_topic, mode="optimistic", key_groups=key_groups,
-                              decode=decode, output_partitions=output_partitions)
+                              decode=decode, output_partitions=output_partitions,
+                              fuse_same_key=inverted_index_same_key(stages) if fused else False)
 
     def record(i, send_s, part):
         return None, json.dumps({"ts": int(send_s * 1000) - part * skew_ms, "id": i,

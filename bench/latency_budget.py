@@ -134,6 +134,7 @@ class TimedSink(DataflowKafkaDataSource):
 PIPELINES: dict[str, Callable[[], _stream.Pipeline]] = {
     "inverted_index": lambda: _stream.inverted_index(stages=2),
     "inverted_index_1": lambda: _stream.inverted_index(stages=1),
+    "inverted_index_fused": lambda: _stream.inverted_index(stages=2, fused=True),
 }
 
 

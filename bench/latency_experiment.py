@@ -16,7 +16,11 @@ see late documents and optimism has to repair them.
 
 Variants (one Spark streaming query each, ``optimistic.spark.build_pipeline``):
 
-- ``optimistic``: stages at once, one barrier at the sink waiting on the source's punctuations.
+- ``optimistic``: stages at once, one barrier at the sink waiting on the source's punctuations;
+  every order-sensitive stage is its own ``transformWithStateInPandas`` operator.
+- ``fused``: the same, with consecutive stages keyed by the same key (the word: postings, then
+  milestones) in one operator (``fuse_same_key``, the stage layer's fusion), which Spark's native
+  plan cannot do: one shuffle, state round trip and commit fewer per micro-batch.
 - ``buffered``: a sort buffer before each order-sensitive stage, released by the same punctuations.
 - ``native``: what a Spark user writes today: ``withWatermark("event_time", delay)`` and
   event-time timers in each stage (``timeMode="EventTime"``); ``delay`` = ``(P-1) * skew + 200``
@@ -56,10 +60,10 @@ addBatch parts, batches without input rows, rows dropped by Spark's watermark. W
 target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them. ``--quick``
 writes ``bench/out/latency-quick.csv`` and its figures to ``bench/out/`` (not the README's).
 
-Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 3 variants: 2
-stages at 10 docs/s, 2:2, default trigger; stages 1 and 3; 4 and 30 docs/s; 4:4; 5 s and 15 s
-triggers; about 20 minutes on an idle 2-core machine), ``--quick`` for a check (2 points, 6
-runs). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db broker
+Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 4 variants, no
+``fused`` run at one stage: 2 stages at 10 docs/s, 2 Kafka partitions and 1 shuffle partition
+(``spark_session()``'s local default), default trigger; stages 1 and 3; 4 and 30 docs/s; 4:2; 5 s
+and 15 s triggers), ``--quick`` for a check (2 points). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db broker
 starts.
 """
 
@@ -86,9 +90,9 @@ sys.path.insert(0, str(ROOT))
 from optimistic import Meta, run_local  # noqa: E402
 from optimistic.spark import build_pipeline, read_metrics  # noqa: E402
 from bench.native_baseline import build_native  # noqa: E402
-from optimistic.workload import generate_documents, inverted_index_stages  # noqa: E402
+from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages  # noqa: E402
 
-VARIANTS = ("optimistic", "buffered", "native")
+VARIANTS = ("optimistic", "fused", "buffered", "native")
 
 
 def decode_doc(value: bytes):
@@ -213,9 +217,11 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         out = build_native(src, stages, output_topic=out_topic, key_groups=key_groups, decode=decode_doc,
                            output_partitions=shuffle, native_delay_ms=delay)
     else:
-        out = build_pipeline(src, stages, output_topic=out_topic, mode=variant, key_groups=key_groups,
-                             decode=decode_doc, metrics_topic=metrics_topic if variant == "optimistic" else None,
-                             output_partitions=shuffle)
+        optimistic = variant in ("optimistic", "fused")
+        out = build_pipeline(src, stages, output_topic=out_topic, mode="optimistic" if optimistic else variant,
+                             key_groups=key_groups, decode=decode_doc,
+                             metrics_topic=metrics_topic if optimistic else None, output_partitions=shuffle,
+                             fuse_same_key=inverted_index_same_key(stages_n) if variant == "fused" else False)
     ck = tempfile.mkdtemp(prefix="latency-ck-")
     watcher = OutputWatcher(bootstrap, out_topic)
     watcher.start()
@@ -278,7 +284,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         return lat[min(len(lat) - 1, int(math.ceil(q_ / 100 * len(lat))) - 1)] if lat else float("nan")
 
     m = None
-    if variant == "optimistic":
+    if variant in ("optimistic", "fused"):
         from tests.support import KafkaHelper
 
         m = read_metrics(KafkaHelper(bootstrap).consume_all(metrics_topic))
@@ -402,7 +408,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-COLORS = {"optimistic": "tab:blue", "buffered": "tab:green", "native": "tab:red"}
+COLORS = {"optimistic": "tab:blue", "fused": "tab:purple", "buffered": "tab:green", "native": "tab:red"}
 
 
 def _by(results: list[Result]) -> dict[tuple[str, Point], Result]:
@@ -462,7 +468,7 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
                  fontsize=10)
     for ax, (f, pts) in zip(axes, pans):
         xs = range(len(pts))
-        for v, mk in (("optimistic", "o"), ("buffered", "x")):
+        for v, mk in (("optimistic", "o"), ("fused", "s"), ("buffered", "x")):
             p50 = [by[(v, p)].p50_ms / by[("native", p)].p50_ms if (v, p) in by and ("native", p) in by
                    else float("nan") for p in pts]
             p99 = [by[(v, p)].p99_ms / by[("native", p)].p99_ms if (v, p) in by and ("native", p) in by
@@ -507,14 +513,14 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a small check: 2 stages, 8 docs/s, 2:2, "
+    ap.add_argument("--quick", action="store_true", help="a small check: 2 stages, 8 docs/s, 2:1, "
                     "default and 5 s triggers, 12 s measured per run")
     ap.add_argument("--design", choices=("sweep", "full"), default="sweep",
                     help="sweep: the base point (first value of every list) and one factor varied at a "
                     "time; full: every combination")
     ap.add_argument("--stages", type=int, nargs="+", choices=(1, 2, 3), help="order-sensitive stages")
     ap.add_argument("--rates", type=float, nargs="+", help="documents per second")
-    ap.add_argument("--levels", nargs="+", help="parallelism levels as KAFKA:SHUFFLE partitions, e.g. 2:2 4:4")
+    ap.add_argument("--levels", nargs="+", help="parallelism levels as KAFKA:SHUFFLE partitions, e.g. 2:1 4:2")
     ap.add_argument("--trigger-ms", type=int, nargs="+", help="processing-time trigger; 0 = Spark's default")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--skew-ms", type=int, default=100, help="event-time lag added per Kafka partition")
@@ -541,13 +547,14 @@ def main(argv=None) -> int:
         return report(*_read(Path(args.out)), args)
     args.stages = args.stages or ([2] if args.quick else [2, 1, 3])
     args.rates = args.rates or ([8] if args.quick else [10, 4, 30])
-    args.levels = args.levels or (["2:2"] if args.quick else ["2:2", "4:4"])
+    args.levels = args.levels or (["2:1"] if args.quick else ["2:1", "4:2"])
     args.trigger_ms = args.trigger_ms or ([0, 5000] if args.quick else [0, 5000, 15000])
     args.warmup = args.warmup if args.warmup is not None else (4 if args.quick else 6)
     args.duration = args.duration if args.duration is not None else (12 if args.quick else 15)
     levels = [tuple(int(x) for x in lv.split(":")) for lv in args.levels]
     points = grid(args.stages, args.rates, levels, args.trigger_ms, args.design)
-    runs = [(p, v) for p in points for v in args.variants]
+    runs = [(p, v) for p in points for v in args.variants
+            if not (v == "fused" and p.stages == 1)]           # one stage: nothing to fuse
     estimate = sum(_estimate_s(p, args) for p, _ in runs) + (0 if args.no_session_warmup else 60)
     print(f"{len(points)} points x {len(args.variants)} variants = {len(runs)} runs, about "
           f"{estimate / 60:.0f} min on an idle 2-core machine", flush=True)
@@ -636,11 +643,14 @@ def report(results: list[Result], lats: dict, args) -> int:
     print("point: optimistic/native p50, p99 (model p50 from batch durations) | replay ratio | "
           "mean batch s optimistic, native")
     for p in dict.fromkeys(point_of(r) for r in results):
-        o, n = by.get(("optimistic", p)), by.get(("native", p))
+        o, f, n = by.get(("optimistic", p)), by.get(("fused", p)), by.get(("native", p))
         if o and n:
+            fused = (f"; fused {f.p50_ms / n.p50_ms:.2f}, {f.p99_ms / n.p99_ms:.2f} "
+                     f"(p50 {f.p50_ms / 1000:.2f} s, p99 {f.p99_ms / 1000:.2f} s, batch {f.batch_ms_mean / 1000:.2f} s)"
+                     if f else "")
             print(f"  {p.stages} stages, {p.rate:g} docs/s, {p.level}, trigger {_trigger_name(p.trigger_ms)}: "
                   f"{o.p50_ms / n.p50_ms:.2f}, {o.p99_ms / n.p99_ms:.2f} (model {model_ratio(o, n):.2f}) | "
-                  f"{o.replay_ratio} | {o.batch_ms_mean / 1000:.1f}, {n.batch_ms_mean / 1000:.1f}")
+                  f"{o.replay_ratio} | {o.batch_ms_mean / 1000:.2f}, {n.batch_ms_mean / 1000:.2f}{fused}")
     return 0
 
 

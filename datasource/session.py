@@ -25,8 +25,15 @@ Measured and not set: ``spark.sql.streaming.stateStore.rocksdb.trackTotalNumberO
 ``numRowsTotal`` metric), ``spark.sql.streaming.checkpoint.fileChecksum.enabled=false`` (no
 measured effect; Spark 4.3 documents the checksums as enabled only with
 ``spark.sql.streaming.stateStore.checkpointFormatVersion`` >= 2, default 1; turning them off
-removes the detection of corrupted checkpoint files), and a checkpoint location on tmpfs (a small gain, but the
-checkpoint is lost with the machine: a durability choice for the user, never a default).
+removes the detection of corrupted checkpoint files), and a checkpoint location on tmpfs (no
+measured effect, and the checkpoint is lost with the machine: a durability choice for the user,
+never a default).
+
+On local masters the Python workers start through a small wrapper
+(:func:`python_without_pyspark_zip`): it takes pip-installed pyspark's ``pyspark.zip`` off
+``PYTHONPATH`` (the zip has no byte code, so every worker compiled pyspark again) and keeps the
+progress notes that pyspark's ``transformWithStateInPandas`` driver worker prints on stdout off
+the application's console (its errors still reach Spark).
 """
 
 from __future__ import annotations
@@ -116,6 +123,9 @@ def python_without_pyspark_zip() -> str | None:
         f"PYTHONPATH=$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -vxF {shlex.quote(str(zip_path))} "
         "| paste -sd: -)\n"
         "export PYTHONPATH\n"
+        "# pyspark's transformWithStateInPandas driver worker prints progress notes on stdout (its errors\n"
+        "# go back to Spark through the socket): keep them out of the application's console\n"
+        "case \" $* \" in *\" pyspark.sql.streaming.transform_with_state_driver_worker \"*) exec >/dev/null;; esac\n"
         f"exec {shlex.quote(sys.executable)} \"$@\"\n"
     )
     path = Path(tempfile.mkdtemp(prefix="dataflow-kafka-python-")) / "python"

@@ -35,14 +35,14 @@ __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
     "PunctuationTracker", "CONTROL_COLUMNS", "Modification",
     "Stage", "StageInput", "StageOutput", "Dropped", "Pipeline",
-    "PunctuatedKeyGroupProcessor", "KeyGroupBatch", "StageProcessor", "deferred",
+    "StageProcessor", "deferred",
 ]
 
 
 def __getattr__(name: str):
     # The Spark processors import pyspark: loaded on first use, so the engines' local runs
     # (keygroups.Pipeline.run_local) do not need it.
-    if name in ("PunctuatedKeyGroupProcessor", "KeyGroupBatch", "StageProcessor", "deferred"):
+    if name in ("StageProcessor", "deferred"):
         from keygroups import processor
 
         return getattr(processor, name)

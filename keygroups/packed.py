@@ -6,13 +6,13 @@ vectorised operator's own work, and grows with the number of columns. :func:`pac
 removes it: after :func:`keygroups.with_key_groups` (data rows hashed to a key group, punctuation
 and modification rows copied to every group, error rows to group 0), a ``mapInArrow`` step packs,
 per task, the rows of each key group into one row ``(key_group int, payload binary)`` whose
-payload is an Arrow IPC stream holding the other columns. :class:`PackedKeyGroupProcessor`
-unpacks the payloads of a call with pyarrow (:func:`unpack_key_group`) and hands the base class
-one pandas frame, so subclasses see the same rows as with unpacked input::
+payload is an Arrow IPC stream holding the other columns. The stage processor
+(:class:`keygroups.processor.StageProcessor` with ``packed=True``) unpacks the payloads of a call
+with pyarrow (:func:`unpack_key_group`) into one pandas frame, so a stage sees the same rows as
+with unpacked input. :meth:`keygroups.Pipeline.apply` packs the source's rows by default
+(``pack_source=True``)::
 
     packed = pack_key_groups(source_df, "key", 8)              # key_group, payload
-    packed.groupBy("key_group").transformWithStateInPandas(MyOperator(), schema, "Append", "None")
-    # class MyOperator(PackedKeyGroupProcessor): load / dump / on_batch as usual
 
 Row order: the blobs of a key group arrive in an order Spark does not fix, so the unpacked rows
 are sorted by ``(topic, partition, offset, kind)`` (the columns of those present): a replayed
@@ -26,9 +26,7 @@ from typing import Iterable, Iterator, Sequence
 
 import pandas as pd
 
-from keygroups.processor import PunctuatedKeyGroupProcessor
-
-__all__ = ["pack_key_groups", "unpack_key_group", "PackedKeyGroupProcessor", "PAYLOAD_COLUMN", "ORDER_COLUMNS"]
+__all__ = ["pack_key_groups", "unpack_key_group", "PAYLOAD_COLUMN", "ORDER_COLUMNS"]
 
 PAYLOAD_COLUMN = "payload"
 ORDER_COLUMNS = ("topic", "partition", "offset", "kind")
@@ -131,12 +129,3 @@ def _nullable_ints_map() -> dict:
 
 
 _nullable_ints = _nullable_ints_map()
-
-
-class PackedKeyGroupProcessor(PunctuatedKeyGroupProcessor):
-    """:class:`~keygroups.PunctuatedKeyGroupProcessor` for input from :func:`pack_key_groups`:
-    unpacks the call's payloads (:func:`unpack_key_group`), then runs the base class unchanged."""
-
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        payloads = [p for pdf in rows for p in pdf[PAYLOAD_COLUMN]]
-        return super().handleInputRows(key, [unpack_key_group(payloads)], timerValues)

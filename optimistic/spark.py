@@ -55,7 +55,7 @@ def build_pipeline(
     encode: Callable[[Any], bytes] = encode_json,
     metrics_topic: str | None = None,
     output_partitions: int | None = None,
-    fuse_same_key: bool = False,
+    fuse_same_key: bool | Sequence[bool] = False,
 ):
     """The streaming DataFrame of sink rows (``key, value, topic, partition``) for FlameStream
     ``stages`` (``Map``, ``Grouping``, ``StatefulMap``) over ``source`` (the dataflow-kafka source;
@@ -64,7 +64,8 @@ def build_pipeline(
     ``mode``: ``"optimistic"`` (stages at once, tombstones, one barrier) or ``"buffered"`` (a sort
     buffer before each stage). ``key_groups``: one int or one per order-sensitive stage.
     ``fuse_same_key``: run consecutive stages with the same number of key groups in one processor
-    (their keys must agree). ``output_partitions``: write key group ``g`` to partition
+    (their keys must agree): ``True`` for every link, or one bool per link between consecutive
+    order-sensitive stages. ``output_partitions``: write key group ``g`` to partition
     ``g % output_partitions``.
     """
     pipe = optimistic_stages(stages, mode=mode, key_groups=key_groups, decode=decode, encode=encode,

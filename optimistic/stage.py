@@ -264,12 +264,14 @@ _CONTROL = set(CONTROL_NAMES) | {"key_group"}   # the contract's columns: not pa
 
 
 def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups: int | Sequence[int] = 4,
-                      fuse_same_key: bool = False, **options):
+                      fuse_same_key: bool | Sequence[bool] = False, **options):
     """A :class:`keygroups.Pipeline` of :class:`OptimisticStage` segments for a FlameStream stage
     list (``Map``, ``Grouping``, ``StatefulMap``): leading maps run before the first stage, each
     order-sensitive stage starts a segment and takes the maps after it. ``key_groups``: one int,
-    or one per order-sensitive stage. ``fuse_same_key=True``: consecutive segments with the same
-    number of key groups run fused (their keys must agree; checked per row at run time).
+    or one per order-sensitive stage. ``fuse_same_key``: ``True`` runs consecutive segments with
+    the same number of key groups fused, or one bool per link between consecutive segments (e.g.
+    :func:`optimistic.workload.inverted_index_same_key`); fused stages' keys must agree (checked
+    per row at run time).
     ``options``: passed to every :class:`OptimisticStage` (``decode``, ``encode``, ``output``, ...)."""
     from keygroups import Pipeline
 
@@ -288,6 +290,11 @@ def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups:
     if len(groups) != len(segments) or any(not isinstance(g, int) or g < 1 for g in groups):
         raise ValueError(f"key_groups must be a positive int or {len(segments)} positive ints "
                          f"(one per order-sensitive stage), got {key_groups!r}")
+    links = ([bool(fuse_same_key)] * (len(segments) - 1) if isinstance(fuse_same_key, bool)
+             else [bool(f) for f in fuse_same_key])
+    if len(links) != len(segments) - 1:
+        raise ValueError(f"fuse_same_key must be a bool or {len(segments) - 1} bools (one per link between "
+                         f"order-sensitive stages), got {fuse_same_key!r}")
     pipe = None
     for i, ((stage, maps), n) in enumerate(zip(segments, groups)):
         st = OptimisticStage(stage=stage, maps=tuple(maps), leading=tuple(leading) if i == 0 else (), mode=mode,
@@ -295,5 +302,5 @@ def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups:
         if pipe is None:
             pipe = Pipeline([st])
         else:
-            pipe = pipe.then(st, fuse=True if fuse_same_key and groups[i - 1] == n else None)
+            pipe = pipe.then(st, fuse=True if links[i - 1] and groups[i - 1] == n else None)
     return pipe

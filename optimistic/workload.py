@@ -44,6 +44,7 @@ __all__ = [
     "update_postings",
     "df_milestones",
     "inverted_index_stages",
+    "inverted_index_same_key",
 ]
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
@@ -153,6 +154,13 @@ def df_milestones(reached: int, change: tuple) -> tuple[int, list[tuple]]:
 
 def _milestone_of(record: tuple) -> int:
     return record[1]
+
+
+def inverted_index_same_key(order_sensitive: int = 1) -> list[bool]:
+    """Per link between consecutive order-sensitive stages of :func:`inverted_index_stages`,
+    whether both are keyed by the same key (the word: postings, then milestones by word; the pairs
+    stage is keyed by milestone), for ``fuse_same_key``."""
+    return [True, False][:order_sensitive - 1]
 
 
 def inverted_index_stages(order_sensitive: int = 1) -> list[Stage]:

@@ -9,7 +9,6 @@ both names (``FixedWindows`` is ``windowing.TumblingWindow``, ``SumCombiner`` is
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from watermarks.driver import TriggerDriver
 from watermarks.multi import MultiQueryDriver
-from watermarks.punctuation import PunctuationTracker
 from watermarks.triggers import (
     AfterAll,
     AfterAny,
@@ -60,7 +59,6 @@ from windowing import (
 )
 
 __all__ = [
-    "PunctuationTracker",
     # Dataflow Model: windows (the windowing vocabulary, Beam's names and the shared ones)
     "WindowFn", "IntervalWindow", "GlobalWindows", "FixedWindows", "SlidingWindows", "Sessions",
     "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",

@@ -42,10 +42,12 @@ V = "CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)"
 
 
 def _clicks(base: int, start: int, n: int, rnd: random.Random) -> list[dict]:
-    """Clicks 20 ms apart, 30% up to 900 ms out of order, every 61st 3 s late, every 71st without v."""
+    """Clicks 20 ms apart, 30% up to 900 ms out of order, every 37th 1.2 s late, every 61st 3 s late,
+    every 71st without v."""
     out = []
     for i in range(start, start + n):
         ts = base + i * 20 - (rnd.randint(0, 900) if rnd.random() < 0.3 else 0) - (3_000 if i % 61 == 0 else 0)
+        ts -= 1_200 if i % 37 == 0 else 0
         body = {"page": rnd.choice(["/", "/cart", "/pay", "/item"]), "ts": ts}
         if i % 71:
             body["v"] = rnd.randint(1, 9)
@@ -119,7 +121,7 @@ def run_composed(spark, kafka, tmp_path, pipeline: Pipeline, prepare: dict, *, c
     topic = kafka.topic(PARTITIONS)
     control = kafka.topic(1, prefix="control") if commands else None
     rnd = random.Random(seed)
-    base = now_ms() - 60_000
+    base = (now_ms() - 60_000) // 60_000 * 60_000      # windows fall the same way in every run
     chunks = [_clicks(base, 0, n[0], rnd), _clicks(base, n[0], n[1], rnd)]
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
             "eventTimeField": "ts", "maxOffsetsPerTrigger": "240", "watermarkDelayMs": str(delay_ms)}
@@ -205,7 +207,7 @@ def test_slicer_then_dataflow_trigger_early_and_late_panes(spark, kafka, tmp_pat
     per_second = SlicerStage(key={"user": USER}, value=V, windows={"1s": TumblingWindow(1_000)},
                              aggregations=[Sum()], allowed_lateness_ms=1_500, num_key_groups=2, name="per_second",
                              output_watermark="input")         # updates travel on as late data
-    panes = WindowingStage(key="user", value="sum", windows=FixedWindows(3_000),
+    panes = WindowingStage(key="user", value="sum", windows=FixedWindows(2_000),   # updates of odd seconds: late
                            trigger=AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
                            accumulation_mode="accumulating", allowed_lateness_ms=2_000, aggregation=Max(),
                            num_key_groups=2, name="panes")

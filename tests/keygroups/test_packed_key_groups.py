@@ -8,8 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from keygroups.packed import PAYLOAD_COLUMN, PackedKeyGroupProcessor, pack_batches, pack_key_groups, unpack_key_group
-from tests.datasource.test_key_group_processor import OUT, CountingOperator
+from keygroups.packed import PAYLOAD_COLUMN, pack_batches, pack_key_groups, unpack_key_group
 
 
 def _batch(rows):
@@ -39,32 +38,41 @@ def test_pack_then_unpack_gives_each_groups_rows_sorted_by_position():
     pd.testing.assert_frame_equal(unpack_key_group(g1_split[::-1]), g1)
 
 
-class _PackedCounting(PackedKeyGroupProcessor, CountingOperator):
-    """test_key_group_processor's counting operator, fed from packed key groups."""
-
-
 @pytest.mark.spark
 @pytest.mark.kafka
-def test_packed_processor_sees_all_rows_and_every_punctuation(spark, kafka, tmp_path):
+def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path):
+    """One query reads the topic twice: a pipeline on packed source rows and the same pipeline on
+    unpacked rows give every micro-batch the same output (same rows, same watermarks)."""
+    from keygroups import Pipeline
+    from tests.keygroups.toy_stages import TumblingCount
     from tests.support import BatchCollector, now_ms
 
     topic = kafka.topic(4)
     base = now_ms() - 60_000
-    kafka.produce(topic, [{"key": b"k%d" % (i % 17), "value": json.dumps({"ts": base + i * 10}).encode(),
+    kafka.produce(topic, [{"key": b"k%d" % (i % 17), "value": json.dumps({"ts": base + i * 10, "v": 1}).encode(),
                            "partition": i % 4} for i in range(400)])
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
-           .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts").load())
-    packed = pack_key_groups(src, "key", 3)
-    assert packed.columns == ["key_group", PAYLOAD_COLUMN]
-    out_df = packed.groupBy("key_group").transformWithStateInPandas(
-        _PackedCounting(), OUT, "Append", "None")
+           .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
+           .option("maxOffsetsPerTrigger", "150").load())
+    pipe = Pipeline([TumblingCount(key="CAST(key AS STRING)",
+                                   value="CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)",
+                                   size_ms=300, num_key_groups=3)])
+    packed, unpacked = pipe.apply(src, pack_source=True), pipe.apply(src, pack_source=False)
+    assert packed.columns == unpacked.columns
+    both = packed.selectExpr("'packed' AS path", "*").unionByName(unpacked.selectExpr("'unpacked' AS path", "*"))
     out = BatchCollector()
-    q = out_df.writeStream.foreachBatch(out).option("checkpointLocation", str(tmp_path / "ck")) \
-        .outputMode("append").trigger(availableNow=True).start()
-    q.awaitTermination(300)
-    assert q.exception() is None
-    rows = out.rows()
-    assert sum(r["batch_rows"] for r in rows) == 400
-    for b in out.batches:
-        assert sorted(r["key_group"] for r in out.batches[b]) == [0, 1, 2]   # punctuations reach every group
-    assert all(r["low_watermark_ms"] is not None for r in rows)
+    q = both.writeStream.foreachBatch(out).option("checkpointLocation", str(tmp_path / "ck")) \
+        .trigger(availableNow=True).start()
+    assert q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    assert len(out.batches) >= 3
+
+    def rows(batch, path):
+        return sorted(repr(tuple(sorted((k, v) for k, v in r.items() if k != "path"))) for r in batch
+                      if r["path"] == path)
+
+    counts = 0
+    for b, batch in out.batches.items():
+        assert rows(batch, "packed") == rows(batch, "unpacked"), f"batch {b}"
+        counts += sum(r["count"] or 0 for r in batch if r["path"] == "packed" and r["kind"] == "data")
+    assert 0 < counts <= 400

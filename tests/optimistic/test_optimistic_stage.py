@@ -17,7 +17,7 @@ from optimistic import run_local
 from optimistic.order import Meta
 from optimistic.stage import OptimisticStage, optimistic_stages
 from optimistic.stages import Grouping
-from optimistic.workload import generate_documents, inverted_index_stages
+from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
 PARTS = 3
 
@@ -85,6 +85,17 @@ def test_barrier_output_equals_in_order_run(seed, n1, n2):
         assert _released(outs) == expected
     buffered = optimistic_stages(stages, key_groups=[n1, n2], decode=decode_doc, mode="buffered").run_local(frames)
     assert _released(buffered) == expected
+
+
+def test_fusion_per_link_fuses_same_key_stages_only():
+    stages = inverted_index_stages(3)
+    frames, reference = _batches(11)
+    expected = _in_order(stages, reference)
+    pipe = optimistic_stages(stages, key_groups=2, decode=decode_doc, fuse_same_key=inverted_index_same_key(3))
+    assert [len(op) for op in pipe.plan()] == [2, 1]           # word, word | milestone
+    assert _released(pipe.run_local(frames)) == expected
+    with pytest.raises(ValueError, match="one per link"):
+        optimistic_stages(stages, key_groups=2, decode=decode_doc, fuse_same_key=[True])
 
 
 def test_tombstones_metrics_and_release_bound_punctuation():

@@ -1,4 +1,4 @@
-"""keygroups.split_batch against a brute-force reference (pure pandas, no Spark)."""
+"""keygroups.contract.split_rows against a brute-force reference (pure pandas, no Spark)."""
 
 from __future__ import annotations
 
@@ -6,22 +6,23 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups.processor import _in_offset_order, split_batch
-from watermarks.punctuation import PunctuationTracker
+from keygroups.contract import Modification, _in_offset_order, split_rows
 
 _rows = st.lists(
-    st.tuples(st.sampled_from(["data", "data", "data", "punctuation", "modification"]),
+    st.tuples(st.sampled_from(["data", "data", "data", "punctuation", "modification", "dropped", "error"]),
               st.sampled_from(["a", "b", "t-1"]), st.integers(0, 3), st.integers(0, 20),
-              st.one_of(st.none(), st.integers(0, 10_000))),
+              st.one_of(st.none(), st.integers(0, 5))),
     max_size=40)
 
 
 def _frame(rows) -> pd.DataFrame:
     pdf = pd.DataFrame(rows, columns=["kind", "topic", "partition", "offset", "value"])
     pdf["punctuation_ms"] = pd.array([v if k == "punctuation" else None for k, *_, v in rows], dtype="Int64")
+    # Copies of one command arrive from every sender: the control offset is the identity (the
+    # text alone when a row has none).
     pdf["modification"] = [f"cmd-{v}" if k == "modification" else None for k, *_, v in rows]
-    pdf["timestamp"] = pd.array([7 if k == "modification" else None for k, *_ in rows], dtype="Int64")
-    pdf["processing_time_ms"] = pd.array([1_000] * len(rows), dtype="Int64")
+    pdf["control_offset"] = pd.array([v if k == "modification" else None for k, *_, v in rows], dtype="Int64")
+    pdf["processing_time_ms"] = pd.array([1_000 + len(rows)] * len(rows), dtype="Int64")
     pdf["partition"] = pdf["partition"].astype("Int32")
     pdf["offset"] = pdf["offset"].astype("Int64")
     return pdf
@@ -29,23 +30,25 @@ def _frame(rows) -> pd.DataFrame:
 
 @settings(max_examples=300, deadline=None)
 @given(_rows, st.booleans(), st.randoms(use_true_random=False))
-def test_split_batch_equals_sorting_every_time(rows, presort, rnd):
+def test_split_rows_equals_sorting_and_deduplicating_every_time(rows, presort, rnd):
     pdf = _frame(rows)
     if presort:      # the order keygroups.packed unpacks in
         pdf = pdf.sort_values(["topic", "partition", "offset", "kind"], kind="stable")
     else:
         pdf = pdf.iloc[rnd.sample(range(len(pdf)), len(pdf))]
-    got = split_batch(3, pdf, PunctuationTracker())
+    got = split_rows(pdf)
     data = pdf[pdf["kind"] == "data"].sort_values(["topic", "partition", "offset"], kind="stable")
     pd.testing.assert_frame_equal(got.data, data)
-    ref = PunctuationTracker()
-    for _, r in pdf[pdf["kind"] == "punctuation"].iterrows():
-        ref.update(f"{r.topic}-{r.partition}", None if pd.isna(r.punctuation_ms) else int(r.punctuation_ms),
-                   int(r.offset), 1_000)
-    assert got.low_watermark_ms == ref.low_watermark_ms
-    mods = list(dict.fromkeys(pdf.loc[pdf["kind"] == "modification", "modification"]))
-    assert got.modifications == mods
-    assert got.processing_time_ms == (1_000 if len(pdf) else None)
+    mods = pdf[pdf["kind"] == "modification"]
+    ref: dict = {}
+    for text, off in zip(mods["modification"], mods["control_offset"]):
+        key = ("t", text) if pd.isna(off) else ("o", int(off))
+        ref.setdefault(key, Modification(None if pd.isna(off) else int(off), text))
+    by_offset = sorted((m for m in ref.values() if m.control_offset is not None), key=lambda m: m.control_offset)
+    assert got.modifications == by_offset + [m for m in ref.values() if m.control_offset is None]
+    pd.testing.assert_frame_equal(got.punctuations, pdf[pdf["kind"] == "punctuation"])
+    assert sorted(got.pass_on["kind"]) == sorted(k for k in pdf["kind"] if k in ("dropped", "error"))
+    assert got.processing_time_ms == (1_000 + len(rows) if len(pdf) else None)
 
 
 @settings(max_examples=300, deadline=None)
