@@ -55,7 +55,7 @@ p50/p75/p95/p99 latency, replay ratio (optimistic: everything arriving at the ba
 released, from the metrics topic), barrier buffer and release lag, achieved input rate, output
 records/s, mean micro-batch duration (first batch excluded) and its mean query planning and
 addBatch parts, batches without input rows, rows dropped by Spark's watermark. Writes
-``bench/out/latency.csv`` (+ ``.latencies.json``) and ``docs/img/latency_percentiles.png``,
+``docs/img/latency.csv`` (+ ``.latencies.json``; the CSV beside the figures) and ``docs/img/latency_percentiles.png``,
 ``latency_ratio.png`` (optimistic and buffered over native, p50 and p99, with the model and the 0.5
 target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them. ``--quick``
 writes ``bench/out/latency-quick.csv`` and its figures to ``bench/out/`` (not the README's).
@@ -534,14 +534,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the grid and an estimate of its run time")
     ap.add_argument("--verbose", action="store_true", help="print every micro-batch's durations")
     ap.add_argument("--out", default=None,
-                    help="CSV of the runs (default bench/out/latency.csv; --quick: bench/out/latency-quick.csv)")
+                    help="CSV of the runs (default docs/img/latency.csv; --quick: bench/out/latency-quick.csv)")
     ap.add_argument("--img-dir", default=None,
                     help="figures (default docs/img, the README's; --quick: bench/out, so a check does not "
                     "replace the documented figures)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the figures from --out")
     args = ap.parse_args(argv)
     out_dir = ROOT / "bench" / "out"
-    args.out = args.out or str(out_dir / ("latency-quick.csv" if args.quick else "latency.csv"))
+    args.out = args.out or str(out_dir / "latency-quick.csv" if args.quick else ROOT / "docs" / "img" / "latency.csv")
     args.img_dir = args.img_dir or str(out_dir if args.quick else ROOT / "docs" / "img")
     if args.plot_only:
         return report(*_read(Path(args.out)), args)

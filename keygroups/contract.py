@@ -153,32 +153,56 @@ _PANDAS = {"string": object, "binary": object, "int": "Int32", "bigint": "Int64"
            "tinyint": "Int8"}
 
 
+_MASKED = {"Int8": np.int8, "Int16": np.int16, "Int32": np.int32, "Int64": np.int64, "boolean": np.bool_}
+
+
 def conform(frames: Iterable[pd.DataFrame], columns: Sequence[tuple[str, str]]) -> pd.DataFrame:
     """Concatenate ``frames`` into exactly ``columns`` (name, Spark DDL type): missing columns are
-    null, others dropped, integer columns nullable, so Arrow gets one well-typed batch."""
+    null, others dropped, integer columns nullable, so Arrow gets one well-typed batch. Works on
+    numpy arrays and masks per column (no pandas concat or astype: this runs for every key group
+    and micro-batch)."""
     parts = [f for f in frames if f is not None and len(f)]
-    n = sum(len(f) for f in parts)
+    lengths = [len(f) for f in parts]
+    n = sum(lengths)
+    series = [dict(f.items()) for f in parts]           # one pass over each part's columns
     out = {}
     for name, ddl in columns:
         dtype = _PANDAS.get(ddl.lower(), object)
+        cols = [s.get(name) for s in series]
         if dtype is object:
-            arrs = [f[name].to_numpy(dtype=object) if name in f.columns else np.full(len(f), None, dtype=object)
-                    for f in parts]
+            arrs = [c.to_numpy(dtype=object) if c is not None else np.full(k, None, dtype=object)
+                    for c, k in zip(cols, lengths)]
             a = np.concatenate(arrs) if len(arrs) > 1 else (arrs[0] if arrs else np.empty(0, dtype=object))
             mask = pd.isna(a)
             if mask.any():
                 a = a.copy()
                 a[mask] = None
             out[name] = a
-        elif dtype == "float64":
-            arrs = [f[name].to_numpy(dtype=np.float64, na_value=np.nan) if name in f.columns
-                    else np.full(len(f), np.nan) for f in parts]
-            out[name] = np.concatenate(arrs) if arrs else np.empty(0)
+        elif dtype in ("float64", "float32"):
+            arrs = [c.to_numpy(dtype=np.float64, na_value=np.nan) if c is not None else np.full(k, np.nan)
+                    for c, k in zip(cols, lengths)]
+            a = np.concatenate(arrs) if arrs else np.empty(0)
+            out[name] = a if dtype == "float64" else a.astype(np.float32)
         else:
-            arrs = [(f[name] if f[name].dtype == dtype else f[name].astype(dtype)).array if name in f.columns
-                    else pd.array([None] * len(f), dtype=dtype) for f in parts]
-            out[name] = (type(arrs[0])._concat_same_type(arrs) if len(arrs) > 1 else arrs[0]) if arrs \
-                else pd.array([], dtype=dtype)
+            np_type = _MASKED[dtype]
+            values, masks = [], []
+            for c, k in zip(cols, lengths):
+                if c is None:
+                    values.append(np.zeros(k, np_type))
+                    masks.append(np.ones(k, bool))
+                    continue
+                kind = c.dtype.kind
+                if kind in "iub" and not isinstance(c.dtype, pd.api.extensions.ExtensionDtype):
+                    values.append(c.to_numpy().astype(np_type, copy=False))
+                    masks.append(np.zeros(k, bool))
+                    continue
+                arr = c.array if isinstance(c.dtype, pd.api.extensions.ExtensionDtype) and kind in "iub" \
+                    else c.astype(dtype).array                   # objects, floats with NaN: checked cast
+                masks.append(np.asarray(arr.isna(), bool))
+                values.append(arr.to_numpy(dtype=np_type, na_value=np_type(0)))
+            v = np.concatenate(values) if values else np.zeros(0, np_type)
+            m = np.concatenate(masks) if masks else np.zeros(0, bool)
+            out[name] = (pd.arrays.BooleanArray(v, m) if dtype == "boolean" else pd.arrays.IntegerArray(v, m))
     return pd.DataFrame(out, index=pd.RangeIndex(n))
 
 

@@ -1,8 +1,9 @@
 """All keys of a key group at once: one table of (key, slice) partial aggregates.
 
 :class:`~slicer.stage.SlicerStage` can keep one :class:`~slicer.SlicingWindowOperator` per
-key, which costs about 1 ms of Python per key and micro-batch whatever the key's record count:
-with thousands of keys per key group that, not the records, is the bill. For the workload where
+key, which costs a fixed amount of Python per key and micro-batch whatever the key's record
+count: with thousands of keys per key group that, not the records, is the bill (figures:
+docs/slicer.md, ``bench.slicer_keys``). For the workload where
 it is possible, :class:`KeyedSlicingOperator` does the same work for every key of the group in a
 fixed number of numpy calls:
 

@@ -60,3 +60,27 @@ def test_in_offset_order_matches_a_sort(rows):
     sorted_already = pdf[cols].reset_index(drop=True).equals(by_sort[cols].reset_index(drop=True))
     assert _in_offset_order(pdf) == sorted_already
     assert _in_offset_order(by_sort)
+
+
+def test_conform_types_nulls_and_missing_columns():
+    from keygroups.contract import conform
+
+    a = pd.DataFrame({"kind": ["data", "data"], "n": [1, 2], "x": [0.5, None], "flag": [True, False],
+                      "extra": ["dropped", "too"]})
+    b = pd.DataFrame({"kind": ["punctuation"], "n": pd.array([None], dtype="Int64"), "s": [b"\x00"],
+                      "p": pd.array([7], dtype="Int32")})
+    c = pd.DataFrame({"kind": ["dropped"], "n": [3.0], "p": [None], "s": [float("nan")]})
+    cols = [("kind", "string"), ("n", "bigint"), ("p", "int"), ("x", "double"), ("flag", "boolean"),
+            ("s", "binary"), ("missing", "bigint")]
+    got = conform([a, pd.DataFrame(), None, b, c], cols)
+    assert list(got.columns) == [n for n, _ in cols] and list(got.index) == [0, 1, 2, 3]
+    assert str(got["n"].dtype) == "Int64" and str(got["p"].dtype) == "Int32"
+    assert str(got["flag"].dtype) == "boolean" and got["x"].dtype == "float64"
+    assert got["n"].tolist() == [1, 2, pd.NA, 3]
+    assert got["p"].tolist() == [pd.NA, pd.NA, 7, pd.NA]
+    assert got["flag"].tolist() == [True, False, pd.NA, pd.NA]
+    assert got["x"].isna().tolist() == [False, True, True, True] and got["x"][0] == 0.5
+    assert got["s"].tolist() == [None, None, b"\x00", None]          # NaN in an object column -> None
+    assert got["missing"].isna().all()
+    empty = conform([], cols)
+    assert len(empty) == 0 and list(empty.columns) == [n for n, _ in cols]
