@@ -43,8 +43,8 @@ Latency of a document: the time its last output record is readable in the output
 consumer thread of this process polls it) minus the time the producer thread sent it; one process,
 one clock. The expected outputs per document come from the sequential in-order run
 (``optimistic.run_local``) of the same stage objects over everything produced; a document with no
-output is not measured. A short query runs first and is discarded (the first query of a
-session pays JVM and Python worker start-up). Documents of the first ``--warmup`` seconds and
+output is not measured. A short query per variant runs first and is discarded (the first query
+of a session pays JVM and Python worker start-up, the first of each plan its code generation). Documents of the first ``--warmup`` seconds and
 of the last ``--cooldown`` seconds (produced so that the watermark passes the measured ones)
 are skipped. A measured
 document still missing outputs when the run ends is counted as ``incomplete`` and enters the
@@ -555,7 +555,7 @@ def main(argv=None) -> int:
     points = grid(args.stages, args.rates, levels, args.trigger_ms, args.design)
     runs = [(p, v) for p in points for v in args.variants
             if not (v == "fused" and p.stages == 1)]           # one stage: nothing to fuse
-    estimate = sum(_estimate_s(p, args) for p, _ in runs) + (0 if args.no_session_warmup else 60)
+    estimate = sum(_estimate_s(p, args) for p, _ in runs) + (0 if args.no_session_warmup else 25 * len(args.variants))
     print(f"{len(points)} points x {len(args.variants)} variants = {len(runs)} runs, about "
           f"{estimate / 60:.0f} min on an idle 2-core machine", flush=True)
     for p in points:
@@ -571,13 +571,17 @@ def main(argv=None) -> int:
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="latency-broker-")) as broker:
         spark = spark_session(master="local[2]", app_name="latency-experiment",
                               shuffle_partitions=points[0].shuffle_partitions, extra=extra)
-        if not args.no_session_warmup:   # the first query of a session pays JVM and worker start-up
+        if not args.no_session_warmup:
+            # The first query of a session pays JVM and worker start-up, and the first query of each
+            # plan its class loading and code generation: measured, the first variant of the first
+            # point ran 40% longer batches than when it ran last. One short query per variant first.
             t0 = time.time()
             p = points[0]
-            run_one(spark, broker.bootstrap_servers, args.variants[0], p.stages, p.rate, p.kafka_partitions,
-                    p.shuffle_partitions, 0,
-                    argparse.Namespace(**{**vars(args), "warmup": 2, "duration": 4, "cooldown": 2, "drain": 10}))
-            print(f"session warm-up query done ({time.time() - t0:.0f}s), discarded", flush=True)
+            for v in args.variants:
+                run_one(spark, broker.bootstrap_servers, v, p.stages, p.rate, p.kafka_partitions,
+                        p.shuffle_partitions, 0,
+                        argparse.Namespace(**{**vars(args), "warmup": 2, "duration": 4, "cooldown": 2, "drain": 10}))
+            print(f"warm-up queries done, one per variant ({time.time() - t0:.0f}s), discarded", flush=True)
         for p, v in runs:
             t0 = time.time()
             r, lat = run_one(spark, broker.bootstrap_servers, v, p.stages, p.rate, p.kafka_partitions,

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
             except Exception as e:  # topic exists on an external cluster
                 print(f"note: {e}")
         print("starting Spark ...")
-        spark = spark_session(shuffle_partitions=2)
+        spark = spark_session()                     # local: 1 shuffle partition, low-latency defaults
         pipe = pipeline()
         print(f"pipeline: {pipe}; operators: {[[s.name for s in op] for op in pipe.plan()]}")
         source = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bs)

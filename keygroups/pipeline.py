@@ -166,6 +166,14 @@ class Pipeline:
         for j, stages in enumerate(ops):
             first = stages[0]
             n = first.num_key_groups
+            if first.python_router() is not None and j == 0 and pack_source and _packable(first):
+                # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
+                slim, types = _ingest_packed(df, first, n)
+                bound = _bind(stages, types)
+                spec = upstream = self._spec(ops, j, bound, upstream, idle_timeout_ms)
+                df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
+                    deferred(StageProcessor(spec, True)), schema_ddl(spec.output_columns()), "Append", "None")
+                continue
             if first.python_router() is not None:
                 if j == 0:
                     df = _ingest(df, first)
@@ -377,6 +385,79 @@ def _ingest(df, stage: Stage):
             yield _ingest_frame(pdf, stage)
 
     return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
+
+
+def _ingest_packed(df, stage: Stage, n: int):
+    """Spark: the source's rows routed in Python by ``stage`` (:func:`_ingest_frame`), punctuation
+    and modification rows copied to every key group, other rows to key group 0 (as
+    :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed
+    into Arrow IPC blobs (:mod:`keygroups.packed`), in one ``mapInPandas`` step: rows
+    ``(key_group, payload)``. Also returns the packed columns' Spark types."""
+    from keygroups.packed import PAYLOAD_COLUMN
+
+    columns = [c for c in _ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
+    df = _with_ms_columns(df)
+
+    def ingest(frames):
+        for pdf in frames:
+            out = _pack_frame(_ingest_frame(pdf, stage), columns, n)
+            if len(out):
+                yield out
+
+    packed = df.mapInPandas(ingest, f"`{KEY_GROUP_COLUMN}` int, `{PAYLOAD_COLUMN}` binary")
+    return packed, {name: ddl for name, ddl in columns}
+
+
+def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int) -> pd.DataFrame:
+    """Rows of ``frame`` (with ``key_group`` on data rows) as one ``(key_group, payload)`` row per
+    key group that gets any: data rows to their group, punctuation and modification rows to every
+    group, other rows to group 0; the payload is an Arrow IPC stream of ``columns`` (pure)."""
+    import pyarrow as pa
+
+    from keygroups.packed import PAYLOAD_COLUMN
+
+    out_groups, payloads = [], []
+    if len(frame):
+        schema = pa.schema([(name, _ARROW[ddl.lower()]()) for name, ddl in columns])
+        kinds = frame["kind"].to_numpy(dtype=object)
+        is_data = kinds == KIND_DATA
+        is_marker = np.isin(kinds, MARKER_KINDS)
+        groups = frame[KEY_GROUP_COLUMN].to_numpy(dtype=np.float64, na_value=-1)
+        table = pa.Table.from_pandas(frame[[c for c, _ in columns]], schema=schema, preserve_index=False)
+        for kg in range(n):
+            mask = is_marker | (is_data & (groups == kg)) | (~is_data & ~is_marker & (kg == 0))
+            if not mask.any():
+                continue
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_table(table.filter(pa.array(mask)))
+            out_groups.append(kg)
+            payloads.append(sink.getvalue().to_pybytes())
+    return pd.DataFrame({KEY_GROUP_COLUMN: np.asarray(out_groups, np.int32), PAYLOAD_COLUMN: payloads})
+
+
+def _packable(stage: Stage) -> bool:
+    """Whether :func:`_ingest_packed` can write every column of ``stage``'s ingest as Arrow."""
+    return all(ddl.lower() in _arrow_types() for _, ddl in _ingest_columns(stage))
+
+
+def _arrow_types() -> dict:
+    import pyarrow as pa
+
+    return {"string": pa.string, "binary": pa.binary, "int": pa.int32, "bigint": pa.int64, "long": pa.int64,
+            "double": pa.float64, "float": pa.float32, "boolean": pa.bool_, "smallint": pa.int16,
+            "tinyint": pa.int8}
+
+
+class _LazyArrow(dict):
+    def __missing__(self, key):
+        self.update(_arrow_types())
+        if key not in self:
+            raise KeyError(f"no Arrow type for Spark type {key!r}")
+        return self[key]
+
+
+_ARROW = _LazyArrow()       # Spark DDL type -> pyarrow type factory (pyarrow imported on first use)
 
 
 def stateful_operators(df) -> int:

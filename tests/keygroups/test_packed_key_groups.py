@@ -76,3 +76,51 @@ def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path
         assert rows(batch, "packed") == rows(batch, "unpacked"), f"batch {b}"
         counts += sum(r["count"] or 0 for r in batch if r["path"] == "packed" and r["kind"] == "data")
     assert 0 < counts <= 400
+
+
+def test_ingest_packing_routes_like_the_local_runner():
+    """The Python-routed first operator's one-step ingest (route, fan out markers, pack) gives each
+    key group exactly the rows the local runner routes to it."""
+    from keygroups.contract import control_frame
+    from keygroups.pipeline import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
+    from optimistic.stage import OptimisticStage
+    from optimistic.stages import StatefulMap
+
+    def key(x):
+        return x[0]
+
+    stage = OptimisticStage(stage=StatefulMap(lambda s, x: (s, [x]), key=key, initial=None), num_key_groups=3,
+                            decode=lambda v: json.loads(v), name="s1")
+    data = pd.DataFrame({"kind": ["data"] * 6, "topic": "t", "partition": [0, 1, 0, 1, 0, 1],
+                         "offset": [0, 0, 1, 1, 2, 2], "event_time_ms": [5, 6, 7, 8, 9, 10],
+                         "processing_time_ms": 100,
+                         "value": [json.dumps([k, i]).encode() for i, k in enumerate("abcabd")]})
+    control = control_frame([{"kind": "punctuation", "topic": "t", "partition": p, "offset": 3, "punctuation_ms": 4,
+                              "processing_time_ms": 100} for p in (0, 1)]
+                            + [{"kind": "modification", "modification": '{"op": "x"}', "control_offset": 0,
+                                "processing_time_ms": 100},
+                               {"kind": "error", "topic": "t", "partition": 0, "offset": 9, "error": "bad",
+                                "processing_time_ms": 100}])
+    frame = _ingest_frame(pd.concat([data, control], ignore_index=True), stage)
+    columns = [c for c in _ingest_columns(stage) if c[0] != "key_group"]
+    packed = _pack_frame(frame, columns, 3)
+    got = {int(g): unpack_key_group([p]) for g, p in zip(packed["key_group"], packed[PAYLOAD_COLUMN])}
+    want = {kg: rows for kg, rows in _by_key_group(frame, frame["key_group"].to_numpy(dtype=float, na_value=-1), 3)}
+    assert sorted(got) == sorted(want) == [0, 1, 2]
+    for kg in want:
+        cols = ["kind", "topic", "partition", "offset", "punctuation_ms", "control_offset", "error", "item"]
+        exp = unpack_key_group([_blob(want[kg][[c for c, _ in columns]], columns)])
+        pd.testing.assert_frame_equal(got[kg][cols].reset_index(drop=True), exp[cols].reset_index(drop=True))
+    assert all((got[kg]["kind"] == "punctuation").sum() == 2 for kg in got)     # markers reach every group
+    assert (got[0]["kind"] == "error").sum() == 1 and not any((got[kg]["kind"] == "error").any() for kg in (1, 2))
+    assert sum((g["kind"] == "data").sum() for g in got.values()) == (frame["kind"] == "data").sum()
+
+
+def _blob(frame, columns):
+    from keygroups.pipeline import _ARROW
+
+    schema = pa.schema([(n, _ARROW[t]()) for n, t in columns])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        w.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
+    return sink.getvalue().to_pybytes()
