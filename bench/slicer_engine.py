@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slicer import (  # noqa: E402
     M4, Count, Max, Mean, Median, SessionWindow, SlicingWindowOperator, Sum, TumblingWindow,
 )
-from slicer._buckets import BucketsOperator  # noqa: E402
+from bench.buckets_baseline import BucketsOperator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = (1, 20, 100, 1000)

@@ -41,7 +41,7 @@ def pack_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, c
     ``keys``, ``num_key_groups``: as :func:`keygroups.with_key_groups`, which assigns the groups
     (and adds the epoch-ms columns). ``keys=None``: ``df`` already has the key group column.
     ``columns``: what to pack (names or Columns; default every column but the key group).
-    Unpack with :func:`unpack_key_group` or :class:`PackedKeyGroupProcessor`.
+    Unpack with :func:`unpack_key_group` (the stage processor does, with ``packed=True``).
     """
     from keygroups import KEY_GROUP_COLUMN, with_key_groups
 

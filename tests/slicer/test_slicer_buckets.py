@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from slicer import SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow
-from slicer._buckets import BucketsOperator
+from bench.buckets_baseline import BucketsOperator
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
