@@ -28,7 +28,7 @@ test: setup
 test-engines: setup
 	$(PY) -m pytest -q -m "not spark and not kafka"
 
-# Broker conformance against every embedded candidate (README "Brokers").
+# Broker conformance against every embedded candidate (docs/brokers.md).
 conformance: setup
 	@for b in noida-db tansu; do \
 	  echo "== $$b"; DATAFLOW_KAFKA_EMBEDDED=$$b $(PY) -m pytest tests/brokers -q -rA -p no:cacheprovider \
@@ -41,6 +41,8 @@ bench: setup
 	$(PY) -m bench.slicer_engine --quick
 	$(PY) -m bench.slicer_keys --quick
 	$(PY) -m bench.dataflow_engine --quick
+	$(PY) -m bench.stages --quick
+	$(PY) -m bench.sink_cost --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

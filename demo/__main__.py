@@ -13,8 +13,9 @@
    - **page_windows** (slicer, Scotty): per page, clicks and mean session depth in sliding and
      tumbling windows sharing one set of slices. Re-keyed from user to page: one shuffle.
    - **panes** (Dataflow Model): per page, 15-second windows over the 5-second counts, with early
-     panes every 2 s of processing time, an on-time pane and late panes (accumulating). Keyed
-     like page_windows, so both run fused in one operator.
+     panes every 2 s of processing time, an on-time pane and late panes (accumulating; none here:
+     the barrier before it releases in order and reports clicks behind its release bound as
+     dropped rows). Keyed like page_windows, so both run fused in one operator.
 
    Halfway, two commands on the control topic add a window query to page_windows and one to panes
    while they run (``{"op": "add_window", "stage": "page_windows", "id": "20s", ...}``): every key
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
                 f.result(15)
             except Exception as e:  # topic exists on an external cluster
                 print(f"note: {e}")
+        del admin                       # its connections close now, not when the broker has gone
         print("starting Spark ...")
         spark = spark_session()                     # local: 1 shuffle partition, low-latency defaults
         pipe = pipeline()
