@@ -38,19 +38,10 @@ def loadavg() -> str:
 
 
 def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    """A new topic named ``prefix-<random>``, once the broker shows all its partitions."""
+    from tests.support import KafkaHelper
 
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        f.result(15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        md = admin.list_topics(name, timeout=5).topics.get(name)
-        if md is not None and md.error is None and len(md.partitions) == partitions:
-            return name
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {name} not visible")
+    return KafkaHelper(bootstrap).topic(partitions, prefix=prefix)
 
 
 @dataclass

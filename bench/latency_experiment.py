@@ -89,6 +89,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimistic import Meta, run_local  # noqa: E402
 from optimistic.spark import build_pipeline, read_metrics  # noqa: E402
+from bench._stream import create_topic  # noqa: E402
 from bench.native_baseline import build_native  # noqa: E402
 from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages  # noqa: E402
 
@@ -128,12 +129,6 @@ class Result:
     plan_ms_mean: float = float("nan")
     add_batch_ms_mean: float = float("nan")
     no_data_batches: int = 0
-
-
-def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
-    from tests.support import KafkaHelper
-
-    return KafkaHelper(bootstrap).topic(partitions, prefix=prefix)
 
 
 class OutputWatcher(threading.Thread):

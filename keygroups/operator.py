@@ -21,7 +21,7 @@ import os
 import pickle
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -241,7 +241,3 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
                                   "processing_time_ms": pt}]))
     out_frame = conform(frames, spec.output_columns())
     return out_frame, _dump(spec, st)
-
-
-def operator_names(stages: Sequence[Stage]) -> list[str]:
-    return [str(s.name) for s in stages]

@@ -166,37 +166,32 @@ class Pipeline:
         for j, stages in enumerate(ops):
             first = stages[0]
             n = first.num_key_groups
-            if first.python_router() is not None and j == 0 and pack_source and _packable(first):
+            packed = pack_source and j == 0
+            if packed and first.python_router() is not None and _packable(first):
                 # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
                 slim, types = _ingest_packed(df, first, n)
-                bound = _bind(stages, types)
-                spec = upstream = self._spec(ops, j, bound, upstream, idle_timeout_ms)
-                df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
-                    deferred(StageProcessor(spec, True)), schema_ddl(spec.output_columns()), "Append", "None")
-                continue
-            if first.python_router() is not None:
-                if j == 0:
-                    df = _ingest(df, first)
-                routed = with_key_groups(df, None, n)
-                inputs = [c for c, _ in first.routed_columns()]
             else:
-                exprs = first.inputs()
-                df = _with_ms_columns(df)
-                if exprs:
-                    df = df.withColumns({name: F.expr(expr) for name, expr in exprs.items()
-                                         if plain_column(expr) != name})
-                routed = with_key_groups(df, first.key_columns(), n)
-                inputs = list(exprs)
-            keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
-            slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs)
-            bound = _bind(stages, {f.name: f.dataType.simpleString() for f in slim.schema.fields})
-            spec = upstream = self._spec(ops, j, bound, upstream, idle_timeout_ms)
-            packed = pack_source and j == 0
-            if packed:
-                slim = pack_key_groups(slim, None, n)
-            proc = deferred(StageProcessor(spec, packed))
+                if first.python_router() is not None:
+                    if j == 0:
+                        df = _ingest(df, first)
+                    routed = with_key_groups(df, None, n)
+                    inputs = [c for c, _ in first.routed_columns()]
+                else:
+                    exprs = first.inputs()
+                    df = _with_ms_columns(df)
+                    if exprs:
+                        df = df.withColumns({name: F.expr(expr) for name, expr in exprs.items()
+                                             if plain_column(expr) != name})
+                    routed = with_key_groups(df, first.key_columns(), n)
+                    inputs = list(exprs)
+                keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
+                slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs)
+                types = {f.name: f.dataType.simpleString() for f in slim.schema.fields}
+                if packed:
+                    slim = pack_key_groups(slim, None, n)
+            spec = upstream = self._spec(ops, j, _bind(stages, types), upstream, idle_timeout_ms)
             df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
-                proc, schema_ddl(spec.output_columns()), "Append", "None")
+                deferred(StageProcessor(spec, packed)), schema_ddl(spec.output_columns()), "Append", "None")
         return df
 
     # -- without Spark ----------------------------------------------------------------------------
@@ -332,9 +327,9 @@ def _groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> 
     return groups
 
 
-def _by_key_group(df: pd.DataFrame, groups, n: int):
-    """``(key group, rows)`` as ``with_key_groups`` routes them: data by ``groups``, markers to
-    every key group, other rows to key group 0."""
+def _key_group_masks(df: pd.DataFrame, groups, n: int):
+    """``(key group, row mask)`` as ``with_key_groups`` routes rows: data by ``groups``, markers to
+    every key group, other rows to key group 0; groups without rows are left out."""
     kinds = df["kind"].to_numpy(dtype=object)
     is_data = kinds == KIND_DATA
     is_marker = np.isin(kinds, MARKER_KINDS)
@@ -342,7 +337,13 @@ def _by_key_group(df: pd.DataFrame, groups, n: int):
     for kg in range(n):
         mask = is_marker | (is_data & (g == kg)) | (~is_data & ~is_marker & (kg == 0))
         if mask.any():
-            yield kg, df[mask]
+            yield kg, mask
+
+
+def _by_key_group(df: pd.DataFrame, groups, n: int):
+    """``(key group, rows)`` as ``with_key_groups`` routes them (:func:`_key_group_masks`)."""
+    for kg, mask in _key_group_masks(df, groups, n):
+        yield kg, df[mask]
 
 
 def _with_ms_columns(df):
@@ -418,16 +419,10 @@ def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int)
 
     out_groups, payloads = [], []
     if len(frame):
-        schema = pa.schema([(name, _ARROW[ddl.lower()]()) for name, ddl in columns])
-        kinds = frame["kind"].to_numpy(dtype=object)
-        is_data = kinds == KIND_DATA
-        is_marker = np.isin(kinds, MARKER_KINDS)
+        schema = arrow_schema(columns)
         groups = frame[KEY_GROUP_COLUMN].to_numpy(dtype=np.float64, na_value=-1)
         table = pa.Table.from_pandas(frame[[c for c, _ in columns]], schema=schema, preserve_index=False)
-        for kg in range(n):
-            mask = is_marker | (is_data & (groups == kg)) | (~is_data & ~is_marker & (kg == 0))
-            if not mask.any():
-                continue
+        for kg, mask in _key_group_masks(frame, groups, n):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, schema) as writer:
                 writer.write_table(table.filter(pa.array(mask)))
@@ -438,26 +433,20 @@ def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int)
 
 def _packable(stage: Stage) -> bool:
     """Whether :func:`_ingest_packed` can write every column of ``stage``'s ingest as Arrow."""
-    return all(ddl.lower() in _arrow_types() for _, ddl in _ingest_columns(stage))
+    return all(ddl.lower() in _ARROW_TYPES for _, ddl in _ingest_columns(stage))
 
 
-def _arrow_types() -> dict:
+_ARROW_TYPES = ("string", "binary", "int", "bigint", "long", "double", "float", "boolean", "smallint", "tinyint")
+
+
+def arrow_schema(columns: Sequence[tuple[str, str]]):
+    """``(name, Spark DDL type)`` columns of the simple types in ``_ARROW_TYPES`` as a pyarrow schema."""
     import pyarrow as pa
 
-    return {"string": pa.string, "binary": pa.binary, "int": pa.int32, "bigint": pa.int64, "long": pa.int64,
-            "double": pa.float64, "float": pa.float32, "boolean": pa.bool_, "smallint": pa.int16,
-            "tinyint": pa.int8}
-
-
-class _LazyArrow(dict):
-    def __missing__(self, key):
-        self.update(_arrow_types())
-        if key not in self:
-            raise KeyError(f"no Arrow type for Spark type {key!r}")
-        return self[key]
-
-
-_ARROW = _LazyArrow()       # Spark DDL type -> pyarrow type factory (pyarrow imported on first use)
+    types = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "bigint": pa.int64(),
+             "long": pa.int64(), "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(),
+             "smallint": pa.int16(), "tinyint": pa.int8()}
+    return pa.schema([(name, types[ddl.lower()]) for name, ddl in columns])
 
 
 def stateful_operators(df) -> int:

@@ -117,9 +117,9 @@ def test_ingest_packing_routes_like_the_local_runner():
 
 
 def _blob(frame, columns):
-    from keygroups.pipeline import _ARROW
+    from keygroups.pipeline import arrow_schema
 
-    schema = pa.schema([(n, _ARROW[t]()) for n, t in columns])
+    schema = arrow_schema(columns)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as w:
         w.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))

@@ -200,3 +200,19 @@ def rows_of(results, qmap=None):
 def same_rows(got, want) -> bool:
     return len(got) == len(want) and all(
         g[:4] == w[:4] and close(g[4], w[4]) for g, w in zip(got, want))
+
+
+def same_rows(a, b) -> bool:
+    """Two lists of row tuples are equal, floats within 1e-9 (a float never equals None)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if len(x) != len(y):
+            return False
+        for u, v in zip(x, y):
+            if isinstance(u, float) or isinstance(v, float):
+                if not (u is not None and v is not None and math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-9)):
+                    return False
+            elif u != v:
+                return False
+    return True

@@ -10,7 +10,6 @@ partitions of the newest event time of their records up to the end offset, ``wat
 from __future__ import annotations
 
 import json
-import math
 import random
 
 import pytest
@@ -19,6 +18,7 @@ from slicer import (
     M4, Count, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
 )
 from slicer.keyed import KeyedSlicingOperator
+from tests.slicer.slicer_reference import same_rows
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -140,21 +140,6 @@ def _output_watermarks(collector: BatchCollector) -> dict:
     return out
 
 
-def _same(a, b) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if len(x) != len(y):
-            return False
-        for u, v in zip(x, y):
-            if isinstance(u, float) or isinstance(v, float):
-                if not math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-9):
-                    return False
-            elif u != v:
-                return False
-    return True
-
-
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp_path, config):
     from slicer.spark import slice_windows
@@ -198,11 +183,11 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     run()
     assert sorted(out.batches) == batches
     got = _spark_rows(out, aggs)
-    assert _same(got[last], before)
+    assert same_rows(got[last], before)
 
     expected, marks = _reference(kafka.consume_all(topic), ck, batches, windows, aggs)
     for b in batches:
-        assert _same(got[b], expected[b]), f"batch {b}:\n{got[b]}\n!=\n{expected[b]}"
+        assert same_rows(got[b], expected[b]), f"batch {b}:\n{got[b]}\n!=\n{expected[b]}"
     assert _output_watermarks(out) == {b: marks[b] - LATENESS for b in batches}
     windows = [r for b in batches for r in got[b] if r[0] == "window"]
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]

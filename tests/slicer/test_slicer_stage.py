@@ -15,6 +15,7 @@ from keygroups import Pipeline
 from keygroups.contract import control_frame
 from slicer import SlicingWindowOperator
 from slicer.stage import SlicerStage
+from tests.slicer.slicer_reference import same_rows
 from windowing import M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
 
 PARTS = 3
@@ -114,21 +115,6 @@ def _rows(outs, config: str) -> list[list[tuple]]:
     return got
 
 
-def _same(a, b) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if len(x) != len(y):
-            return False
-        for u, v in zip(x, y):
-            if isinstance(u, float) or isinstance(v, float):
-                if not (u is not None and v is not None and math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-9)):
-                    return False
-            elif u != v:
-                return False
-    return True
-
-
 @settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3), config=st.sampled_from(sorted(CONFIGS)))
 def test_stage_equals_one_engine_per_key_with_a_query_added_halfway(seed, n, config):
@@ -136,7 +122,7 @@ def test_stage_equals_one_engine_per_key_with_a_query_added_halfway(seed, n, con
     batches = _batches(seed)
     got, expected = _rows(Pipeline([_stage(config, n)]).run_local(batches), config), _reference(config, batches)
     for b, (g, e) in enumerate(zip(got, expected)):
-        assert _same(g, e), f"batch {b}:\n{g}\n!=\n{e}"
+        assert same_rows(g, e), f"batch {b}:\n{g}\n!=\n{e}"
 
 
 def test_added_query_emits_and_output_watermark_holds():
