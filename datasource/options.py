@@ -42,7 +42,7 @@ OWN_OPTIONS = {
 }
 #: Options of this project that were renamed: old name -> new name (the old name is an error).
 RENAMED_OPTIONS = {"graceperiodms": ("gracePeriodMs", "watermarkDelayMs")}
-_SINK_OPTIONS = {"topic", "includeheaders"}
+_SINK_OPTIONS = {"topic", "includeheaders", "exactlyonce", "exactlyoncecommittopic"}
 # Options Spark itself passes to a sink (writeStream.queryName, checkpointLocation, save(path)).
 _SPARK_PASSED_SINK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 # Spark's Kafka source rejects these kafka.* options because the source manages them itself.
@@ -225,6 +225,8 @@ class SinkOptions:
     kafka: dict[str, str]
     topic: str | None
     include_headers: bool
+    exactly_once: bool = False      # Kafka transactions, see datasource.sink
+    commit_topic: str = "dataflow-kafka-sink-commits"
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -237,4 +239,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     for k in ("kafka.key.serializer", "kafka.value.serializer"):
         if k in opts:
             raise OptionError(f"option '{k}' is not supported: key and value are written as bytes")
-    return SinkOptions(_kafka_conf(opts, options), opts.get("topic"), _bool(opts, "includeheaders", False))
+    return SinkOptions(_kafka_conf(opts, options), opts.get("topic"), _bool(opts, "includeheaders", False),
+                       _bool(opts, "exactlyonce", False),
+                       opts.get("exactlyoncecommittopic", "dataflow-kafka-sink-commits").strip()
+                       or "dataflow-kafka-sink-commits")
