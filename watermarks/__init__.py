@@ -7,7 +7,7 @@ both names (``FixedWindows`` is ``windowing.TumblingWindow``, ``SumCombiner`` is
 ``windowing.Sum``, ...); custom window functions subclass :class:`WindowFn`."""
 
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from watermarks.driver import TriggerDriver
+from watermarks.driver import LateDataDropped, TriggerDriver
 from watermarks.multi import MultiQueryDriver
 from watermarks.triggers import (
     AfterAll,
@@ -71,7 +71,7 @@ __all__ = [
     "AccumulationMode", "TimestampCombiner", "OnTimeBehavior", "PaneTiming", "Pane",
     "AggregateFunction", "Combiner", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner",
     "MaxCombiner", "ToListCombiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
-    "TriggerDriver", "MultiQueryDriver",
+    "TriggerDriver", "MultiQueryDriver", "LateDataDropped",
 ]
 # The Spark operator: `watermarks.apply_windowing` (or `from watermarks.spark import apply_windowing`)
 # imports watermarks.spark, and so pyspark, on first access; it is kept out of __all__ so that

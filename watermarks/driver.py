@@ -5,13 +5,28 @@ window function, trigger and accumulation mode over keyed elements, without Spar
 the tool for reasoning about semantics (feed it a transcript, read the panes) and the core that
 the Spark operator runs inside a stateful processor.
 
-Per element (``add``): AssignWindows; drop copies whose window is past the allowed lateness
-(counted in ``dropped_late``); MergeWindows for merging window functions (the merged windows'
-state merges: accumulators via the combiner, trigger slots by their declared merge, emitted panes
-are kept to be retracted); fold the value into the window with the combiner; tell the trigger;
-fire if it says so. ``advance_watermark`` and ``advance_processing_time`` move time forward and
-fire every window whose trigger is ready; when the watermark passes ``end + allowed_lateness_ms``
-a window is garbage collected, with a final pane if it holds data not yet emitted.
+One call of ``add`` is one **bundle**, as in Beam's ``ReduceFnRunner.processElements``: per
+element, AssignWindows; drop copies whose window is past the allowed lateness (counted in
+``dropped_late``; the first such drop warns once, :class:`LateDataDropped`); MergeWindows for
+merging window functions (the merged windows' state merges: accumulators via the combiner,
+trigger slots by their declared merge, emitted panes are kept to be retracted); fold the value
+into the window with the combiner; tell the trigger. Only then, once per window the bundle
+touched (by window end, then start), ask the trigger and fire if it says so: an
+``AfterCount(2)`` given three elements in one call fires once, after all three. On Spark a
+micro-batch is the bundle (one ``add`` per key and batch). ``advance_watermark`` and
+``advance_processing_time`` move time forward and fire every window whose trigger is ready; when
+the watermark passes ``end + allowed_lateness_ms`` a window is garbage collected, with a final
+pane if it holds data not yet emitted.
+
+Output timestamps (``EARLIEST`` / ``LATEST``) follow Beam's watermark holds (§2.2.2: any timestamp
+at or after the earliest element is valid): a pane's timestamp is the earliest (latest) event time
+among the elements added since the window's previous pane that were not behind the output
+watermark when their bundle began, or the window's last instant ``end_ms - 1`` if there are none.
+An element is behind when its event time is below the key's output watermark (the input watermark,
+held back by the key's pending holds) or its window already ended at the input watermark (a late
+element). So a late element cannot pull a pane's timestamp behind the watermark. Beam computes the
+output watermark over every key of a step; here it is per key, so how keys are grouped (key
+groups on Spark) does not change a timestamp.
 
 A firing emits a pane only when the window received data (or merged) since its previous pane,
 except the first firing after the watermark passed the end of the window under
@@ -54,9 +69,9 @@ from watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
 from watermarks.windows import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn
 from windowing import AggregateFunction, ToList, Window
 
-__all__ = ["TriggerDriver"]
+__all__ = ["TriggerDriver", "LateDataDropped"]
 
-_FORMAT = 1
+_FORMAT = 2  # 2: per-window watermark hold (Beam's element hold) instead of min/max event time
 _EARLY, _ON_TIME, _LATE = PaneTiming.EARLY, PaneTiming.ON_TIME, PaneTiming.LATE
 
 
@@ -64,14 +79,24 @@ class _Ctx:
     __slots__ = ("watermark", "now", "end")
 
 
-class _WindowState:
-    """Everything the driver keeps for one live window of one key."""
+class LateDataDropped(UserWarning):
+    """Data were dropped because their window was past ``end + allowed_lateness_ms`` (warned once
+    per driver; every drop is counted in ``dropped_late``)."""
 
-    __slots__ = ("acc", "t_min", "t_max", "dirty", "after_end", "closed", "next_index", "trig", "emitted")
+
+class _WindowState:
+    """Everything the driver keeps for one live window of one key.
+
+    ``hold``: Beam's element hold, the output timestamp the next pane gets (None: no element
+    since the last pane counts; the pane then gets ``end_ms - 1``). ``cand``: the current
+    bundle's contribution, folded into ``hold`` when the bundle ends (empty between calls).
+    """
+
+    __slots__ = ("acc", "hold", "cand", "dirty", "after_end", "closed", "next_index", "trig", "emitted")
 
     def __init__(self, acc: Any, trig: list) -> None:
         self.acc, self.trig = acc, trig
-        self.t_min = self.t_max = None
+        self.hold = self.cand = None
         self.dirty = self.after_end = self.closed = False
         self.next_index = 0
         self.emitted: list[Pane] = []
@@ -92,7 +117,8 @@ class TriggerDriver:
     allowed_lateness_ms : int
         Milliseconds after the end of a window during which late data are still accepted.
     timestamp_combiner : TimestampCombiner or str
-        Output timestamp of a pane: end of window (``end_ms - 1``), earliest or latest event time.
+        Output timestamp of a pane: end of window (``end_ms - 1``), earliest or latest event time
+        of the pane's new elements that were not behind the output watermark (module docstring).
     combiner : windowing.AggregateFunction
         The aggregation (``Sum()`` / ``SumCombiner()``, ..., a user-defined lift / combine /
         lower or Beam-style ``Combiner``); default ``ToList()`` (panes list their values).
@@ -123,6 +149,9 @@ class TriggerDriver:
         if not isinstance(self.combiner, AggregateFunction):
             raise TypeError(f"combiner must be a windowing aggregation (AggregateFunction or Combiner), got {combiner!r}")
         self._timestamped = bool(getattr(self.combiner, "timestamped", False))
+        self._holds = self.timestamp_combiner is not TimestampCombiner.END_OF_WINDOW
+        self._earliest = self.timestamp_combiner is TimestampCombiner.EARLIEST
+        self._warned_late = False  # the LateDataDropped warning was given (or dropped_late > 0)
         self._layout = Layout()
         self._root = build(trigger, self._layout)
         self._discarding = self.accumulation_mode is AccumulationMode.DISCARDING
@@ -210,20 +239,26 @@ class TriggerDriver:
         return _WindowState(self.combiner.create_accumulator(), self._layout.fresh())
 
     def _ingest(self, elements: Iterable[tuple[Any, int]], key: Any, fold: Callable) -> list[Pane]:
+        """One bundle: add every element, then evaluate each touched window's trigger once."""
         ws = self._keys.get(key)
         if ws is None:
             ws = self._keys[key] = {}
-        out: list[Pane] = []
         ctx, root = self._ctx, self._root
+        holds, earliest = self._holds, self._earliest
+        out_wm = self._output_watermark(ws) if holds else 0
+        touched: dict[IntervalWindow, None] = {}
+        renames: dict[IntervalWindow, IntervalWindow] = {}
         for value, t in elements:
             for w in self.window_fn.assign_windows(t):
                 if ctx.watermark >= self._gc_time(w):
                     self.dropped_late += 1
+                    if not self._warned_late:
+                        self._warn_late(key, w, t)
                     continue
                 st = ws.get(w)
                 if st is None:
                     if self.window_fn.is_merging:
-                        w = self._merge_new(ws, w)
+                        w = self._merge_new(ws, w, renames)
                         if w is None:
                             self.dropped_closed += 1
                             continue
@@ -234,21 +269,51 @@ class TriggerDriver:
                     self.dropped_closed += 1
                     continue
                 st.acc = fold(st.acc, (value, t) if self._timestamped else value)
-                if st.t_min is None or t < st.t_min:
-                    st.t_min = t
-                if st.t_max is None or t > st.t_max:
-                    st.t_max = t
+                if holds and t >= out_wm:
+                    c = st.cand
+                    if c is None or (t < c if earliest else t > c):
+                        st.cand = t
                 st.dirty = True
                 ctx.end = w.end_ms
                 root.on_element(st.trig, ctx)
-                if root.should_fire(st.trig, ctx):
-                    out += self._check(key, ws, w, st, gc=False)
+                touched[w] = None
+        out: list[Pane] = []
+        if touched:
+            if renames:  # windows merged later in the bundle: evaluate the window they became
+                touched = dict.fromkeys(_resolve(w, ws, renames) for w in touched)
+            for w in sorted(touched, key=lambda w: (w.end_ms, w.start_ms)):
+                st = ws[w]
+                if st.cand is not None:
+                    if w.end_ms > ctx.watermark:  # a window already ended takes no hold (late data)
+                        h = st.hold
+                        st.hold = st.cand if h is None else (min(h, st.cand) if earliest else max(h, st.cand))
+                    st.cand = None
+                out += self._check(key, ws, w, st, gc=False)
         if not ws:
             del self._keys[key]
         return out
 
-    def _merge_new(self, ws: dict, new: IntervalWindow) -> IntervalWindow | None:
-        """MergeWindows with a new window; returns the window it ended up in, None if closed."""
+    def _output_watermark(self, ws: dict) -> int:
+        """The key's output watermark: the input watermark, held back by the windows' holds."""
+        wm = self._ctx.watermark
+        for st in ws.values():
+            if st.hold is not None and st.hold < wm:
+                wm = st.hold
+        return wm
+
+    def _warn_late(self, key: Any, w: IntervalWindow, t: int) -> None:
+        self._warned_late = True
+        warnings.warn(
+            f"dropped late data: key {key!r}, window [{w.start_ms}, {w.end_ms}), event time {t} ms, at "
+            f"watermark {self._ctx.watermark} ms, past the window's end plus "
+            f"allowed_lateness_ms={self.allowed_lateness_ms}. Such drops are counted in dropped_late and "
+            "not warned again; raise allowed_lateness_ms (with late firings) to keep windows open for late data.",
+            LateDataDropped, stacklevel=4,
+        )
+
+    def _merge_new(self, ws: dict, new: IntervalWindow, renames: dict) -> IntervalWindow | None:
+        """MergeWindows with a new window; returns the window it ended up in, None if closed.
+        Records each merged-away window's result in ``renames``."""
         target = new
         existing = ws.keys()
         if self.window_fn.merges_overlapping_only:
@@ -259,6 +324,9 @@ class TriggerDriver:
                     return None
                 continue  # closed windows are final; never merge them
             states = [ws.pop(g) for g in group if g != new]
+            for g in group:
+                if g != result:
+                    renames[g] = result
             if new in group:
                 target = result
             ws[result] = self._merge_states(states, result, with_new=new in group)
@@ -277,10 +345,10 @@ class TriggerDriver:
         else:
             merged = _WindowState(self.combiner.merge_accumulators([s.acc for s in states]),
                                   self._layout.merge(trigs, ctx))
-            mins = [s.t_min for s in states if s.t_min is not None]
-            maxs = [s.t_max for s in states if s.t_max is not None]
-            merged.t_min = min(mins) if mins else None
-            merged.t_max = max(maxs) if maxs else None
+            pick = min if self._earliest else max  # Beam merges element holds by the combiner
+            for slot in ("hold", "cand"):
+                times = [getattr(s, slot) for s in states if getattr(s, slot) is not None]
+                setattr(merged, slot, pick(times) if times else None)
             merged.dirty = any(s.dirty for s in states)
             merged.next_index = max(s.next_index for s in states)
             merged.emitted = sorted((p for s in states for p in s.emitted), key=lambda p: (p.window, p.index))
@@ -321,11 +389,8 @@ class TriggerDriver:
         return out
 
     def _emit(self, key: Any, w: IntervalWindow, st: _WindowState, timing: PaneTiming, last: bool) -> list[Pane]:
-        tc = self.timestamp_combiner
-        if tc is TimestampCombiner.END_OF_WINDOW or st.t_min is None:
-            ts = w.end_ms - 1
-        else:
-            ts = st.t_min if tc is TimestampCombiner.EARLIEST else st.t_max
+        ts = w.end_ms - 1 if st.hold is None else st.hold
+        st.hold = None  # every pane releases the hold (Beam's WatermarkHold.extractAndRelease)
         pane = Pane(key, w, self.combiner.extract_output(st.acc), ts, timing, st.next_index,
                     st.next_index == 0, last)
         st.next_index += 1
@@ -337,7 +402,6 @@ class TriggerDriver:
         out.append(pane)
         if self._discarding:
             st.acc = self.combiner.create_accumulator()
-            st.t_min = st.t_max = None
         return out
 
     # -- state as bytes -----------------------------------------------------------------------
@@ -356,7 +420,7 @@ class TriggerDriver:
                 flags = st.dirty | st.after_end << 1 | st.closed << 2
                 panes = [(p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
                           p.is_first, p.is_last) for p in st.emitted]
-                rows.append((w.start_ms, w.end_ms, st.acc, st.t_min, st.t_max, flags,
+                rows.append((w.start_ms, w.end_ms, st.acc, st.hold, flags,
                              st.next_index, st.trig, panes))
             keys.append((key, rows))
         return _codec.encode((_FORMAT, self._fingerprint(), self._ctx.watermark, self._ctx.now,
@@ -366,16 +430,18 @@ class TriggerDriver:
         """Replace this driver's state with state written by ``to_bytes`` of an equal driver."""
         fmt, fingerprint, wm, now, dropped_late, dropped_closed, keys = _codec.decode(data)
         if fmt != _FORMAT or fingerprint != self._fingerprint():
-            raise ValueError("driver state was written by a driver with a different format or "
-                             "configuration (window_fn, trigger, mode, lateness, combiner)")
+            raise ValueError(f"driver state was written by a driver with a different format or configuration "
+                             f"(state format {fmt}, this driver reads {_FORMAT}; or another window_fn, trigger, "
+                             "mode, lateness, combiner)")
         self._ctx.watermark, self._ctx.now = wm, now
         self.dropped_late, self.dropped_closed = dropped_late, dropped_closed
+        self._warned_late = dropped_late > 0
         self._keys = {}
         for key, rows in keys:
             ws = self._keys[key] = {}
-            for start, end, acc, t_min, t_max, flags, next_index, trig, panes in rows:
+            for start, end, acc, hold, flags, next_index, trig, panes in rows:
                 st = _WindowState(acc, trig)
-                st.t_min, st.t_max, st.next_index = t_min, t_max, next_index
+                st.hold, st.next_index = hold, next_index
                 st.dirty, st.after_end, st.closed = bool(flags & 1), bool(flags & 2), bool(flags & 4)
                 st.emitted = [Pane(key, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la)
                               for s, e, v, ts, tv, i, f, la in panes]
@@ -387,3 +453,10 @@ class TriggerDriver:
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _resolve(w: IntervalWindow, ws: dict, renames: dict) -> IntervalWindow:
+    """The live window ``w`` was merged into (following merges within one bundle)."""
+    while w not in ws:
+        w = renames[w]
+    return w

@@ -198,6 +198,7 @@ class MultiQueryDriver(WindowQueries):
         d = q.driver
         d.advance_processing_time(self._now)
         d.advance_watermark(self._wm)
+        d._warned_late = True                           # the replay's drops are not new: no warning
         panes = []
         for key, elems in self._history.items():
             panes += d.add(list(elems), key=key)
@@ -223,7 +224,8 @@ class MultiQueryDriver(WindowQueries):
         return self._now
 
     def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
-        """Add ``(value, event_time_ms)`` pairs for ``key`` to every query; returns the panes."""
+        """Add ``(value, event_time_ms)`` pairs for ``key`` to every query, as one bundle per query
+        (:meth:`TriggerDriver.add`); returns the panes."""
         elements = list(elements)
         kept = [(v, t) for v, t in elements if t >= self._floor]
         if kept:
@@ -265,6 +267,7 @@ class MultiQueryDriver(WindowQueries):
     def _each(self, step) -> list[Pane]:
         out, self._pending = self._pending, []
         for qid, q in self._queries.items():
+            q.driver._warned_late = self.dropped_late > 0   # one LateDataDropped warning for all queries
             out += self._label(qid, q, step(q.driver))
             self.dropped_late += q.driver.dropped_late
             self.dropped_closed += q.driver.dropped_closed

@@ -13,7 +13,8 @@ driver, and the Spark operator), so expected panes are written once.
 
 >>> from watermarks import TriggerDriver, FixedWindows, AfterCount, Repeatedly, SumCombiner
 >>> d = TriggerDriver(FixedWindows(10), Repeatedly(AfterCount(2)), "discarding", combiner=SumCombiner())
->>> [p.brief() for _, p in run_transcript(d, [("add", [(1, 3), (2, 4), (5, 6)]), ("watermark", 10)])]
+>>> steps = [("add", [(1, 3), (2, 4)]), ("add", [(5, 6)]), ("watermark", 10)]
+>>> [p.brief() for _, p in run_transcript(d, steps)]  # one "add" is one bundle (TriggerDriver.add)
 [(0, 10, 3, 'EARLY', 0, 'F'), (0, 10, 5, 'ON_TIME', 1, 'L')]
 """
 
