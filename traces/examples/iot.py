@@ -1,0 +1,117 @@
+"""The IoT pipeline of data-trace types Example 4.1 / Table 2: parse, interpolate, aggregate.
+
+``joinFilterMap`` (OpStateless) keeps the sensors near windows and re-keys by sensor;
+``linearInterpolation`` (OpKeyedOrdered, after SORT) fills the missing points of each sensor;
+``ToHome`` (OpStateless) re-keys by home; ``maxOfAvgPerID`` (OpKeyedUnordered) reports per home,
+at every marker, the maximum over blocks of the block's average (sums kept as exact fractions:
+``combine`` must be associative, and float addition is not; the parallel run caught it).
+
+Records: key = sensor id (str), value = ``{"id", "scalar", "ts"}`` (ts in time units of ``step``).
+
+Run on the embedded broker (``python -m traces.examples.iot``): produces a few readings to a topic,
+runs the DAG on Spark with ``format("dataflow-kafka")`` and prints the per-home maxima next to
+``run_local``'s.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from traces import Dag, O, OpKeyedOrdered, OpKeyedUnordered, OpStateless, U
+
+__all__ = ["JoinFilterMap", "LinearInterpolation", "ToHome", "MaxOfAvgPerID", "build", "LOCATION", "HOME"]
+
+#: sensor -> location (the table JFM joins with) and sensor -> home
+LOCATION = {"s1": "window", "s2": "window", "s3": "door", "s4": "window"}
+HOME = {"s1": "h1", "s2": "h1", "s3": "h2", "s4": "h2"}
+
+
+class JoinFilterMap(OpStateless):
+    """``U(Ut, M) -> U(ID, V)``: keep sensors near windows; emit ``(id, (scalar, ts))``."""
+
+    input = U(None, "M")
+    output = U("ID", "V")
+
+    def __init__(self, location: dict | None = None) -> None:
+        self.location = LOCATION if location is None else location
+
+    def on_item(self, key, value, emit):
+        if self.location.get(value["id"]) == "window":
+            emit(value["id"], (float(value["scalar"]), int(value["ts"])))
+
+
+class LinearInterpolation(OpKeyedOrdered):
+    """``O(ID, V) -> O(ID, V)``: Table 2's linearInterpolation (items in timestamp order)."""
+
+    input = O("ID", "V")
+    output = O("ID", "V")
+
+    def __init__(self, step: int = 1) -> None:
+        self.step = step
+
+    def initial_state(self):
+        return None
+
+    def on_item(self, state, key, value, emit):
+        if state is None:
+            emit(key, value, value[1])
+        else:
+            x, t0 = state
+            dt = (value[1] - t0) // self.step
+            for i in range(1, dt + 1):
+                y = x + i * (value[0] - x) / dt
+                emit(key, (y, t0 + i * self.step), t0 + i * self.step)
+        return value
+
+    def on_marker(self, state, key, marker, emit):
+        return state
+
+
+class ToHome(OpStateless):
+    """``U(ID, V) -> U(Home, V)``: re-key a sensor's value by its home."""
+
+    input = U("ID", "V")
+    output = U("Home", "V")
+
+    def __init__(self, home: dict | None = None) -> None:
+        self.home = HOME if home is None else home
+
+    def on_item(self, key, value, emit):
+        emit(self.home[key], value)
+
+
+class MaxOfAvgPerID(OpKeyedUnordered):
+    """``U(ID, V) -> U(ID, V)``: Table 2's maxOfAvgPerID; emits ``(max avg, marker.ts - 1)``."""
+
+    input = U(None, "V")
+    output = U(None, "V")
+
+    def in_(self, key, value):
+        return (Fraction(value[0]), 1)      # exact: float + is not associative
+
+    def id(self):
+        return (Fraction(0), 0)
+
+    def combine(self, x, y):
+        return (x[0] + y[0], x[1] + y[1])
+
+    def initial_state(self):
+        return float("-inf")
+
+    def update_state(self, old_state, agg):
+        return max(old_state, float(agg[0] / agg[1])) if agg[1] else old_state
+
+    def on_marker(self, new_state, key, marker, emit):
+        emit(key, (new_state, marker.timestamp - 1))
+
+
+def build(par: int = 2, period_ms: int = 10, partitions: int = 2, ordering: str = "sort") -> Dag:
+    """The DAG: hub -> JFM -> (SORT) LI -> ToHome -> maxOfAvg per home -> out."""
+    dag = Dag(ordering=ordering)
+    src = dag.source("hub", period_ms=period_ms, partitions=partitions)
+    jfm = dag.add_op(JoinFilterMap(), par, src, name="jfm")
+    li = dag.add_op(LinearInterpolation(), par, jfm, name="li")
+    home = dag.add_op(ToHome(), par, li, name="to_home")
+    avg = dag.add_op(MaxOfAvgPerID(), par, home, name="max_avg")
+    dag.sink("out", avg)
+    return dag
