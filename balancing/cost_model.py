@@ -77,14 +77,14 @@ class Measurement:
 def split_cpu_ms(m: Measurement) -> float:
     """``T_p E + PW_p K_1 G + MK_p K_1`` (§5.1.1, split: tuples once, partials out, extra partials
     of moved key groups)."""
-    return (m.tuples * m.tuple_cost_ms + m.partial_windows * m.key_group_cost_ms * m.key_groups
-            + m.migrated_key_groups * m.key_group_cost_ms)
+    return float(m.tuples * m.tuple_cost_ms + m.partial_windows * m.key_group_cost_ms * m.key_groups
+                 + m.migrated_key_groups * m.key_group_cost_ms)
 
 
 def combine_cpu_ms(m: Measurement) -> float:
     """``T_p W E + MK_p K_1 PW_p`` (§5.1.1, combine: tuples once per window, moves ship every pane)."""
-    return (m.tuples * m.overlapping_windows * m.tuple_cost_ms
-            + m.migrated_key_groups * m.key_group_cost_ms * m.partial_windows)
+    return float(m.tuples * m.overlapping_windows * m.tuple_cost_ms
+                 + m.migrated_key_groups * m.key_group_cost_ms * m.partial_windows)
 
 
 def split_latency_ms(m: Measurement) -> float:
