@@ -26,6 +26,9 @@ from watermarks import (
 )
 from watermarks.transcript import run_transcript
 
+#: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
+pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+
 EARLY_LATE = AfterWatermark(early=AfterCount(1), late=AfterCount(1))
 
 

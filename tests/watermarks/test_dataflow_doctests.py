@@ -7,6 +7,9 @@ import importlib
 
 import pytest
 
+#: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
+pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+
 
 @pytest.mark.parametrize("name", ["watermarks.driver", "watermarks.windows", "watermarks.transcript",
                                   "watermarks.multi"])

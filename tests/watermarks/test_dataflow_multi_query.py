@@ -28,6 +28,9 @@ from windowing import AddWindow, GlobalWindow, RemoveWindow, SessionWindow, Sum,
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
 from test_dataflow_properties import OPEN_TRIGGERS, WINDOW_FNS  # noqa: E402
 
+#: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
+pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+
 MODES = ["discarding", "accumulating", "accumulating_and_retracting"]
 
 

@@ -23,6 +23,9 @@ from watermarks import (
 from watermarks.running_example import ELEMENTS, EXAMPLES, MINUTE, streaming_steps
 from watermarks.transcript import run_transcript
 
+#: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
+pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+
 S = 1000
 G0, G1 = GLOBAL_WINDOW
 

@@ -17,6 +17,9 @@ from watermarks import AfterCount, AfterProcessingTime, AfterWatermark, MultiQue
 from watermarks.stage import WindowingStage
 from windowing import FixedWindows, Sessions, SlidingWindow, Sum, parse_command
 
+#: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
+pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+
 PARTS = 2
 ADD = {"op": "add_window", "id": "slide", "window": {"type": "sliding", "size_ms": 2000, "slide_ms": 1000}}
 

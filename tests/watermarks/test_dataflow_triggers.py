@@ -38,6 +38,9 @@ from watermarks import (
 from watermarks.transcript import run_transcript
 from watermarks.triggers import finishes
 
+#: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
+pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+
 G0, G1 = GLOBAL_WINDOW
 
 

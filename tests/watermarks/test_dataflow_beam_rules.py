@@ -1,0 +1,220 @@
+"""Beam's rules in the Dataflow driver (issue 12): bundles, output timestamps, the lateness warning.
+
+Expected panes are written from Beam's documented behaviour:
+
+* ``ReduceFnRunner.processElements``: every element of a bundle is added to its (merged) window,
+  then each window's trigger is asked once; on Spark a micro-batch is the bundle.
+* ``WatermarkHold``: an element holds the output watermark (and so sets the pane's timestamp) only
+  if it is not behind the output watermark and its window has not ended at the input watermark;
+  every pane releases the hold; a pane without a hold is stamped with the window's last instant.
+* Allowed lateness defaults to 0; the driver says once when that drops data.
+
+Rows are ``Pane.brief()``: ``(start, end, value, timing, index, flags)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from keygroups import Pipeline
+from keygroups.contract import control_frame
+from watermarks import (
+    END_OF_TIME_MS,
+    AfterCount,
+    AfterWatermark,
+    DefaultTrigger,
+    FixedWindows,
+    LateDataDropped,
+    MultiQueryDriver,
+    Repeatedly,
+    Sessions,
+    SumCombiner,
+    TriggerDriver,
+)
+from watermarks.running_example import EXAMPLES
+from watermarks.stage import WindowingStage
+from watermarks.transcript import run_transcript
+from windowing import Sum
+
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
+from test_dataflow_triggers import _per_step as per_step  # noqa: E402
+from test_dataflow_triggers import driver  # noqa: E402  (FixedWindows(10), sums, warnings at construction off)
+
+
+def stamps(d, steps):
+    return [p.timestamp_ms for _, p in run_transcript(d, steps)]
+
+
+# -- one add is one bundle ---------------------------------------------------------------------
+
+def test_after_count_2_early_firing_inside_a_bundle_of_three_fires_once_after_the_bundle():
+    d = driver(AfterWatermark(early=AfterCount(2)))
+    assert per_step(d, [("add", [(1, 1), (2, 2), (3, 3)]), ("watermark", 10)]) == [
+        [(0, 10, 6, "EARLY", 0, "F")],              # not 3 after the second element
+        [(0, 10, 6, "ON_TIME", 1, "L")],
+    ]
+    single = driver(AfterWatermark(early=AfterCount(2)))   # the same elements as three bundles
+    assert per_step(single, [("add", [(1, 1)]), ("add", [(2, 2)]), ("add", [(3, 3)])]) == [
+        [], [(0, 10, 3, "EARLY", 0, "F")], []
+    ]
+
+
+def test_repeatedly_count_fires_at_most_once_per_window_and_bundle():
+    d = driver(Repeatedly(AfterCount(2)), "discarding")
+    steps = [("add", [(v, v) for v in (1, 2, 3, 4, 5)]), ("add", [(6, 6)]), ("add", [(7, 7)])]
+    assert per_step(d, steps) == [[(0, 10, 15, "EARLY", 0, "F")], [], [(0, 10, 13, "EARLY", 1, "")]]
+
+
+def test_every_window_a_bundle_touched_is_asked_once_by_window_end():
+    d = driver(Repeatedly(AfterCount(2)), "discarding")
+    # [10, 20) gets data first, but [0, 10) ends first
+    assert per_step(d, [("add", [(1, 15), (2, 3), (4, 12), (8, 5), (16, 25)])]) == [
+        [(0, 10, 10, "EARLY", 0, "F"), (10, 20, 5, "EARLY", 0, "F")]
+    ]
+
+
+def test_sessions_of_a_bundle_merge_before_the_trigger_is_asked():
+    # [0,10) and [15,25) are bridged by [8,18) in the same bundle: one session, one pane, nothing
+    # to retract (element by element there would be panes of [0,10) and [15,25), then retractions)
+    d = driver(Repeatedly(AfterCount(1)), "accumulating_and_retracting", Sessions(10))
+    assert per_step(d, [("add", [(1, 0), (2, 15), (4, 8)]), ("add", [(8, 40)])]) == [
+        [(0, 25, 7, "EARLY", 0, "F")], [(40, 50, 8, "EARLY", 0, "F")]
+    ]
+
+
+def test_multi_query_driver_and_windowing_stage_take_a_micro_batch_as_one_bundle():
+    trigger = AfterWatermark(early=AfterCount(2))
+    multi = MultiQueryDriver({"a": FixedWindows(10), "b": FixedWindows(20)}, trigger, "accumulating", combiner=Sum())
+    assert [(p.query_id, p.value, p.timing.name) for p in multi.add([(1, 1), (2, 2), (3, 3)], key="k")] == [
+        ("a", 6, "EARLY"), ("b", 6, "EARLY")
+    ]
+    rows = [{"kind": "data", "topic": "t", "partition": 0, "offset": i, "k": "k", "v": v, "event_time_ms": v,
+             "processing_time_ms": 0} for i, v in enumerate((1, 2, 3))]
+    rows.append({"kind": "punctuation", "topic": "t", "partition": 0, "offset": 3, "punctuation_ms": 5,
+                 "processing_time_ms": 0})
+    frame = control_frame(rows).assign(k=[r.get("k") for r in rows], v=[r.get("v") for r in rows])
+    stage = WindowingStage(key="k", value="v", windows=FixedWindows(10), trigger=trigger,
+                           accumulation_mode="accumulating", aggregation=Sum(), num_key_groups=2)
+    (out,) = Pipeline([stage]).run_local([frame])
+    data = out[out["kind"] == "data"]
+    assert list(zip(data["sum"], data["timing"], data["pane_index"])) == [(6.0, "EARLY", 0)]
+
+
+def _bundle_reference(bundles, size, n):
+    """Brute force of the bundle rule for FixedWindows(size), Repeatedly(AfterCount(n)), discarding,
+    then the end of input: after each bundle, every window with >= n new elements fires their sum
+    (by window start); at the end every window with new elements fires them, ON_TIME and last."""
+    pending, index, out = defaultdict(list), defaultdict(int), []
+    for bundle in bundles:
+        for v, t in bundle:
+            pending[t // size * size].append(v)
+        for s in sorted(pending):
+            if len(pending[s]) >= n:
+                out.append((s, s + size, sum(pending[s]), "EARLY", index[s], "F" if index[s] == 0 else ""))
+                index[s] += 1
+                pending[s] = []
+    for s in sorted(pending):
+        if pending[s]:
+            out.append((s, s + size, sum(pending[s]), "ON_TIME", index[s], ("F" if index[s] == 0 else "") + "L"))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 59)), min_size=1, max_size=6),
+                min_size=1, max_size=8),
+       st.integers(1, 3))
+def test_count_triggers_follow_the_bundle_rule(bundles, n):
+    d = driver(Repeatedly(AfterCount(n)), "discarding", FixedWindows(20))
+    steps = [("add", b) for b in bundles] + [("watermark", END_OF_TIME_MS)]
+    assert [p.brief() for _, p in run_transcript(d, steps)] == _bundle_reference(bundles, 20, n)
+
+
+# -- output timestamps: Beam's watermark holds -------------------------------------------------
+
+def test_a_late_element_does_not_pull_the_pane_timestamp_behind_the_watermark():
+    for combiner in ("earliest", "latest"):
+        d = driver(DefaultTrigger(), allowed_lateness_ms=20, timestamp_combiner=combiner)
+        # on time at 5; the 3 arrives after [0, 10) ended: its late pane is stamped 9, not 3
+        assert stamps(d, [("add", [(1, 5)]), ("watermark", 10), ("add", [(2, 3)])]) == [5, 9]
+
+
+def test_elements_behind_the_output_watermark_are_ignored_in_an_open_window():
+    # the watermark is at 5 and nothing holds it: the 3 is behind, the 7 counts
+    d = driver(DefaultTrigger(), timestamp_combiner="earliest")
+    assert stamps(d, [("watermark", 5), ("add", [(1, 3), (2, 7)]), ("watermark", 10)]) == [7]
+    d = driver(DefaultTrigger(), timestamp_combiner="earliest")
+    assert stamps(d, [("watermark", 5), ("add", [(1, 3)]), ("watermark", 10)]) == [9]   # no hold: end - 1
+
+
+def test_a_pending_hold_holds_the_output_watermark_back():
+    # the 2 arrived before the watermark moved to 5 and holds the key's output watermark at 2, so
+    # the 3 is not behind it and counts (LATEST: 3; with the input watermark as the bar it would be 2)
+    steps = [("add", [(1, 2)]), ("watermark", 5), ("add", [(1, 3)]), ("watermark", 10)]
+    assert stamps(driver(DefaultTrigger(), timestamp_combiner="earliest"), steps) == [2]
+    assert stamps(driver(DefaultTrigger(), timestamp_combiner="latest"), steps) == [3]
+    # the output watermark is per key: another key's hold does not hold this one back
+    d = driver(DefaultTrigger(), timestamp_combiner="latest")
+    run_transcript(d, [("add", [(1, 2)], "a"), ("watermark", 5), ("add", [(1, 3)], "b")])
+    assert sorted((p.key, p.timestamp_ms) for p in d.advance_watermark(10)) == [("a", 2), ("b", 9)]
+
+
+def test_every_pane_releases_the_hold_also_when_accumulating():
+    steps = [("add", [(1, 2)]), ("add", [(1, 6)]), ("watermark", 10)]
+    for combiner in ("earliest", "latest"):
+        d = driver(AfterWatermark(early=AfterCount(1)), timestamp_combiner=combiner)
+        # the second early pane holds 2 + 1 but only the 6 is new; the on-time pane has nothing new
+        assert stamps(d, steps) == [2, 6, 9]
+    assert stamps(driver(AfterWatermark(early=AfterCount(1))), steps) == [9, 9, 9]   # END_OF_WINDOW
+
+
+# -- allowed lateness 0 by default, and a warning when it drops data -------------------------
+
+def test_the_first_late_drop_warns_once_naming_the_window_and_the_lateness():
+    d = driver(DefaultTrigger())
+    run_transcript(d, [("add", [(1, 5)]), ("watermark", 10)])
+    with pytest.warns(LateDataDropped, match=r"window \[0, 10\).*allowed_lateness_ms=0") as caught:
+        d.add([(2, 3), (3, 4)], key=None)
+    assert len(caught) == 1 and d.dropped_late == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d.add([(4, 6)])                                        # counted, not warned again
+        again = TriggerDriver.from_bytes(d.to_bytes(), FixedWindows(10), DefaultTrigger(), "accumulating",
+                                         combiner=SumCombiner())
+        again.add([(5, 7)])                                    # the warning survives a restart
+    assert (d.dropped_late, again.dropped_late) == (3, 4)
+
+
+def test_no_warning_without_drops():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d = driver(DefaultTrigger(), allowed_lateness_ms=10)
+        run_transcript(d, [("add", [(1, 5)]), ("watermark", 10), ("add", [(2, 3)]), ("watermark", 30)])
+    assert d.dropped_late == 0
+
+
+def test_the_running_example_warns_about_its_late_9_with_the_defaults():
+    _, make, steps = EXAMPLES["fixed windows, streaming, no allowed lateness"]
+    d = make()
+    with pytest.warns(LateDataDropped, match=r"window \[0, 120000\), event time 100000 ms.*allowed_lateness_ms=0"):
+        run_transcript(d, steps())
+    assert d.dropped_late == 1
+
+
+def test_multi_query_driver_warns_once_for_all_queries_and_across_restarts():
+    args = ([FixedWindows(10), FixedWindows(20)], DefaultTrigger())
+    d = MultiQueryDriver(*args, combiner=Sum())
+    d.add([(1, 5)])
+    d.advance_watermark(20)
+    with pytest.warns(LateDataDropped) as caught:
+        d.add([(1, 3)])
+    assert len(caught) == 1 and d.dropped_late == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MultiQueryDriver.from_bytes(d.to_bytes(), *args, combiner=Sum()).add([(1, 4)])
