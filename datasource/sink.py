@@ -5,11 +5,31 @@ string or binary), ``topic`` (string; or the ``topic`` option, which takes prece
 ``partition`` (optional int; else Kafka's partitioner on the key), ``headers`` (optional
 ``array<struct<key:string,value:binary>>``, written when present).
 
-Delivery guarantee: **at least once**. Each task produces its rows with an idempotent producer
-(``enable.idempotence=true``, ``acks=all``) and returns only after every one of its records is
-acknowledged; a failed delivery fails the task, and Spark retries it or re-runs the micro-batch. A
-retried task or a replayed micro-batch after a crash writes its rows again, so consumers can see
-duplicates (never losses). Deduplicate downstream on a key of the data if needed.
+Delivery guarantee: **at least once** by default. Each task produces its rows with an idempotent
+producer (``enable.idempotence=true``, ``acks=all``) and returns only after every one of its
+records is acknowledged; a failed delivery fails the task, and Spark retries it or re-runs the
+micro-batch. A retried task or a replayed micro-batch after a crash writes its rows again, so
+consumers can see duplicates (never losses).
+
+**Exactly once** with ``exactlyOnce=true`` (``writeStream`` only), for consumers that read with
+``isolation.level=read_committed``: each task writes its rows, and a marker (query id, batch id,
+partition id) to the topic ``exactlyOnceCommitTopic`` (default ``dataflow-kafka-sink-commits``, one
+partition, created if missing), in one Kafka transaction. The transactional id is
+``dataflow-kafka-<query id>-<partition>``, so a retried attempt fences a zombie one and aborts its
+open transaction. The marker is also indexed as the committed offset ``batch id + 1`` of the
+consumer group ``dataflow-kafka-sink-<query id>-<partition>`` on the commit topic, committed in the
+same transaction (``send_offsets_to_transaction``): a task first looks it up (one OffsetFetch, not
+a scan) and a replayed or retried task whose batch is already committed writes nothing. Replay
+gives a task the same batch id, partition id and rows because the source's offsets come from
+Spark's offset log. Cost: one transactional producer per task (``InitProducerId`` and an offset
+lookup, a few ms on a local broker) instead of a reused one. Limits: the index lives as long as the
+broker keeps the group's offsets (Kafka's ``offsets.retention.minutes``, 7 days by default, after
+the group is empty), so a query restarted after a longer stop can write its last batch again; a
+batch write (``df.write``) has no batch id and refuses the option.
+
+Delivery timeout: ``kafka.delivery.timeout.ms`` (librdkafka's, default here 30000). A task whose
+records are not acknowledged by then fails with an error naming ``kafka.bootstrap.servers``, the
+topics and partitions, and the last error the client saw (e.g. ``Connection refused``).
 
 Producers: one per Python worker process and Kafka configuration, kept across tasks and
 micro-batches (Spark reuses its Python workers, and a worker runs one task at a time). Creating
@@ -20,11 +40,12 @@ producer is empty when the next task takes it, and each task counts the delivery
 own records (the callbacks are bound to the task), so an error of one task cannot fail, or hide
 in, another. A producer is dropped, and the next task makes a new one, when it reported a fatal
 error (for example ``OUT_OF_ORDER_SEQUENCE_NUMBER`` of the idempotent producer after a broker
-lost acknowledged records) or when a failed task could not drain it within
-``DRAIN_TIMEOUT_S``. At the exit of a process that runs Python exit hooks, cached producers are
-flushed for at most ``EXIT_FLUSH_TIMEOUT_S`` each; pyspark's forked workers end with
-``os._exit`` and run no exit hooks, which loses nothing because no task leaves records in a
-producer.
+lost acknowledged records; the task fails with a message saying so, and Spark's retry writes with
+a fresh producer), when a failed task's records timed out (no broker reachable: a dropped producer
+stops reconnecting) or when a failed task could not drain it within ``DRAIN_TIMEOUT_S``. At the
+exit of a process that runs Python exit hooks, cached producers are flushed for at most
+``EXIT_FLUSH_TIMEOUT_S`` each and closed; pyspark's forked workers end with ``os._exit`` and run
+no exit hooks, which loses nothing because no task leaves records in a producer.
 
 Every task returns a :class:`WriteResult` (its record count, the worker's pid and how many sink
 producers that process has created so far), which the driver's ``commit`` receives: producer
@@ -34,7 +55,9 @@ reuse is observable without instrumenting the worker.
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import time
 from collections import Counter
 from typing import Iterator
 
@@ -47,11 +70,14 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 from datasource.options import OptionError, SinkOptions
 
 __all__ = ["DataflowKafkaStreamWriter", "DataflowKafkaBatchWriter", "WriteResult", "validate_write_schema",
-           "ProducerCache", "producer_stats", "close_producers", "PRODUCER_DEFAULTS"]
+           "ProducerCache", "producer_stats", "close_producers", "ensure_topic", "write_exactly_once",
+           "committed_batch", "PRODUCER_DEFAULTS", "DELIVERY_TIMEOUT_MS"]
 
+DELIVERY_TIMEOUT_MS = 30_000  # default of kafka.delivery.timeout.ms: a record not acknowledged by then fails
 #: Producer settings of the sink; ``kafka.*`` options override them.
-PRODUCER_DEFAULTS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3}
-FLUSH_TIMEOUT_S = 120.0      # a task waits this long for its acknowledgements, then fails
+PRODUCER_DEFAULTS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3,
+                     "delivery.timeout.ms": DELIVERY_TIMEOUT_MS}
+FLUSH_MARGIN_S = 5.0         # a task waits the delivery timeout plus this for its acknowledgements
 DRAIN_TIMEOUT_S = 10.0       # a failed task waits this long for its other records before it returns
 EXIT_FLUSH_TIMEOUT_S = 5.0   # per producer at process exit
 _MAX_ERRORS = 5              # distinct (topic, partition, error) quoted in a task's failure message
@@ -74,33 +100,70 @@ def validate_write_schema(schema: StructType, opts: SinkOptions) -> None:
         raise OptionError(f"column 'partition' must be int, got {types['partition'].simpleString()}")
 
 
+def _delivery_timeout_s(conf: dict) -> float:
+    """The delivery timeout of a producer configuration (``kafka.delivery.timeout.ms`` or its alias
+    ``kafka.message.timeout.ms``), in seconds."""
+    for k in ("delivery.timeout.ms", "message.timeout.ms"):
+        if k in conf:
+            try:
+                return int(conf[k]) / 1000
+            except ValueError:
+                raise OptionError(f"option 'kafka.{k}' must be a whole number of milliseconds, got {conf[k]!r}") from None
+    return DELIVERY_TIMEOUT_MS / 1000
+
+
+def _servers(conf: dict) -> str:
+    return f"kafka.bootstrap.servers={conf.get('bootstrap.servers')!r}"
+
+
 class WriteResult(WriterCommitMessage):
     """One task's commit message: ``records`` written, and for observability the worker's ``pid``
     and ``producers_created``, the number of sink producers that process has created so far
-    (stays at 1 per process and configuration while producers are reused)."""
+    (stays at 1 per process and configuration while producers are reused); ``skipped``: an
+    exactly-once task that found its batch already committed and wrote nothing."""
 
-    def __init__(self, records: int, pid: int | None = None, producers_created: int | None = None) -> None:
+    def __init__(self, records: int, pid: int | None = None, producers_created: int | None = None,
+                 skipped: bool = False) -> None:
         self.records = records
         self.pid = pid
         self.producers_created = producers_created
+        self.skipped = skipped
 
     def __repr__(self) -> str:
-        return f"WriteResult(records={self.records}, pid={self.pid}, producers_created={self.producers_created})"
+        return (f"WriteResult(records={self.records}, pid={self.pid}, producers_created={self.producers_created}, "
+                f"skipped={self.skipped})")
 
 
 class _Entry:
-    """A cached producer and the fatal error it reported, if any."""
+    """A producer, the fatal error it reported, if any, and the last client-level error."""
 
-    __slots__ = ("producer", "fatal", "pid")
+    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at")
 
     def __init__(self) -> None:
         self.producer = None
         self.fatal = None
         self.pid = os.getpid()
+        self.last_error = None
+        self.last_error_at = 0.0
 
     def on_error(self, err) -> None:   # librdkafka's error_cb: client-level errors, fatal ones included
         if err.fatal():
             self.fatal = err
+        self.last_error, self.last_error_at = err, time.monotonic()
+
+
+def _close_quietly(client, timeout_s: float = 0.0) -> None:
+    """Purge what a discarded producer still holds and close it (its threads stop)."""
+    import warnings
+
+    try:
+        client.purge()
+        client.flush(timeout_s)
+        with warnings.catch_warnings():   # "abort_transaction failed during close" of a fenced producer
+            warnings.simplefilter("ignore", RuntimeWarning)
+            client.close()
+    except Exception:  # noqa: BLE001 - a broken client is being thrown away anyway
+        pass
 
 
 class ProducerCache:
@@ -111,7 +174,7 @@ class ProducerCache:
     cached one reported a fatal error, or when it was created in another process (a fork).
     ``drop(conf)`` discards a producer (queued records are purged: the task that wrote them has
     failed, or is failing, and is re-run). ``close()`` flushes every producer for at most
-    ``timeout_s`` and discards them."""
+    ``timeout_s``, closes and discards them (also at process exit)."""
 
     def __init__(self, defaults: dict, forced: dict | None = None) -> None:
         self.defaults, self.forced = dict(defaults), dict(forced or {})
@@ -151,11 +214,7 @@ class ProducerCache:
         if entry is None or entry.pid != os.getpid():
             return
         self.dropped += 1
-        try:
-            entry.producer.purge()
-            entry.producer.flush(1)   # serve the purged records' delivery reports
-        except Exception:  # noqa: BLE001 - a broken producer is being thrown away anyway
-            pass
+        _close_quietly(entry.producer, 1.0)   # serve the purged records' delivery reports
 
     def close(self, timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
         entries, self._entries = self._entries, {}
@@ -163,11 +222,10 @@ class ProducerCache:
             if entry.pid != os.getpid():
                 continue
             try:
-                if entry.producer.flush(timeout_s):
-                    entry.producer.purge()
-                    entry.producer.flush(0)
+                entry.producer.flush(timeout_s)
             except Exception:  # noqa: BLE001 - best effort at exit
                 pass
+            _close_quietly(entry.producer)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -183,19 +241,41 @@ def producer_stats() -> dict:
 
 
 def close_producers(timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
-    """Flush (for at most ``timeout_s`` each) and discard this process's sink producers."""
+    """Flush (for at most ``timeout_s`` each), close and discard this process's sink producers."""
     _producers.close(timeout_s)
+
+
+def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: float = 30.0) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; raise naming the topic
+    and ``kafka.bootstrap.servers`` when it cannot be created or checked."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({**kafka_conf, "log_level": 3})
+    try:
+        md = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            return
+        for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            try:
+                f.result(timeout_s)
+            except Exception as e:  # noqa: BLE001
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(f"dataflow-kafka: cannot create or check topic {topic!r} at {_servers(kafka_conf)}: "
+                           f"{e}") from e
 
 
 class _TaskDelivery:
     """Delivery reports of one task's records (the callbacks are bound to this object)."""
 
-    __slots__ = ("entry", "sent", "acked", "failed", "errors")
+    __slots__ = ("entry", "sent", "acked", "failed", "errors", "started")
 
     def __init__(self, entry: _Entry) -> None:
         self.entry = entry
         self.sent = self.acked = self.failed = 0
         self.errors: Counter = Counter()   # (topic, partition, error) -> records
+        self.started = time.monotonic()
 
     def on_delivery(self, err, msg) -> None:
         if err is None:
@@ -208,13 +288,59 @@ class _TaskDelivery:
         if what in self.errors or len(self.errors) < _MAX_ERRORS:
             self.errors[what] += 1
 
-    def describe_errors(self) -> str:
-        return "; ".join(f"topic {t!r} partition {p}: {e}: {n} record{'s' if n > 1 else ''}"
-                         for (t, p, e), n in self.errors.items())
-
     @property
     def pending(self) -> int:
         return self.sent - self.acked - self.failed
+
+    def failure(self, conf: dict, timeout_s: float) -> str | None:
+        """The task's failure message, or None if every record was acknowledged: what failed
+        (topic, partition, error, records), the servers, and the client's last error during the
+        task (the cause of a timeout, e.g. ``Connection refused``)."""
+        fatal = self.entry.fatal
+        if fatal is not None:
+            return (f"dataflow-kafka sink: the producer hit a fatal error: {fatal.str()} ({fatal.name()}) "
+                    f"at {_servers(conf)}; the producer is discarded and Spark's retry of this task writes with a "
+                    f"new one ({self.acked} of {self.sent} records were acknowledged before)")
+        if not self.failed and not self.pending:
+            return None
+        if self.failed:
+            what = f"delivery failed for {self.failed} of {self.sent} records: " + "; ".join(
+                f"topic {t!r} partition {p}: {e}: {n} record{'s' if n > 1 else ''}" for (t, p, e), n in self.errors.items())
+        else:
+            what = f"{self.pending} of {self.sent} records not acknowledged within {timeout_s:.0f} s"
+        last = self.entry.last_error
+        cause = (f"; last client error: {last.str()} ({last.name()})"
+                 if last is not None and self.entry.last_error_at >= self.started else "")
+        return (f"dataflow-kafka sink: {what} ({_servers(conf)}, kafka.delivery.timeout.ms="
+                f"{_delivery_timeout_s(conf) * 1000:.0f}{cause})")
+
+
+def _flush(task: _TaskDelivery, conf: dict, timeout_s: float) -> None:
+    """Flush the task's producer. confluent-kafka can leave a fatal error set as a pending Python
+    exception while it calls the next callback, which then surfaces as ``SystemError`` (seen as
+    ``<method '__contains__' of 'dict' objects> returned a result with an exception set`` and as
+    ``_PyErr_SetObject``): report the fatal error the callbacks recorded instead."""
+    try:
+        task.entry.producer.flush(timeout_s)
+    except SystemError as e:
+        _raise_fatal(task, conf, e)
+
+
+def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
+    """Raise the task's failure for a ``SystemError`` whose chain holds a fatal ``KafkaError``
+    (confluent-kafka raised it, then called a delivery callback with it still pending), or
+    re-raise ``e`` when there is none."""
+    from confluent_kafka import KafkaError
+
+    cause = e.__cause__ or e.__context__
+    while cause is not None and task.entry.fatal is None:
+        err = cause.args[0] if cause.args and isinstance(cause.args[0], KafkaError) else None
+        if err is not None and err.fatal():
+            task.entry.fatal = err
+        cause = cause.__cause__ or cause.__context__
+    if task.entry.fatal is None:
+        raise e
+    raise RuntimeError(task.failure(conf, 0)) from e
 
 
 class _Refused:
@@ -236,61 +362,68 @@ def _as_bytes(values: list) -> list:
     return [v.encode() if isinstance(v, str) else v for v in values]
 
 
-def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteResult:
+def _send(opts: SinkOptions, task: _TaskDelivery, batch: pa.RecordBatch, first_row: int) -> None:
+    """Produce one batch's rows (``first_row``: the task's row number of its first row, for errors)."""
     from confluent_kafka import KafkaError, KafkaException
 
+    n = batch.num_rows
+    producer, on_delivery = task.entry.producer, task.on_delivery
+    cols = batch.schema.names
+    values = _as_bytes(batch.column("value").to_pylist())
+    keys = _as_bytes(batch.column("key").to_pylist()) if "key" in cols else [None] * n
+    topics = [opts.topic] * n if opts.topic else batch.column("topic").to_pylist()
+    parts = batch.column("partition").to_pylist() if "partition" in cols else [None] * n
+    headers = batch.column("headers").to_pylist() if "headers" in cols else [None] * n
+    for i in range(n):
+        if topics[i] is None:
+            raise ValueError(f"dataflow-kafka sink: row {first_row + i} has a null topic and no 'topic' "
+                             "option is set")
+        kwargs = {}
+        if parts[i] is not None:
+            kwargs["partition"] = parts[i]
+        if headers[i]:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+        while True:
+            try:
+                producer.produce(topics[i], value=values[i], key=keys[i], on_delivery=on_delivery, **kwargs)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                producer.poll(0.1)
+            except KafkaException as e:  # refused at once (e.g. a partition the producer knows is missing)
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                if err is None:
+                    raise
+                task.on_delivery(err, _Refused(topics[i], parts[i]))
+                if err.fatal():
+                    raise RuntimeError(task.failure(dict(opts.kafka), 0)) from e
+                break   # counted as a failed delivery; the task fails after the others are flushed
+            except SystemError as e:  # a fatal error left pending by a callback (see _flush)
+                _raise_fatal(task, dict(opts.kafka), e)
+        task.sent += 1
+    try:
+        producer.poll(0)
+    except SystemError as e:
+        _raise_fatal(task, dict(opts.kafka), e)
+
+
+def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     conf = dict(opts.kafka)
+    timeout_s = _delivery_timeout_s(conf) + FLUSH_MARGIN_S
     task: _TaskDelivery | None = None
     count = 0
     try:
         for batch in batches:
-            n = batch.num_rows
-            if n == 0:
+            if batch.num_rows == 0:
                 continue
             if task is None:   # no producer for a task without rows
                 task = _TaskDelivery(_producers.acquire(conf))
-            producer, on_delivery = task.entry.producer, task.on_delivery
-            cols = batch.schema.names
-            values = _as_bytes(batch.column("value").to_pylist())
-            keys = _as_bytes(batch.column("key").to_pylist()) if "key" in cols else [None] * n
-            topics = [opts.topic] * n if opts.topic else batch.column("topic").to_pylist()
-            parts = batch.column("partition").to_pylist() if "partition" in cols else [None] * n
-            headers = batch.column("headers").to_pylist() if "headers" in cols else [None] * n
-            for i in range(n):
-                if topics[i] is None:
-                    raise ValueError(f"dataflow-kafka sink: row {count + i} has a null topic and no 'topic' "
-                                     "option is set")
-                kwargs = {}
-                if parts[i] is not None:
-                    kwargs["partition"] = parts[i]
-                if headers[i]:
-                    kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-                while True:
-                    try:
-                        producer.produce(topics[i], value=values[i], key=keys[i], on_delivery=on_delivery, **kwargs)
-                        break
-                    except BufferError:  # local queue full: serve delivery reports, then retry
-                        producer.poll(0.1)
-                    except KafkaException as e:  # refused at once (e.g. a partition the producer knows is missing)
-                        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-                        if err is None:
-                            raise
-                        task.on_delivery(err, _Refused(topics[i], parts[i]))
-                        if err.fatal():
-                            raise RuntimeError(f"dataflow-kafka sink: fatal producer error on topic {topics[i]!r} "
-                                               f"partition {parts[i]}: {err.str()} ({err.name()})") from e
-                        break   # counted as a failed delivery; the task fails after the others are flushed
-                task.sent += 1
-            producer.poll(0)
-            count += n
+            _send(opts, task, batch, count)
+            count += batch.num_rows
         if task is not None:
-            task.entry.producer.flush(FLUSH_TIMEOUT_S)
-            if task.failed:
-                raise RuntimeError(f"dataflow-kafka sink: delivery failed for {task.failed} of {task.sent} records: "
-                                   f"{task.describe_errors()}")
-            if task.pending:
-                raise RuntimeError(f"dataflow-kafka sink: {task.pending} of {task.sent} records not acknowledged "
-                                   f"within {FLUSH_TIMEOUT_S:.0f} s")
+            _flush(task, conf, timeout_s)
+            message = task.failure(conf, timeout_s)
+            if message:
+                raise RuntimeError(message)
     except BaseException:
         if task is not None:
             _after_failure(conf, task)
@@ -303,30 +436,143 @@ def _after_failure(conf: dict, task: _TaskDelivery) -> None:
     try:
         if task.entry.fatal is None:
             task.entry.producer.flush(DRAIN_TIMEOUT_S)
-        if task.entry.fatal is not None or task.pending or len(task.entry.producer):
+        timed_out = any("_MSG_TIMED_OUT" in e for _, _, e in task.errors)   # e.g. no broker reachable
+        if task.entry.fatal is not None or task.pending or timed_out or len(task.entry.producer):
             _producers.drop(conf)
     except Exception:  # noqa: BLE001 - do not hide the task's own error
         _producers.drop(conf)
 
 
+# -- exactly once ------------------------------------------------------------------------------------
+
+def _group(query_id: str, partition: int) -> str:
+    return f"dataflow-kafka-sink-{query_id}-{partition}"
+
+
+def _index_consumer(conf: dict, query_id: str, partition: int):
+    from confluent_kafka import Consumer
+
+    return Consumer({**conf, "group.id": _group(query_id, partition), "isolation.level": "read_committed",
+                     "enable.auto.commit": False, "log_level": 3})
+
+
+def committed_batch(kafka_conf: dict, commit_topic: str, query_id: str, partition: int,
+                    timeout_s: float = 30.0) -> int | None:
+    """The last batch id whose task ``partition`` of query ``query_id`` committed, or None."""
+    from confluent_kafka import TopicPartition
+
+    c = _index_consumer(kafka_conf, query_id, partition)
+    try:
+        (tp,) = c.committed([TopicPartition(commit_topic, 0)], timeout=timeout_s)
+        return tp.offset - 1 if tp.offset >= 1 else None
+    finally:
+        c.close()
+
+
+def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int,
+                       partition: int) -> WriteResult:
+    """Write one task's rows and its marker in one Kafka transaction, unless the marker of
+    (``query_id``, ``batch_id``, ``partition``) is already committed (then write nothing)."""
+    from confluent_kafka import Producer, TopicPartition
+
+    conf = dict(opts.kafka)
+    timeout_s = _delivery_timeout_s(conf) + FLUSH_MARGIN_S
+    it = iter(batches)
+    first = next((b for b in it if b.num_rows), None)
+    if first is None:
+        return WriteResult(0, os.getpid())
+    entry = _Entry()
+    entry.producer = producer = Producer({**PRODUCER_DEFAULTS, **conf, "error_cb": entry.on_error,
+                                          "transactional.id": f"dataflow-kafka-{query_id}-{partition}"})
+    index = _index_consumer(conf, query_id, partition)
+    task = _TaskDelivery(entry)
+    began = False
+    try:
+        try:   # fences an older attempt of this task and completes or aborts its transaction
+            producer.init_transactions(timeout_s)
+            (done,) = index.committed([TopicPartition(opts.commit_topic, 0)], timeout=timeout_s)
+        except Exception as e:  # noqa: BLE001
+            last = entry.last_error
+            raise RuntimeError(f"dataflow-kafka sink (exactlyOnce): cannot start a transaction at {_servers(conf)}: "
+                               f"{e}" + (f"; last client error: {last.str()} ({last.name()})" if last else "")) from e
+        if done.offset > batch_id:
+            return WriteResult(0, os.getpid(), skipped=True)
+        producer.begin_transaction()
+        began = True
+        count = 0
+        for batch in _chain(first, it):
+            if batch.num_rows:
+                _send(opts, task, batch, count)
+                count += batch.num_rows
+        marker = {"query": query_id, "batch": batch_id, "partition": partition, "records": count}
+        producer.produce(opts.commit_topic, value=json.dumps(marker).encode(), partition=0,
+                         key=f"{query_id}/{batch_id}/{partition}".encode(), on_delivery=task.on_delivery)
+        task.sent += 1
+        _flush(task, conf, timeout_s)
+        message = task.failure(conf, timeout_s)
+        if message:
+            raise RuntimeError(message)
+        producer.send_offsets_to_transaction([TopicPartition(opts.commit_topic, 0, batch_id + 1)],
+                                             index.consumer_group_metadata(), timeout_s)
+        producer.commit_transaction(timeout_s)
+        began = False
+        return WriteResult(count, os.getpid())
+    finally:
+        if began:
+            try:
+                producer.abort_transaction(DRAIN_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - the task's own error is the one to report
+                pass
+        index.close()
+        _close_quietly(producer)
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+def _task_identity() -> tuple[str, int, int]:
+    """(query id, batch id, partition id) of the running streaming task (Spark's local properties)."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    query_id = tc.getLocalProperty("sql.streaming.queryId") if tc else None
+    batch_id = tc.getLocalProperty("streaming.sql.batchId") if tc else None
+    if not query_id or batch_id is None:
+        raise RuntimeError("dataflow-kafka sink (exactlyOnce): the task has no streaming query id or batch id "
+                           "(sql.streaming.queryId / streaming.sql.batchId): exactlyOnce needs writeStream")
+    return query_id, int(batch_id), tc.partitionId()
+
+
 class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         validate_write_schema(schema, opts)
+        _delivery_timeout_s(opts.kafka)
         self.opts = opts
+        if opts.exactly_once:
+            ensure_topic(opts.kafka, opts.commit_topic)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        if self.opts.exactly_once:
+            return write_exactly_once(self.opts, iterator, *_task_identity())
         return _produce(self.opts, iterator)
 
     def commit(self, messages, batchId: int) -> None:
-        """Records are acknowledged by Kafka before a task succeeds: nothing left to do."""
+        """Records are acknowledged (or committed) by Kafka before a task succeeds: nothing left to do."""
 
     def abort(self, messages, batchId: int) -> None:
-        """Records of successful tasks stay in Kafka (at-least-once); the batch is re-run."""
+        """Records of successful tasks stay in Kafka (at-least-once; with exactlyOnce their
+        transactions are committed and a replay of their tasks writes nothing); the batch is re-run."""
 
 
 class DataflowKafkaBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         validate_write_schema(schema, opts)
+        _delivery_timeout_s(opts.kafka)
+        if opts.exactly_once:
+            raise OptionError("option 'exactlyOnce' applies to writeStream only: a batch write (df.write) has no "
+                              "batch id to mark its transactions with")
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
