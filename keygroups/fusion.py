@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
-__all__ = ["Component", "plan_fusion", "component_graph", "inter_component_rate", "ENORM_EXAMPLE_ATTRIBUTES"]
+__all__ = ["Component", "plan_fusion", "plan_chain", "component_graph", "inter_component_rate",
+           "ENORM_EXAMPLE_ATTRIBUTES"]
 
 #: The input schema of Enorm's motivating job (§2, Figure 1): ``PA(op1)`` is all of it.
 ENORM_EXAMPLE_ATTRIBUTES = frozenset({"user", "area", "date", "approval", "amount", "return", "lendingTime", "income"})
@@ -192,6 +193,25 @@ def plan_fusion(partition_attributes: Mapping[str, Iterable[str]], rates: Mappin
     order = {n: k for k, n in enumerate(names)}
     out = [Component(tuple(sorted(ms, key=order.__getitem__)), comp_pa[c]) for c, ms in members.items()]
     return sorted(out, key=lambda c: order[c.operators[0]])
+
+
+def plan_chain(partition_attributes: Sequence[Iterable[str]], rates: Sequence[float | None], *,
+               score: str = "rate") -> list[tuple[int, ...]]:
+    """:func:`plan_fusion` for a chain of stages (a :class:`~keygroups.pipeline.Pipeline`): stage ``i``
+    has ``partition_attributes[i]``; ``rates[i]`` is the measured rate of the link ``i -> i + 1``, or
+    None where the link cannot fuse for reasons of the stage layer (another number of key groups,
+    inputs that are not plain columns). Returns runs of consecutive stage indices.
+
+    >>> plan_chain([{"user"}, {"user"}, {"page"}, {"page"}], [1.0, 5.0, 2.0])
+    [(0, 1), (2, 3)]
+    """
+    n = len(partition_attributes)
+    if len(rates) != max(n - 1, 0):
+        raise ValueError(f"plan_chain: {n} stages need {max(n - 1, 0)} link rates, got {len(rates)}")
+    names = [f"s{i}" for i in range(n)]
+    links = {(names[i], names[i + 1]): r for i, r in enumerate(rates) if r is not None}
+    comps = plan_fusion(dict(zip(names, partition_attributes)), links, score=score)
+    return [tuple(int(o[1:]) for o in c.operators) for c in comps]
 
 
 def component_graph(components: Iterable[Component], rates: Mapping[tuple[str, str], float]) -> dict[tuple[int, int], float]:
