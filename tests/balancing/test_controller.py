@@ -3,6 +3,7 @@ moves on a steady load after convergence, skew reduced, hysteresis, cooldown, bo
 
 from __future__ import annotations
 
+import doctest
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -250,3 +251,10 @@ def test_bad_load_or_routing_names_the_slot_and_key_group():
         FluxController({4: 7}, [0, 1])
     with pytest.raises(ValueError, match="no slots"):
         FluxController({})
+
+
+def test_docstring_examples():
+    import balancing.controller as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

@@ -3,6 +3,7 @@ worked cases, monotonicity properties, window shapes against brute force, the pe
 
 from __future__ import annotations
 
+import doctest
 import math
 from functools import reduce
 
@@ -150,3 +151,10 @@ def test_bad_measurement_names_the_field(kw, message):
 def test_bad_policy_names_the_option(kw, message):
     with pytest.raises(ValueError, match=message):
         SplitCombinePolicy(**kw)
+
+
+def test_docstring_examples():
+    import balancing.cost_model as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

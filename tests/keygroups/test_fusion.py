@@ -4,6 +4,7 @@ literal transcription of Algorithm 1."""
 
 from __future__ import annotations
 
+import doctest
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -233,3 +234,10 @@ def test_a_chain_with_one_key_per_stage_fuses_the_runs_of_the_same_key(chain):
 def test_plan_chain_checks_the_number_of_links():
     with pytest.raises(ValueError, match="3 stages need 2 link rates, got 1"):
         plan_chain([{"a"}, {"a"}, {"a"}], [1.0])
+
+
+def test_docstring_examples():
+    import keygroups.fusion as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
