@@ -300,6 +300,12 @@ class Dag:
         return Result(sinks, {n: b.late for n, b in blockers.items()},
                       {n: plan.out_types[n] for n in sinks})
 
+    def to_spark(self, df, **options):
+        """This DAG as one streaming query on ``df`` (:func:`traces.spark.to_spark`)."""
+        from traces.spark import to_spark
+
+        return to_spark(self, df, **options)
+
     def _inputs(self, inputs) -> dict[str, list]:
         srcs = self.sources()
         if isinstance(inputs, dict):

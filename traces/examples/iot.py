@@ -105,12 +105,12 @@ class MaxOfAvgPerID(OpKeyedUnordered):
         emit(key, (new_state, marker.timestamp - 1))
 
 
-def build(par: int = 2, period_ms: int = 10, partitions: int = 2, ordering: str = "sort") -> Dag:
-    """The DAG: hub -> JFM -> (SORT) LI -> ToHome -> maxOfAvg per home -> out."""
+def build(par: int = 2, period_ms: int = 10, partitions: int = 2, ordering: str = "sort", step: int = 1) -> Dag:
+    """The DAG: hub -> JFM -> (SORT) LI -> ToHome -> maxOfAvg per home -> out; ``step``: LI's grid."""
     dag = Dag(ordering=ordering)
     src = dag.source("hub", period_ms=period_ms, partitions=partitions)
     jfm = dag.add_op(JoinFilterMap(), par, src, name="jfm")
-    li = dag.add_op(LinearInterpolation(), par, jfm, name="li")
+    li = dag.add_op(LinearInterpolation(step), par, jfm, name="li")
     home = dag.add_op(ToHome(), par, li, name="to_home")
     avg = dag.add_op(MaxOfAvgPerID(), par, home, name="max_avg")
     dag.sink("out", avg)
