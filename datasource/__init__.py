@@ -17,5 +17,10 @@ __all__ = ["DataflowKafkaDataSource", "register", "consumer_lag", "OptionError",
 
 
 def register(spark) -> None:
-    """Make ``format("dataflow-kafka")`` available in ``spark``."""
+    """Make ``format("dataflow-kafka")`` available in ``spark``, and make ``spark`` the active
+    session of the calling thread (Spark looks Python data sources up in the thread's active
+    session: see :func:`datasource.session.use_in_this_thread`)."""
+    from datasource.session import use_in_this_thread
+
     spark.dataSource.register(DataflowKafkaDataSource)
+    use_in_this_thread(spark)

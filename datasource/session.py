@@ -38,15 +38,15 @@ the application's console (its errors still reach Spark).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
-import stat
 import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "ROCKSDB_PROVIDER",
-           "LOW_LATENCY_DEFAULTS"]
+__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread",
+           "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -128,7 +128,33 @@ def python_without_pyspark_zip() -> str | None:
         "case \" $* \" in *\" pyspark.sql.streaming.transform_with_state_driver_worker \"*) exec >/dev/null;; esac\n"
         f"exec {shlex.quote(sys.executable)} \"$@\"\n"
     )
-    path = Path(tempfile.mkdtemp(prefix="dataflow-kafka-python-")) / "python"
-    path.write_text(script)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    # one directory per user and script (content-addressed), reused by every session and process:
+    # nothing is left behind per spark_session(), even by a process that is killed
+    digest = hashlib.sha256(script.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"dataflow-kafka-python-{os.getuid()}-{digest}"
+    path = folder / "python"
+    if path.is_file() and os.access(path, os.X_OK) and path.read_text() == script:
+        return str(path)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    tmp = folder / f".python.{os.getpid()}"
+    tmp.write_text(script)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)         # atomic: a concurrent process sees the old or the new file, whole
     return str(path)
+
+
+def use_in_this_thread(spark) -> None:
+    """Make ``spark`` the active session of the calling thread, so that ``format("dataflow-kafka")``
+    (any Python data source) resolves in it.
+
+    Why: Spark resolves a Python data source through the *active* session of the JVM thread that
+    runs the call, and the active session is thread-local. PySpark pins each Python thread to a
+    JVM thread of its own; in a thread other than the one that created the session, that JVM
+    thread has no active session, and a write or read fails with ``DATA_SOURCE_NOT_FOUND`` even
+    after ``spark.dataSource.register(...)`` in that thread (the registration is session-wide and
+    was never the problem). :func:`datasource.register` calls this, so ``register(spark)`` in the
+    thread is the workaround; or call this function, or ``spark.createDataFrame`` (it sets the
+    active session too) before the first use in a thread."""
+    from pyspark.sql import SparkSession
+
+    SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)

@@ -73,3 +73,47 @@ def test_the_session_runs_stateful_queries_with_changelog_checkpoints(spark, tmp
     assert op["numRowsUpdated"] == 7 and op["numRowsTotal"] == 7
     files = {p.name for p in (ck / "state").rglob("*") if p.is_file() and not p.name.startswith(".")}
     assert {"1.changelog", "2.changelog"} <= files and not any(f.endswith(".zip") for f in files), files
+
+
+def test_the_wrapper_is_one_file_per_script_not_one_directory_per_session():
+    first, second = python_without_pyspark_zip(), python_without_pyspark_zip()
+    if first is None:
+        pytest.skip("pyspark without python/lib/pyspark.zip")
+    assert first == second
+    assert Path(first).parent.name.startswith(f"dataflow-kafka-python-{os.getuid()}-")
+    assert sorted(p.name for p in Path(first).parent.iterdir()) == ["python"]   # no temporary file left
+
+
+# -- threads ------------------------------------------------------------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_writing_from_another_thread_needs_the_session_active_there_and_register_makes_it_so(spark, kafka):
+    """Spark resolves Python data sources through the JVM thread's active session; a new Python
+    thread gets a JVM thread without one (datasource.session.use_in_this_thread)."""
+    import threading
+
+    from datasource import register
+
+    topic = kafka.topic(1, prefix="thread")
+    outcome: dict = {}
+
+    def write(tag: str) -> None:
+        (spark.range(3).selectExpr(f"CONCAT('{tag}', CAST(id AS STRING)) AS value").write.format("dataflow-kafka")
+         .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic).mode("append").save())
+
+    def in_thread() -> None:
+        try:
+            write("a")
+        except Exception as e:  # noqa: BLE001
+            outcome["before"] = str(e)
+        register(spark)
+        write("b")
+        outcome["after"] = "ok"
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join(300)
+    assert "DATA_SOURCE_NOT_FOUND" in outcome.get("before", ""), outcome
+    assert outcome.get("after") == "ok", outcome
+    assert sorted(m.value() for m in kafka.consume_all(topic)) == [b"b0", b"b1", b"b2"]
