@@ -34,7 +34,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from traces.glue import Direct, Merge, Optimistic, Sorted, hash_instance
+from traces.glue import Direct, Merge, Optimistic, Sorted, drive, hash_instance
 from traces.templates import (OpKeyedOrdered, OpKeyedUnordered, OpStateless, Template, runtime_for)
 from traces.types import Blocker, Event, Marker, Punctuation, Record, StreamType, TraceError, U
 
@@ -220,7 +220,7 @@ class Dag:
                 continue
             rt = runtime_for(v.op, name)
             proc = Sorted(rt) if plan.glue[name] != "direct" else Direct(rt)
-            streams[name] = _drive(proc, merged)
+            streams[name] = drive(proc, merged)
         return Result({n: streams[n] for n in plan.order if self.vertices[n].kind == "sink"}, late,
                       {n: plan.out_types[n] for n in plan.order if self.vertices[n].kind == "sink"})
 
@@ -283,7 +283,7 @@ class Dag:
                 if self.vertices[c].kind == "sink":
                     sinks[c].append(m)
                 else:
-                    send(c, j, _drive(procs[c][j], [m]))
+                    send(c, j, drive(procs[c][j], [m]))
 
         blockers = {n: Blocker(self.vertices[n].period_ms, self.vertices[n].partitions) for n in self.sources()}
         feeds = {n: deque(inputs.get(n, [])) for n in blockers}
@@ -320,18 +320,6 @@ class Dag:
             if not isinstance(m, (Record, Punctuation)):
                 raise TraceError(f"source {srcs[0]!r}: input {m!r} is neither a Record nor a Punctuation")
         return {srcs[0]: msgs}
-
-
-def _drive(proc: Any, messages: Iterable) -> list:
-    """Run ``messages`` through a vertex instance; its outputs, each marker after its block."""
-    out: list = []
-    for msg in messages:
-        if isinstance(msg, Marker):
-            out.extend(proc.marker(msg))
-            out.append(msg)
-        else:
-            out.extend(proc.item(msg))
-    return out
 
 
 def _tag(msg: Any, edge: int, edges: int) -> Any:

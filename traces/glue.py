@@ -23,7 +23,7 @@ from typing import Any, Hashable
 from traces.templates import OpKeyedOrdered, make_emit, marker_pos
 from traces.types import Event, Marker, TraceError, order_key
 
-__all__ = ["hash_instance", "Merge", "Direct", "Sorted", "Optimistic"]
+__all__ = ["hash_instance", "Merge", "Direct", "Sorted", "Optimistic", "drive"]
 
 
 def hash_instance(key: Hashable, n: int) -> int:
@@ -70,6 +70,18 @@ class Merge:
                     else:
                         out.append(m)
         return out
+
+
+def drive(proc: Any, messages: Any) -> list:
+    """Run ``messages`` through a vertex instance; its outputs, each marker after its block."""
+    out: list = []
+    for msg in messages:
+        if isinstance(msg, Marker):
+            out.extend(proc.marker(msg))
+            out.append(msg)
+        else:
+            out.extend(proc.item(msg))
+    return out
 
 
 class Direct:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from keygroups.stage import Dropped, Stage, StageInput, StageOutput
-from traces.glue import Direct, Optimistic, Sorted, hash_instance
+from traces.glue import Direct, Optimistic, Sorted, drive, hash_instance
 from traces.templates import OpKeyedOrdered, OpStateless, Template, make_emit, runtime_for
 from traces.types import Event, Marker, TraceError
 
@@ -196,17 +196,12 @@ class TraceStage(Stage):
                 if not isinstance(m, Marker):
                     out.append((m, block))
             return
-        v, proc = self.vertices[i], procs[i]
-        nxt: list = []
-        for m in messages:
-            if isinstance(m, Marker):
-                nxt.extend(proc.marker(m))
-                nxt.append(m)
-            else:
-                if i and not isinstance(v.op, OpStateless) and self.num_key_groups > 1 \
-                        and hash_instance(m.key, self.num_key_groups) != key_group:
+        v = self.vertices[i]
+        if i and not isinstance(v.op, OpStateless) and self.num_key_groups > 1:
+            for m in messages:
+                if not isinstance(m, Marker) and hash_instance(m.key, self.num_key_groups) != key_group:
                     raise TraceError(f"vertex {v.name!r} runs fused in key group {key_group} but got key {m.key!r} "
                                      "of another key group: a vertex before it changed the key (fix: declare "
-                                     "preserves_key=False on that OpStateless)")
-                nxt.extend(proc.item(m))
+                                     "preserves_key=False on that template)")
+        nxt = drive(procs[i], messages)
         self._chain(procs, i + 1, nxt, state, key_group, out)

@@ -1,0 +1,89 @@
+"""compile_dag without Spark: the stage layer's local runner (the same per-key-group code Spark runs)
+gives Dag.run_local's blocks, for both strategies and several key-group counts; refusals."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.traces.frames import source_frames
+from tests.traces.library import AddOne, Diff, Seq, SumPerKey
+from tests.traces.test_engine import Heartbeat
+from traces import Dag, TraceTypeError
+from traces.examples.iot import build
+from traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
+
+
+def _batches(seed: int, n_batches: int = 8, per_batch: int = 15):
+    rng, t, out = random.Random(seed), 0, []
+    for _ in range(n_batches):
+        batch = []
+        for _ in range(per_batch):
+            t += 1
+            s = rng.choice(["s1", "s2", "s3", "s4"])
+            ts = max(0, t - rng.randrange(8) - (25 if rng.random() < 0.1 else 0))    # some late
+            batch.append((rng.randrange(2), ts, s, {"id": s, "scalar": rng.randrange(100), "ts": ts}))
+        out.append(batch)
+    return out
+
+
+def _spark_rows(pipe, frames):
+    return [dict(r, batch=i) for i, o in enumerate(pipe.run_local([f.copy() for f in frames]))
+            for r in o.to_dict("records")]
+
+
+@pytest.mark.parametrize("ordering", ["sort", "optimistic"])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_compiled_iot_dag_equals_run_local(ordering, groups):
+    frames = source_frames(_batches(groups), 2)
+    dag = build(par=2, period_ms=10, ordering=ordering)
+    rows = _spark_rows(compile_dag(dag, num_key_groups=groups), frames)
+    ref = dag.run_local(messages_from_frames(frames))
+    assert ref.late["hub"], "the input has late records"
+    blocks = canonical_rows(rows, ordered=False)
+    assert len(blocks) >= 5 and blocks == canonical_blocks(ref.outputs["out"], ordered=False)
+    dropped = sum(r["dropped_count"] for r in rows if r["kind"] == "dropped")
+    assert dropped == sum(r.value["id"] != "s3" for r in ref.late["hub"])
+
+
+class ValueKey(AddOne):
+    """Re-keys to the value (the next keyed vertex needs a shuffle)."""
+
+    def on_item(self, key, value, emit):
+        emit(value % 5, value)
+
+
+def _int_frames(seed):
+    rng = random.Random(seed)
+    return source_frames([[(rng.randrange(2), max(0, 10 * b + i - rng.randrange(6)), f"k{rng.randrange(3)}",
+                            rng.randrange(40)) for i in range(10)] for b in range(6)], 2)
+
+
+def test_same_key_vertices_fuse_and_a_rekey_starts_a_stage_with_o_output():
+    dag = Dag()
+    src = dag.source("s", 10, 2)
+    a = dag.add_op(Seq(), 2, dag.add_op(AddOne(), 2, src), name="seq")
+    b = dag.add_op(Seq(), 2, a, name="seq_again")                  # same key as seq: fused
+    c = dag.add_op(SumPerKey(), 2, dag.add_op(ValueKey(), 2, b, name="rekey"), name="sum")
+    dag.sink("out", dag.add_op(Seq(), 2, c, name="seq2"))         # after OpKeyedUnordered: a shuffle
+    pipe = compile_dag(dag, num_key_groups=3)
+    assert [[v.name for v in op[0].vertices] for op in pipe.plan()] == [["seq", "seq_again", "rekey"], ["sum"],
+                                                                         ["seq2"]]
+    frames = _int_frames(4)
+    rows = _spark_rows(pipe, frames)
+    ref = dag.run_local(messages_from_frames(frames))
+    assert canonical_rows(rows, ordered=True) == canonical_blocks(ref.outputs["out"], ordered=True)
+
+
+def test_compile_refusals_name_the_vertex():
+    dag = Dag()
+    dag.sink("out", dag.add_op(Diff(), 1, dag.add_op(Heartbeat(), 1, dag.source("s", 10, 1), name="hb")))
+    with pytest.raises(TraceTypeError, match="vertex 'hb': OpStateless.on_marker emits"):
+        compile_dag(dag)
+    fan = Dag()
+    s = fan.source("s", 10, 1)
+    fan.sink("out", fan.add_op(SumPerKey(), 1, fan.add_op(AddOne(), 1, s, name="l"),
+                               fan.add_op(AddOne(), 1, s, name="r"), name="j"))
+    with pytest.raises(TraceTypeError, match="linear DAGs: vertex 'r'"):
+        compile_dag(fan)
