@@ -11,7 +11,10 @@ One period (:meth:`FluxController.step`):
 1. each key group's load (``processor_ms`` or ``rows``, :class:`ControllerConfig.metric`) is
    smoothed, ``s = a * x + (1 - a) * s_prev`` (``a`` = ``smoothing``; a key group's first
    observation is taken as it is), and slot loads are the sums over the controller's routing
-   table (moves it issued count at once: they are in the control topic and will take effect);
+   table: moves it issued count at once (they are in the control topic and will take effect);
+   otherwise a key group that ran on one slot in the period is on that slot (so a restarted
+   controller, or moves issued by someone else, are picked up; ``cooldown_periods`` must cover
+   the time a command takes to take effect);
 2. hysteresis: balancing starts when ``max / mean`` slot load exceeds ``1 + start_imbalance``
    and goes on, period after period, until it is at most ``1 + stop_imbalance``;
 3. Flux rounds: slots sorted by load; the i-th most loaded is paired with the i-th least loaded;
@@ -58,7 +61,8 @@ class ControllerConfig:
     stop_imbalance : and stops at ``<= 1 + stop_imbalance``; a slot pair is balanced only when its
         gap exceeds ``stop_imbalance * mean`` (``0 <= stop_imbalance <= start_imbalance``).
     max_moves : moves per period at most (>= 0).
-    cooldown_periods : a moved key group is not moved again for this many periods (>= 0).
+    cooldown_periods : a moved key group is not moved again, nor placed where it was measured, for
+        this many periods (>= 0): cover the time a command takes to take effect.
     """
 
     metric: str = "processor_ms"
@@ -168,8 +172,8 @@ class FluxController:
 
     Parameters
     ----------
-    routing : the current routing table ``{key_group: slot}``; the controller keeps its own copy
-        and updates it with every move it issues (:attr:`routing`).
+    routing : the current routing table ``{key_group: slot}``; the controller keeps its own copy,
+        updates it with every move it issues and with where key groups ran (:attr:`routing`).
     slots : every slot (an idle slot has no load entries); default: the slots of ``routing``.
     config : :class:`ControllerConfig`.
     """
@@ -212,11 +216,18 @@ class FluxController:
         the move commands to write to the control topic (at most ``max_moves``)."""
         cfg = self.config
         self._period += 1
+        ran_on: dict[int, set[int]] = {}
         for slot, groups in load.items():
             if int(slot) not in self.slots:
                 raise ValueError(f"load names slot {slot!r}, not one of the slots {self.slots}")
             for kg in groups:
-                self._routing.setdefault(int(kg), int(slot))        # first seen: where it ran
+                ran_on.setdefault(int(kg), set()).add(int(slot))
+        for kg, where in ran_on.items():
+            # where a key group ran (on one slot) is where it is, unless a move of ours is in flight:
+            # a restarted controller and moves issued by others are picked up from the measurements
+            moved = self._moved_at.get(kg)
+            if len(where) == 1 and (moved is None or self._period - moved > cfg.cooldown_periods):
+                self._routing[kg] = next(iter(where))
         measured = key_group_loads(load, cfg.metric)
         a = cfg.smoothing
         for kg in self._routing:

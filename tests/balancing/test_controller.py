@@ -207,6 +207,17 @@ def test_issued_moves_count_at_once_and_are_not_issued_again():
     assert c.slot_loads() == {0: 50.0, 1: 50.0, 2: 50.0}
 
 
+def test_a_stale_table_is_corrected_from_where_key_groups_ran():
+    # a restarted controller believes every key group is on slot 0; the query has moved 2 and 3 to slot 1
+    cfg = ControllerConfig(metric="rows", smoothing=1.0)
+    c = FluxController({0: 0, 1: 0, 2: 0, 3: 0}, [0, 1], config=cfg)
+    assert c.step({0: {0: (50, 0), 1: (50, 0)}, 1: {2: (50, 0), 3: (50, 0)}}) == []
+    assert c.routing == {0: 0, 1: 0, 2: 1, 3: 1}
+    # a key group seen on two slots in one period (it moved within it) keeps its place in the table
+    c.step({0: {0: (50, 0), 1: (50, 0), 2: (10, 0)}, 1: {2: (40, 0), 3: (50, 0)}})
+    assert c.routing[2] == 1
+
+
 def test_new_key_groups_join_the_table_where_they_ran_and_metric_choice():
     c = FluxController({0: 0}, [0, 1], config=ControllerConfig(metric="processor_ms", smoothing=1.0))
     c.step({1: {5: (1, 7.0)}, 0: {0: (1000, 7.0)}})
