@@ -137,3 +137,84 @@ def test_data_survives_broker_restart(broker, kafka):
     broker.restart()
     got = sorted(int(m.value()) for m in kafka.consume_all(topic))
     assert got == list(range(30))
+
+
+# -- transactions (the sink's exactlyOnce option) -------------------------------------------------------
+
+def _values(bootstrap, topic, isolation):
+    """Values of partition 0 up to the end of the log as a consumer with ``isolation`` sees them
+    (polled to end-of-partition: a transactional log ends with a control record no consumer gets)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "conformance", "isolation.level": isolation,
+                  "enable.partition.eof": True, "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        out, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+            elif m is not None:
+                return out                       # end of partition
+        raise AssertionError(f"{topic}: no end of partition within 20 s")
+    finally:
+        c.close()
+
+
+def _transactional(bootstrap, txn_id):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "log_level": 0})
+    p.init_transactions(15)
+    return p
+
+
+def test_transactions_commit_and_abort_under_read_committed(kafka):
+    topic = kafka.topic(partitions=1)
+    p = _transactional(kafka.bootstrap, f"conf-{topic}")
+    for value, commit in ((b"c1", True), (b"a1", False), (b"c2", True)):
+        p.begin_transaction()
+        p.produce(topic, value, partition=0)
+        p.flush(10)                                # the aborted record reaches the log
+        (p.commit_transaction if commit else p.abort_transaction)(15)
+    assert _values(kafka.bootstrap, topic, "read_committed") == [b"c1", b"c2"]
+    assert _values(kafka.bootstrap, topic, "read_uncommitted") == [b"c1", b"a1", b"c2"]
+
+
+def test_a_newer_transactional_producer_fences_the_older(kafka):
+    from confluent_kafka import KafkaException
+
+    topic = kafka.topic(partitions=1)
+    old = _transactional(kafka.bootstrap, f"conf-{topic}")
+    old.begin_transaction()
+    old.produce(topic, b"zombie", partition=0)
+    old.flush(10)
+    new = _transactional(kafka.bootstrap, f"conf-{topic}")   # aborts the old one's open transaction
+    new.begin_transaction()
+    new.produce(topic, b"new", partition=0)
+    new.commit_transaction(15)
+    with pytest.raises(KafkaException) as fenced:
+        old.commit_transaction(15)
+    assert fenced.value.args[0].fatal()
+    assert _values(kafka.bootstrap, topic, "read_committed") == [b"new"]
+
+
+def test_group_offsets_commit_with_a_transaction(kafka):
+    """send_offsets_to_transaction: the offset is committed with the transaction, not before."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka.topic(partitions=1)
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"g-{topic}", "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    p = _transactional(kafka.bootstrap, f"conf-{topic}")
+    try:
+        for offset, commit in ((1, True), (2, False), (3, True)):
+            p.begin_transaction()
+            p.produce(topic, b"marker", partition=0)
+            p.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], c.consumer_group_metadata(), 10)
+            (p.commit_transaction if commit else p.abort_transaction)(15)
+            (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
+            assert tp.offset == (offset if commit else offset - 1), (offset, commit, tp)
+    finally:
+        c.close()

@@ -1,0 +1,92 @@
+"""Does an embedded broker keep what it acknowledged when it is stopped (SIGTERM to its process
+group, as :meth:`brokers.Broker.stop` does)? Measured with a private broker per test: a producer
+writes (``acks=all``) as fast as it can, the broker is stopped and started again on the same
+data directory, and every acknowledged record is looked up.
+
+Finding (noida-db 0.2.3): stopped while a producer writes, it loses records it acknowledged
+(thousands in a 1 s load); stopped after the producers drained, it loses none. Our side stops the
+broker only after every client drained (the test fixtures stop Spark first; see docs/brokers.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from brokers import kafka_broker
+from tests.support import KafkaHelper
+
+pytestmark = pytest.mark.kafka
+LOAD_S = 1.0
+
+
+def _restartable_kind() -> str:
+    kind = os.environ.get("DATAFLOW_KAFKA_EMBEDDED", "noida-db")
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        pytest.skip("an external broker is not stopped by the tests")
+    if kind == "tansu":
+        pytest.skip("tansu keeps data in memory only: nothing survives a stop")
+    return kind
+
+
+def _acked_then_lost(tmp_path, drained: bool) -> tuple[int, int]:
+    """(acknowledged, lost) records of a producer under load when the broker stops: after the
+    producer flushed (``drained``) or while it writes."""
+    from confluent_kafka import Producer
+
+    with kafka_broker(_restartable_kind(), workdir=tmp_path) as b:
+        topic = KafkaHelper(b.bootstrap_servers).topic(2, prefix="durable")
+        acked: list[bytes] = []
+        stop = threading.Event()
+        p = Producer({"bootstrap.servers": b.bootstrap_servers, "acks": "all", "linger.ms": 5, "log_level": 0,
+                      "message.timeout.ms": 3000})
+
+        def on_delivery(err, msg) -> None:
+            if err is None:
+                acked.append(msg.value())
+
+        def load() -> None:
+            i = 0
+            while not stop.is_set():
+                try:
+                    p.produce(topic, b"%d" % i, partition=i % 2, on_delivery=on_delivery)
+                    i += 1
+                except BufferError:
+                    p.poll(0.05)
+                p.poll(0)
+            p.flush(10)
+
+        writer = threading.Thread(target=load)
+        writer.start()
+        time.sleep(LOAD_S)
+        if drained:
+            stop.set()
+            writer.join()
+            b.stop()
+        else:
+            os.killpg(b._proc.pid, signal.SIGTERM)     # what Broker.stop() sends first, under load
+            b.stop()
+            stop.set()
+            writer.join()
+        p.close()
+        b.restart()
+        present = {m.value() for m in KafkaHelper(b.bootstrap_servers).consume_all(topic)}
+    return len(acked), sum(1 for v in acked if v not in present)
+
+
+def test_a_broker_stopped_after_producers_drained_keeps_every_acknowledged_record(tmp_path):
+    acked, lost = _acked_then_lost(tmp_path, drained=True)
+    assert acked > 1000 and lost == 0, (acked, lost)
+
+
+def test_a_broker_stopped_under_producer_load_keeps_every_acknowledged_record(tmp_path):
+    acked, lost = _acked_then_lost(tmp_path, drained=False)
+    assert acked > 1000, acked
+    if lost and _restartable_kind() == "noida-db":
+        pytest.xfail(f"noida-db loses acknowledged records when stopped under load: {lost} of {acked} "
+                     "(a development broker: stop it only after producers drained; docs/brokers.md)")
+    assert lost == 0, (acked, lost)
