@@ -13,8 +13,9 @@ emitted. This package is the pure engine (numpy, no Spark):
   :class:`Min`, :class:`Max`, :class:`Mean`, :class:`M4`, :class:`Median`, :class:`Quantile`,
   :class:`ToList`, user-defined lift / combine / lower (:class:`AggregateFunction`, + invert,
   commutativity) or Beam-style :class:`Combiner`.
-* Slicer-only windows (:mod:`slicer.windows`, :mod:`slicer.context_windows`): fixed band,
-  punctuation, slide-by-tuple; user-defined types via :class:`ContextFreeWindow`,
+* Slicer-only windows (:mod:`slicer.windows`, :mod:`slicer.context_windows`,
+  :mod:`slicer.frames`): fixed band, punctuation, slide-by-tuple, threshold frames; user-defined
+  types via :class:`ContextFreeWindow`,
   :class:`ForwardContextFreeWindow`, :class:`ForwardContextAwareWindow`.
 
 Conventions: windows are ``[start, end)`` (start inclusive, end exclusive); times are
@@ -42,18 +43,19 @@ from slicer.context_windows import (
     ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow,
     WindowContext,
 )
+from slicer.frames import ThresholdFrame
 from slicer.operator import SlicingWindowOperator, StreamOrder
 from slicer.results import WindowResult, WindowResults
 from slicer.windows import ContextFreeWindow, FixedBandWindow
 from windowing import (
     M4, AggregateFunction, Combiner, Count, GlobalWindow, Max, Mean, Median, Min, Quantile, SessionWindow,
-    SlidingWindow, Sum, ToList, TumblingWindow, Window,
+    SlidingWindow, Sum, ToList, TumblingWindow, Window, WindowMeasure,
 )
 
 __all__ = [
     "SlicingWindowOperator", "StreamOrder", "WindowResult", "WindowResults",
     "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
-    "FixedBandWindow", "PunctuationWindow", "SlideByTupleWindow", "ContextFreeWindow", "ContextAwareWindow",
+    "FixedBandWindow", "PunctuationWindow", "SlideByTupleWindow", "ThresholdFrame", "WindowMeasure", "ContextFreeWindow", "ContextAwareWindow",
     "ForwardContextFreeWindow", "ForwardContextAwareWindow", "WindowContext",
     "AggregateFunction", "Combiner", "Sum", "Count", "Min", "Max", "Mean", "M4", "Median", "Quantile", "ToList",
 ]

@@ -48,7 +48,7 @@ def compile_window(window: Any) -> ContextFreeWindow | ContextAwareWindow:
         return window
     raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
                     "SessionWindow, GlobalWindow) or a slicer window (FixedBandWindow, PunctuationWindow, "
-                    "SlideByTupleWindow, a ContextFreeWindow or ContextAwareWindow subclass)")
+                    "SlideByTupleWindow, ThresholdFrame, a ContextFreeWindow or ContextAwareWindow subclass)")
 
 
 def is_builtin(fn: AggregateFunction) -> bool:

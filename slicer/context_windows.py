@@ -7,17 +7,19 @@ slices (and, where the decision tree of section 5.1 keeps them, the records) thr
 read-only view instead of copying them, as the paper does with its pointer to the
 aggregate store.
 
-Time measure only. Boundary conventions as in :mod:`slicer.windows`:
+Time measure only; windows are ``[start, end)``. Scotty's rules (``docs/semantics.md``):
 
 * :class:`SessionGapWindow` (the runtime of ``windowing.SessionWindow``) ``[first, last + gap)``:
-  consecutive records (event-time order) closer than ``gap`` share a session.
-* :class:`PunctuationWindow` ``[p_i + 1, p_{i+1} + 1)`` between consecutive punctuation
-  records ``p``: a punctuation record closes the window it belongs to, so in-order
-  punctuations never split a slice that already holds records.
-* :class:`SlideByTupleWindow` every ``slide``-th record ``k`` (event-time order) ends a
-  window ``[t_k + 1 - size_ms, t_k + 1)``, the last ``size_ms`` up to and including ``t_k``.
+  a record joins a session when its distance to the session's last record is **at most**
+  ``gap``; a session is final, and emitted, once its end is strictly below the watermark.
+* :class:`PunctuationWindow`: a punctuation record at ``p`` closes ``[previous punctuation, p)``
+  and opens ``[p, next)``; the first window opens at the first record (the earliest event time).
+* :class:`SlideByTupleWindow` ``(size, slide)``: every ``slide``-th record ``k = 0, slide,
+  2*slide, ...`` (event-time order, ties by arrival) starts a window ``[t_k, t_k + size)``.
+* :class:`~slicer.frames.ThresholdFrame` (:mod:`slicer.frames`): runs of records whose value
+  passes a threshold.
 
-Punctuation and slide-by-tuple windows are slicer-only extensions.
+Punctuation, slide-by-tuple and threshold windows are slicer-only extensions.
 
 User-defined types subclass :class:`ForwardContextFreeWindow` or
 :class:`ForwardContextAwareWindow` and return a :class:`WindowContext` from
@@ -60,6 +62,9 @@ class WindowContext:
 
     def evict(self, before: int) -> None:
         """Forget context older than ``before`` (the first retained slice start)."""
+
+    def evict_records(self, view: Any, before: int) -> None:
+        """Called before kept records older than ``before`` are dropped (``view.tuples``)."""
 
     def get_state(self) -> Any:
         return None
@@ -118,7 +123,7 @@ def _sessions(view: Any, gap: int) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = view.tmin[ne], view.tmax[ne]
     if lo.size == 0:
         return _EMPTY, _EMPTY
-    brk = np.flatnonzero(lo[1:] - hi[:-1] >= gap)
+    brk = np.flatnonzero(lo[1:] - hi[:-1] > gap)
     return lo[np.concatenate(([0], brk + 1))], hi[np.append(brk, lo.size - 1)]
 
 
@@ -128,8 +133,8 @@ class _SessionContext(WindowContext):
 
     def update(self, view, values, ts):
         # Slices never hold records of two sessions: each slice is the interval [tmin, tmax]
-        # without inner gaps; a session starts where an interval begins a gap >= gap after
-        # everything before it.
+        # without inner gaps; a session starts where an interval begins more than ``gap`` after
+        # everything before it (Scotty: a distance of exactly ``gap`` joins).
         ne = view.count > 0
         pts = np.sort(ts)
         at = np.searchsorted(pts, view.tmin[ne])
@@ -137,25 +142,36 @@ class _SessionContext(WindowContext):
         if lo.size == 0:
             return _EMPTY
         reach = np.maximum.accumulate(np.insert(pts, at, view.tmax[ne]))
-        return lo[np.concatenate(([0], np.flatnonzero(lo[1:] - reach[:-1] >= self.gap) + 1))]
+        return lo[np.concatenate(([0], np.flatnonzero(lo[1:] - reach[:-1] > self.gap) + 1))]
 
     def windows_ending_between(self, view, lo, hi):
+        # final when the end is strictly below the watermark: a record at ``end`` still joins
         first, last = _sessions(view, self.gap)
         ends = last + self.gap
-        m = (ends > lo) & (ends <= hi)
+        m = (ends >= lo) & (ends < hi)
         return first[m], ends[m]
 
     def earliest_open_start(self, view, horizon):
         first, last = _sessions(view, self.gap)
-        open_ = first[last + self.gap > horizon]
+        open_ = first[last + self.gap >= horizon]
         return int(min(open_[0], horizon)) if open_.size else int(horizon)
 
 
 # --------------------------------------------------------------------------- punctuations
 @dataclass(frozen=True)
 class PunctuationWindow(ForwardContextFreeWindow):
-    """Windows between punctuation records: ``value`` equal to ``punctuation`` or, if given,
-    ``predicate(values) -> bool array`` (vectorised; must be picklable). Slicer only."""
+    """Windows between punctuation records (Scotty's ``PunctuationWindow(punctuation)``): a
+    record whose ``value`` equals ``punctuation`` (or, if given, ``predicate(values) -> bool
+    array``, vectorised, picklable) at time ``p`` closes ``[previous punctuation, p)`` and opens
+    ``[p, next)``; the first window opens at the first record. Slicer only.
+
+    >>> import numpy as np
+    >>> from slicer import SlicingWindowOperator, Sum
+    >>> op = SlicingWindowOperator([PunctuationWindow(0)], [Sum()])
+    >>> op.process_elements(np.array([1, 2, 0, 3, 0, 4]), np.array([5, 10, 20, 30, 40, 50]))
+    >>> [(r.start, r.end, r.value) for r in op.process_watermark(100)]
+    [(5, 20, 3), (20, 40, 3)]
+    """
 
     punctuation: Any = None
     predicate: Callable[[np.ndarray], np.ndarray] | None = None
@@ -174,43 +190,77 @@ class PunctuationWindow(ForwardContextFreeWindow):
 
 
 class _PunctuationContext(WindowContext):
+    """Punctuation times ``edges`` and the first record time ``first`` (``None`` once the
+    first window is evicted, or when the context was rebuilt from records after eviction)."""
+
     def __init__(self, window: PunctuationWindow):
         self.window = window
         self.edges = _EMPTY
+        self.first: int | None = None
+        self.started = False
 
     def update(self, view, values, ts):
-        new = ts[self.window.is_punctuation(values)] + 1
-        if new.size:
-            self.edges = np.union1d(self.edges, new)
-        return self.edges
+        if ts.size:
+            new = ts[self.window.is_punctuation(values)]
+            if new.size:
+                self.edges = np.union1d(self.edges, new)
+            low = int(ts.min())
+            if not self.started:
+                self.first, self.started = low, True
+            elif self.first is not None:
+                self.first = min(self.first, low)
+        return self.edges if self.first is None else np.union1d(self.edges, [self.first])
+
+    def _spans(self) -> tuple[np.ndarray, np.ndarray]:
+        s, e = self.edges[:-1], self.edges[1:]
+        if self.first is not None and self.edges.size and self.first < self.edges[0]:
+            s, e = np.insert(s, 0, self.first), self.edges
+        return s, e
 
     def windows_ending_between(self, view, lo, hi):
-        s, e = self.edges[:-1], self.edges[1:]
+        s, e = self._spans()
         m = (e > lo) & (e <= hi)
         return s[m], e[m]
 
     def earliest_open_start(self, view, horizon):
         i = int(np.searchsorted(self.edges, horizon, "right"))  # edges[i] is the first end > horizon
-        return int(min(self.edges[i - 1], horizon)) if i >= 1 else int(horizon)
+        if i >= 1:
+            return int(min(self.edges[i - 1], horizon))
+        return int(horizon if self.first is None else min(self.first, horizon))
 
     def evict(self, before):
         i = int(np.searchsorted(self.edges, before, "right"))
+        if i >= 1:
+            self.first = None                 # the first window [first, edges[0]) is final
         self.edges = self.edges[max(i - 1, 0):]
 
     def get_state(self):
-        return self.edges
+        return (self.edges, self.first, self.started)
 
     def set_state(self, state):
-        self.edges = np.asarray(state, np.int64)
+        edges, self.first, self.started = state
+        self.edges = np.asarray(edges, np.int64)
 
 
 # --------------------------------------------------------------------------- slide-by-tuple
+def merged_records(view, values: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, ts) of the kept records plus a batch not yet inserted, in (event time, arrival)
+    order (a batch arrives after every kept record: a stable sort keeps ties in arrival order)."""
+    buf = view.tuples
+    all_ts = np.concatenate((buf.ts, ts))
+    order = np.argsort(all_ts, kind="stable")
+    return np.concatenate((buf.values, values.astype(buf.values.dtype, copy=False)))[order], all_ts[order]
+
+
 @dataclass(frozen=True)
 class SlideByTupleWindow(ForwardContextAwareWindow):
-    """Every ``slide`` records, the last ``size_ms`` (Li et al.'s slide-by-tuple windows).
+    """Scotty's ``SlideByTupleWindow(size, slide)``: every ``slide``-th record ``k = 0, slide,
+    2*slide, ...`` (event-time order, ties by arrival, counted from the first record the
+    operator's time slices took) starts a window ``[t_k, t_k + size)`` of ``size`` ms.
 
-    Forward context aware: a window start is known only after the record ``size_ms`` later.
-    Slicer only.
+    Records are kept (forward context aware in the decision tree): an out-of-order record
+    shifts the position of every later one. (Windows of ``size`` *records* every ``slide``
+    records are ``SlidingWindow(size, slide, measure="count")``.) Slicer only.
     """
 
     size_ms: int
@@ -228,17 +278,16 @@ class _SlideByTupleContext(WindowContext):
     def __init__(self, size: int, slide: int):
         self.size, self.slide = size, slide
 
-    def _ends(self, all_ts: np.ndarray, base: int) -> np.ndarray:
+    def _starts(self, all_ts: np.ndarray, base: int) -> np.ndarray:
         k = np.arange(base, base + all_ts.size)
-        return np.unique(all_ts[(k + 1) % self.slide == 0] + 1)
+        return np.unique(all_ts[k % self.slide == 0])
 
     def update(self, view, values, ts):
-        buf = view.tuples
-        ends = self._ends(np.sort(np.concatenate((buf.ts, ts))), buf.base)
-        return np.union1d(ends, ends - self.size)
+        starts = self._starts(np.sort(np.concatenate((view.tuples.ts, ts))), view.tuples.base)
+        return np.union1d(starts, starts + self.size)
 
     def windows_ending_between(self, view, lo, hi):
-        ends = self._ends(view.tuples.ts, view.tuples.base)
+        ends = self._starts(view.tuples.ts, view.tuples.base) + self.size
         ends = ends[(ends > lo) & (ends <= hi)]
         return ends - self.size, ends
 

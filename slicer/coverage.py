@@ -13,19 +13,22 @@ watermark, as when a late record changes a window); after that it behaves as any
 
 * **Records kept** (``keep_records=True``, or the decision tree of section 5.1 keeps them): the
   slices are cut at the new query's edges and the cut pieces recomputed from the records; a new
-  context-aware window builds its context from the records. ``C = H``: every held record (a
-  punctuation window from ``H + 1``: its first known start is one past a held punctuation;
-  sessions: see below; a user-defined context type: one past the newest record seen, since how
-  far back its context reaches is unknown).
+  context-aware window builds its context from the records. Before any eviction the records are
+  the whole accepted stream: ``C`` is unbounded for every kind. After eviction ``C = H`` (the
+  held records), except: sessions ``H + gap_ms`` (below); a threshold frame one past the first
+  held record (a run there may have begun at an evicted one); a user-defined context type one
+  past the newest record seen (how far back its context reaches is unknown). A punctuation
+  window built after eviction opens windows at held punctuations only (the window that held
+  records begin in started at an evicted punctuation or record).
 * **Context-free window, partial aggregates only**: the held slices are cut at every edge of the
   new query that falls between records (``tmin``/``tmax`` of a slice say so; the aggregate moves
   whole to one piece, exact). An edge inside a slice's record span ``(tmin, tmax]`` cannot be
   cut: ``C`` is the first edge of the new query after the last such edge. Adding ``TumblingWindow
   (2000)`` next to ``TumblingWindow(1000)`` cuts nothing: ``C = H``.
 * **Session windows**: a session is known to start at its first held record only if that record
-  is at least ``gap_ms`` after ``H`` (an evicted record could belong to it otherwise): ``C = H +
-  gap_ms``. Without records, a slice can also hide a gap of ``gap_ms`` if its record span ``tmax -
-  tmin`` is at least ``gap_ms`` (unless a session with a gap at most as large has cut the
+  is at least ``gap_ms`` after ``H`` (an evicted record, at most ``H - 1``, joins a session within
+  ``gap_ms`` of it): ``C = H + gap_ms``. Without records, a slice can also hide a gap of more than
+  ``gap_ms`` if its record span ``tmax - tmin`` exceeds ``gap_ms`` (unless a session with a gap at most as large has cut the
   slices from the start): ``C`` is then also after the last record of the last such slice. A session that a late
   record later extends to before ``C`` is no longer reported.
 * **Other context-aware windows without records** (punctuation windows, user-defined forward
@@ -35,8 +38,8 @@ watermark, as when a late record changes a window); after that it behaves as any
   ``H`` (a position): they are re-cut, ``C = H``. The first count query added to an operator
   without one starts counting at the next record (its position 0).
 * **Nothing held** (no record reached the time slices, or the last time query was removed):
-  ``C`` is one past the newest record seen (``gap_ms`` past it for sessions), unbounded if there
-  was none.
+  ``C`` is one past the newest record seen (``gap_ms + 1`` past it for sessions), unbounded if
+  there was none.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from slicer._tuples import TupleBuffer
-from slicer.context_windows import PunctuationWindow, SessionGapWindow, SlideByTupleWindow
+from slicer.context_windows import PunctuationWindow, SessionGapWindow, SlideByTupleWindow, _PunctuationContext
+from slicer.frames import ThresholdFrame
 from slicer.stream_slicer import StreamSlicer
 from slicer.window_manager import Query
 
@@ -79,7 +83,7 @@ def time_coverage(mgr, q: Query, others: list[Query], max_ts: int | None) -> int
     st = mgr.store
     gap = q.window.gap if isinstance(q.window, SessionGapWindow) else 0
     if st.n == 0:
-        return NO_LIMIT if max_ts is None else max_ts + max(gap, 1)
+        return NO_LIMIT if max_ts is None else max_ts + gap + 1
     held = mgr.held_from
     after = held if held == NO_LIMIT else held + gap       # sessions: an evicted record may belong
     if q.context is None:
@@ -88,17 +92,21 @@ def time_coverage(mgr, q: Query, others: list[Query], max_ts: int | None) -> int
     newest = NO_LIMIT if max_ts is None else max_ts + 1
     if mgr.tuples is not None:
         buf = mgr.tuples
+        if held != NO_LIMIT and isinstance(q.context, _PunctuationContext):
+            q.context.started = True             # the first window opened at an evicted record
         edges = q.context.update(_NoSlices(buf.base, buf.values.dtype), buf.values, buf.ts)
         mgr.refresh_contexts(edges if q.context in mgr.contexts else None)
-        if isinstance(q.window, PunctuationWindow):
-            return held if held == NO_LIMIT else held + 1
-        return after if isinstance(q.window, (SessionGapWindow, SlideByTupleWindow)) else newest
+        if held == NO_LIMIT or isinstance(q.window, (PunctuationWindow, SessionGapWindow, SlideByTupleWindow)):
+            return after                         # every held record, or what evicted ones cannot change
+        if isinstance(q.window, ThresholdFrame):  # a run at the first held record may have begun before
+            return held if len(buf) == 0 else max(held, int(buf.ts[0]) + 1)
+        return newest
     if gap:
         finer = any(isinstance(o.window, SessionGapWindow) and o.window.gap <= gap and o.start_at == NO_LIMIT
                     for o in others)             # a session that has cut every held slice at its gaps
         mgr.refresh_contexts()
         st = mgr.store
-        blurred = (st.count > 0) & (st.tmax - st.tmin >= gap)
+        blurred = (st.count > 0) & (st.tmax - st.tmin > gap)
         if finer or not blurred.any():
             return after
         return max(after, int(st.tmax[blurred].max()) + 1)

@@ -7,7 +7,10 @@ Records are kept (in addition to slice aggregates) for the time measure if
 * an aggregation is not commutative (an out-of-order record changes the combine order), or
 * a context-aware window other than a session runs (backward context splits slices).
 
-Sessions are the paper's exception (section 6.2): their splits fall into gaps. The count
+Sessions are the paper's exception (section 6.2): their splits fall into gaps. A punctuation
+window keeps records on in-order streams too: its window ``[p, next)`` starts at the
+punctuation's time, and records with that same time that arrived before it are already in the
+previous slice (a tie, which a split must move). The count
 measure on an out-of-order stream always keeps records (condition 3; an out-of-order record
 shifts every later position); this engine keeps them for count windows on in-order streams
 too, bounded by the allowed lateness. Holistic aggregations keep their values inside the
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from slicer.context_windows import ContextAwareWindow, SessionGapWindow
+from slicer.context_windows import ContextAwareWindow, PunctuationWindow, SessionGapWindow
 from slicer.windows import COUNT
 from windowing import AggregateFunction
 
@@ -39,6 +42,9 @@ def record_reasons(queries: Iterable, aggregations: Iterable[AggregateFunction],
             reasons.append(f"{q.spec!r} is forward context aware")
         elif not in_order:
             reasons.append(f"{q.spec!r} is context aware on an out-of-order stream")
+        elif isinstance(w, PunctuationWindow):
+            reasons.append(f"{q.spec!r} opens a window at a punctuation's time, which earlier "
+                           "records may share")
     if not in_order:
         reasons += [f"{a.name} is not commutative on an out-of-order stream"
                     for a in aggregations if not a.commutative]

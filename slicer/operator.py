@@ -40,11 +40,12 @@ import numpy as np
 from slicer.compile import compile_window, is_builtin, kernel_for
 from slicer.coverage import NO_LIMIT, count_coverage, time_coverage
 from slicer.decision import record_reasons
-from slicer.results import WindowResult, WindowResults
+from slicer.lateness import I64_MIN, too_late
+from slicer.results import WindowResult, WindowResults, integral_sum
 from slicer.slice_manager import CountSliceManager, SliceManager
 from slicer.window_manager import Query, WindowManager
 from slicer.windows import COUNT, TIME, measure_of
-from windowing import AggregateFunction
+from windowing import AggregateFunction, Sum
 from windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
 
 __all__ = ["SlicingWindowOperator", "StreamOrder"]
@@ -86,20 +87,37 @@ class SlicingWindowOperator(WindowQueries):
     keep_records : bool, optional
         Force keeping records (then a query added while running covers every held record);
         by default the decision tree of section 5.1 decides.
+    emission : {"compact", "scotty"}
+        ``"compact"`` (default; the Spark stage's): windows with records only, ordered by (end,
+        query, start). ``"scotty"``: as Scotty reports them: empty tumbling and sliding time
+        windows are emitted too, without a value (``None``; from the first record's window to
+        the one holding the newest record: a watermark at the end of time emits no endless tail),
+        context-free windows never start before 0 (Scotty's time origin; a negative event time
+        raises ``ValueError``), rows ordered per query (context-free ones first, each in
+        registration order), then by start.
+
+    Records: after watermark ``w`` a record older than ``w - allowed_lateness_ms`` is dropped and
+    counted; before the first watermark one older than the newest earlier record by more than
+    ``allowed_lateness_ms`` (Scotty; :mod:`slicer.lateness`). A ``Sum`` of integer values is an
+    integer (exact while sums stay below 2**53).
     """
 
     def __init__(self, windows=None, aggregations=None, *, allowed_lateness_ms: int = 1000,
                  stream_order: StreamOrder | str = "out_of_order", store: str = "lazy",
-                 keep_records: bool | None = None):
+                 keep_records: bool | None = None, emission: str = "compact"):
         if store not in ("lazy", "eager"):
             raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
+        if emission not in ("compact", "scotty"):
+            raise ValueError(f"emission={emission!r}: expected 'compact' or 'scotty'")
+        self.emission = emission
         self.set_allowed_lateness(allowed_lateness_ms)
         self.stream_order = StreamOrder.parse(stream_order)
         self.store_kind = store
         self.keep_records = keep_records
         self.aggregations: list[AggregateFunction] = []
-        self.windows = WindowManager(self.allowed_lateness_ms)
+        self.windows = WindowManager(self.allowed_lateness_ms, scotty=emission == "scotty")
         self.dropped_late = 0
+        self._integral = True           # every record so far had an integer value (Sum stays int)
         #: Window commands (:meth:`apply`) that did nothing: unknown id to remove, id to add taken.
         self.ignored_commands = 0
         self._next_id = 0
@@ -231,24 +249,29 @@ class SlicingWindowOperator(WindowQueries):
         """Process one record with event time ``ts`` (ms)."""
         arr = np.empty(1, self._value_dtype())
         arr[0] = value
-        self.process_elements(arr, np.array([ts], np.int64))
+        self._process(arr, np.array([ts], np.int64), isinstance(value, (int, np.integer)))
 
     def process_elements(self, values, timestamps) -> None:
         """Process a batch (numpy or Arrow arrays, any order); the hot path is vectorised."""
-        ts = np.asarray(timestamps, np.int64)
-        values = np.asarray(values, dtype=self._value_dtype())
+        raw = np.asarray(values)
+        self._process(raw.astype(self._value_dtype(), copy=False), np.asarray(timestamps, np.int64),
+                      raw.dtype.kind in "iub")
+
+    def _process(self, values: np.ndarray, ts: np.ndarray, integral: bool) -> None:
         if ts.shape != values.shape or ts.ndim != 1:
             raise ValueError(f"values {values.shape} and timestamps {ts.shape}: expected equal 1-d shapes")
         if self._time is None:
             self._start()
-        wm = self.windows.watermark
-        if wm is not None:
-            ok = ts >= wm - self.allowed_lateness_ms
-            if not ok.all():
-                self.dropped_late += int(ts.size - ok.sum())
-                ts, values = ts[ok], values[ok]
+        if self.emission == "scotty" and ts.size and ts.min() < 0:
+            raise ValueError(f"emission='scotty': event time {int(ts.min())} < 0 (Scotty's time starts at 0)")
+        newest = np.array([I64_MIN if self._max_ts is None else self._max_ts], np.int64)
+        late, _ = too_late(ts, self.allowed_lateness_ms, self.windows.watermark, newest)
+        if late.any():
+            self.dropped_late += int(late.sum())
+            ts, values = ts[~late], values[~late]
         if ts.size == 0:
             return
+        self._integral &= bool(integral)
         if self.stream_order is StreamOrder.IN_ORDER:
             floor = self._max_ts if self._max_ts is not None else ts[0]
             if ts[0] < floor or np.any(ts[1:] < ts[:-1]):
@@ -268,17 +291,20 @@ class SlicingWindowOperator(WindowQueries):
         if self._time is None:
             self.windows.watermark = int(ts) if self.windows.watermark is None else max(self.windows.watermark, int(ts))
             return WindowResults.concat(names, [])
-        return self.windows.emit(int(ts), self._time, self._count, names)
+        out = self.windows.emit(int(ts), self._time, self._count, names)
+        if self._integral:
+            out.values = [integral_sum(v) if type(a) is Sum else v for a, v in zip(self.aggregations, out.values)]
+        return out
 
     def process_watermark(self, ts: int) -> list[WindowResult]:
         """Windows that ended since the last watermark plus updates of emitted windows changed
-        by late records, ordered by (end, query order, start)."""
+        by late records, ordered by (end, query order, start) (``emission="scotty"``: see the class)."""
         return self.process_watermark_columns(ts).rows()
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict:
         return {"lateness": self.allowed_lateness_ms, "order": self.stream_order.value, "store": self.store_kind,
-                "keep": self.keep_records, "aggs": self.aggregations,
+                "keep": self.keep_records, "aggs": self.aggregations, "emission": self.emission,
                 "windows": self.windows.get_state()["q"]}
 
     def to_bytes(self, include_config: bool = True) -> bytes:
@@ -289,7 +315,7 @@ class SlicingWindowOperator(WindowQueries):
         key, restoring with ``from_bytes(data, like=op)``.
         """
         state = {"next": self._next_id, "seq": self._seq, "max": self._max_ts, "dropped": self.dropped_late,
-                 "ignored": self.ignored_commands,
+                 "ignored": self.ignored_commands, "integral": self._integral,
                  "keeps": None if self._time is None else self._time.tuples is not None,
                  "time": None if self._time is None else self._time.get_state(),
                  "count": None if self._count is None else self._count.get_state(),
@@ -306,12 +332,12 @@ class SlicingWindowOperator(WindowQueries):
         if cfg is None:
             raise ValueError("from_bytes: state has no configuration; pass like=<configured operator>")
         op = cls(allowed_lateness_ms=cfg["lateness"], stream_order=cfg["order"], store=cfg["store"],
-                 keep_records=cfg["keep"])
+                 keep_records=cfg["keep"], emission=cfg.get("emission", "compact"))
         op.aggregations = list(cfg["aggs"])
         st = payload["state"]
         op.windows.set_state(st["wm"], compile_window)
         op._next_id, op._seq, op._max_ts, op.dropped_late = st["next"], st["seq"], st["max"], st["dropped"]
-        op.ignored_commands = st["ignored"]
+        op.ignored_commands, op._integral = st["ignored"], st.get("integral", False)
         if st["time"] is not None:
             op._start(st["keeps"])
             op._time.set_state(st["time"])

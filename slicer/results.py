@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WindowResult", "WindowResults", "object_array"]
+__all__ = ["WindowResult", "WindowResults", "object_array", "integral_sum", "with_empty"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,9 @@ class WindowResults:
         ]
 
     @staticmethod
-    def concat(names: list[str], parts: list["WindowResults"]) -> "WindowResults":
+    def concat(names: list[str], parts: list["WindowResults"], by_query: bool = False) -> "WindowResults":
+        """One batch of ``parts``, rows ordered by (end, rank, start), or by (rank, start, end)
+        with ``by_query`` (Scotty's order)."""
         parts = [p for p in parts if len(p)]
         if not parts:
             return WindowResults(names, values=[np.zeros(0) for _ in names])
@@ -82,7 +84,7 @@ class WindowResults:
             cols = [p.values[i] for p in parts]
             out.values.append(np.concatenate(cols) if isinstance(cols[0], np.ndarray)
                               else [x for c in cols for x in c])
-        order = np.lexsort((out.start, out.rank, out.end))
+        order = np.lexsort((out.end, out.start, out.rank) if by_query else (out.start, out.rank, out.end))
         return out.take(order)
 
     def take(self, idx: np.ndarray) -> "WindowResults":
@@ -96,4 +98,27 @@ def object_array(items) -> np.ndarray:
     out = np.empty(len(items), object)
     for i, x in enumerate(items):
         out[i] = x
+    return out
+
+
+def integral_sum(values):
+    """A ``Sum`` column of integer records as integers: int64 (the float sums are exact integers
+    below 2**53), or a list with ``None`` for empty windows left as is."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        return np.rint(values).astype(np.int64)
+    if isinstance(values, (list, np.ndarray)):
+        return [None if v is None else int(round(v)) for v in values]
+    return values
+
+
+def with_empty(values: list, has: np.ndarray) -> list:
+    """Aggregate columns of the rows where ``has`` from columns of those rows only: lists with
+    ``None`` (no value) for the other rows (M4 rows as tuples)."""
+    out = []
+    for v in values:
+        items = v.tolist() if isinstance(v, np.ndarray) else list(v)
+        full: list = [None] * int(has.size)
+        for i, x in zip(np.flatnonzero(has).tolist(), items):
+            full[i] = tuple(x) if isinstance(x, list) else x
+        out.append(full)
     return out

@@ -138,6 +138,8 @@ class SliceManager(_Manager):
         if k > 0:
             self.held_from = first
         if self.tuples is not None:
+            for c in self.contexts:
+                c.evict_records(self, first)
             self.tuples.drop_first(int(np.searchsorted(self.tuples.ts, first, "left")))
         for c in self.contexts:
             c.evict(first)

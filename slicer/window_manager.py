@@ -7,7 +7,8 @@ On a watermark ``w`` (previous one ``p``, allowed lateness ``L``) it emits, per 
   since ``p``, and, for context-aware windows, those whose extent was not emitted before
   (section 5.3: "outputs updates for these window aggregates").
 
-Windows without records are not emitted. Window aggregates of all queries on one measure
+Windows without records are not emitted (with ``scotty=True`` empty tumbling and sliding
+windows are, see :class:`~slicer.SlicingWindowOperator`'s ``emission``). Window aggregates of all queries on one measure
 are computed in one vectorised store query. Afterwards slices that no window can need any
 more are evicted (records with time below ``w - L`` are dropped on arrival, so windows with
 ``end <= w - L`` are final).
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from slicer.context_windows import ContextAwareWindow, WindowContext
-from slicer.results import WindowResults
+from slicer.results import WindowResults, with_empty
 from slicer.slice_manager import CountSliceManager, SliceManager
 from slicer.windows import COUNT, TIME, Measure, PeriodicWindow, measure_of, progression_points
 
@@ -61,8 +62,11 @@ class Query:
 
 
 class WindowManager:
-    def __init__(self, allowed_lateness_ms: int):
+    def __init__(self, allowed_lateness_ms: int, scotty: bool = False):
         self.allowed_lateness_ms = allowed_lateness_ms
+        #: Scotty's emission (``SlicingWindowOperator(emission="scotty")``): empty tumbling and
+        #: sliding windows too, none starting before 0, rows by (query, start).
+        self.scotty = scotty
         self.queries: dict[int, Query] = {}
         self.watermark: int | None = None
         self.count_frontier: int | None = None
@@ -89,7 +93,7 @@ class WindowManager:
         self.watermark = wm
         time_mgr.store.clear_dirty()
         self._evict(wm - self.allowed_lateness_ms, time_mgr, count_mgr)
-        return WindowResults.concat(names, [p for p in parts if p is not None])
+        return WindowResults.concat(names, [p for p in parts if p is not None], by_query=self.scotty)
 
     def _emit_split(self, queries, mgr, prev, now, first_change, names, rank) -> list:
         """A query added since the last watermark emits every window that ended and holds
@@ -117,8 +121,12 @@ class WindowManager:
         start_at = np.array([q.start_at for q in queries], np.int64)
         lo = np.searchsorted(st.starts, s, "left")
         hi = np.searchsorted(st.starts, e, "left")
-        ok = (s >= start_at[pos]) & (st.counts(lo, hi) > 0)
-        pos, s, e, upd, lo, hi = pos[ok], s[ok], e[ok], upd[ok], lo[ok], hi[ok]
+        has = st.counts(lo, hi) > 0
+        ok = (s >= start_at[pos]) & has
+        if self.scotty:          # empty tumbling and sliding time windows too; none before 0
+            periodic = np.isin(pos, fam) & np.array([q.measure is TIME for q in queries])[pos]
+            ok = (s >= start_at[pos]) & (has | (periodic & ~upd)) & ~(periodic & (s < 0))
+        pos, s, e, upd, lo, hi, has = pos[ok], s[ok], e[ok], upd[ok], lo[ok], hi[ok], has[ok]
         for i in rest:
             if queries[i].context is not None:
                 m = pos == i
@@ -126,6 +134,9 @@ class WindowManager:
         qid = np.array([q.id for q in queries], object)[pos]
         measure = np.array([q.measure.value for q in queries], object)[pos]
         order = np.array([rank[q.id] for q in queries], np.int64)[pos]
+        if self.scotty:          # context-free queries first, each in registration order
+            order = order + len(rank) * np.array([q.context is not None for q in queries], np.int64)[pos]
+            return WindowResults(names, qid, measure, s, e, upd, with_empty(st.query(lo[has], hi[has]), has), order)
         return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi), order)
 
     def _sliding_block(self, qs, mgr, prev, now, first_change, span, fresh=False):
@@ -133,7 +144,7 @@ class WindowManager:
         size = np.array([q.window.size for q in qs], np.int64)
         slide = np.array([q.window.slide for q in qs], np.int64)
         phase = np.array([(q.window.offset + q.window.size) % q.window.slide for q in qs], np.int64)
-        cap = span[1] + size
+        cap = span[1] - 1 + size                        # windows starting at or before the newest record
 
         def ends_in(lo, hi):
             grp, ends = progression_points(slide, phase, lo, np.minimum(hi, cap))
@@ -195,7 +206,7 @@ class WindowManager:
             time_mgr.evict_before(self._cutoff(self.of_measure(TIME), time_mgr, horizon))
             for q in self.of_measure(TIME):
                 if q.emitted:
-                    q.emitted = {k: None for k in q.emitted if k[1] > horizon}
+                    q.emitted = {k: None for k in q.emitted if k[1] >= horizon}  # sessions: final at end + 1
         if count_mgr.store.n:
             final = count_mgr.position_of_time(horizon)
             count_mgr.evict_before(self._cutoff(self.of_measure(COUNT), count_mgr, final))

@@ -34,12 +34,12 @@ from windowing.aggregations import (
 from windowing.commands import AddWindow, RemoveWindow, WindowCommand, parse_command
 from windowing.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindows, GlobalWindow, GlobalWindows, SessionWindow, Sessions,
-    SlidingWindow, SlidingWindows, TumblingWindow, Window, window_from_json,
+    SlidingWindow, SlidingWindows, TumblingWindow, Window, WindowMeasure, window_from_json,
 )
 
 __all__ = [
     "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
-    "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json",
+    "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json", "WindowMeasure",
     "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS",
     "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
     "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner", "ToListCombiner",

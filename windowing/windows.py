@@ -11,6 +11,10 @@ integer milliseconds (``*_ms``). ``measure="count"`` (slicer only) makes a tumbl
 window count records instead: ``size_ms``, ``slide_ms`` and ``offset_ms`` are then record
 positions in event-time order.
 
+Scotty's constructor shapes take the measure first (:class:`WindowMeasure`):
+``TumblingWindow(WindowMeasure.Time, 5000)``, ``SlidingWindow(WindowMeasure.Time, 2000, 1000)``,
+``SessionWindow(WindowMeasure.Time, 2000)``; ours (size first, ``measure=`` keyword) stay.
+
 Beam's names are aliases of the same classes: :data:`FixedWindows` is :class:`TumblingWindow`,
 :data:`SlidingWindows` is :class:`SlidingWindow` (Beam's ``period_ms`` keyword works),
 :data:`Sessions` is :class:`SessionWindow`, :data:`GlobalWindows` is :class:`GlobalWindow`.
@@ -26,15 +30,18 @@ SlidingWindow(size_ms=60000, slide_ms=10000, offset_ms=0)
 True
 >>> FixedWindows(5_000) == TumblingWindow(5_000), SlidingWindows(10, period_ms=5)
 (True, SlidingWindow(size_ms=10, slide_ms=5, offset_ms=0))
+>>> TumblingWindow(WindowMeasure.Time, 5_000) == TumblingWindow(5_000), TumblingWindow(WindowMeasure.Count, 3)
+(True, TumblingWindow(size_ms=3, offset_ms=0, measure='count'))
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any, ClassVar
 
 __all__ = [
-    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES",
+    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "WindowMeasure",
     "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
     "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json",
 ]
@@ -45,6 +52,29 @@ BEGINNING_OF_TIME_MS = -(2**53)
 END_OF_TIME_MS = 2**53
 #: What the bounds of a tumbling or sliding window count.
 MEASURES = ("time", "count")
+
+
+class WindowMeasure(str, enum.Enum):
+    """Scotty's ``WindowMeasure``: ``Time`` (event time, ms) or ``Count`` (records). Equal to the
+    strings ``"time"`` and ``"count"`` that ``measure=`` takes."""
+
+    Time = "time"
+    Count = "count"
+
+    def __repr__(self) -> str:
+        return f"WindowMeasure.{self.name}"
+
+    __str__ = str.__str__
+
+
+def _scotty_args(cls: str, args: tuple, measure: str) -> tuple[tuple, str]:
+    """Scotty's constructor shape ``(WindowMeasure, size, ...)``: the measure taken from the
+    first argument, ours ``(size, ..., measure=)`` passed through."""
+    if args and isinstance(args[0], WindowMeasure):
+        if measure != "time":
+            raise ValueError(f"{cls}: measure given twice ({args[0]!r} and measure={measure!r})")
+        return args[1:], args[0].value
+    return args, measure
 
 
 def _integer(cls: str, name: str, value: object, low: int | None = None, high: int | None = None) -> int:
@@ -62,7 +92,7 @@ def _integer(cls: str, name: str, value: object, low: int | None = None, high: i
 def _measure(cls: str, value: object) -> str:
     if value not in MEASURES:
         raise ValueError(f"{cls}: measure={value!r}: expected 'time' or 'count'")
-    return str(value)
+    return value.value if isinstance(value, WindowMeasure) else str(value)
 
 
 class Window:
@@ -113,6 +143,9 @@ def _rebuild(cls: type, values: tuple) -> Window:
 class TumblingWindow(Window):
     """Non-overlapping windows ``[offset_ms + k*size_ms, offset_ms + (k+1)*size_ms)``.
 
+    Scotty's shape ``TumblingWindow(WindowMeasure.Time, size)`` (or ``WindowMeasure.Count``) is
+    the same as ``TumblingWindow(size, measure=...)``.
+
     Parameters
     ----------
     size_ms : int
@@ -130,7 +163,11 @@ class TumblingWindow(Window):
     offset_ms: int
     measure: str
 
-    def __init__(self, size_ms: int, offset_ms: int = 0, *, measure: str = "time") -> None:
+    def __init__(self, *args: Any, measure: str = "time", **kwargs: Any) -> None:
+        args, measure = _scotty_args("TumblingWindow", args, measure)
+        self._init(*args, measure=measure, **kwargs)
+
+    def _init(self, size_ms: int, offset_ms: int = 0, *, measure: str = "time") -> None:
         size = _integer("TumblingWindow", "size_ms", size_ms, 1)
         self._set(size_ms=size, offset_ms=_integer("TumblingWindow", "offset_ms", offset_ms, 0, size),
                   measure=_measure("TumblingWindow", measure))
@@ -140,7 +177,8 @@ class SlidingWindow(Window):
     """Windows ``[offset_ms + k*slide_ms, offset_ms + k*slide_ms + size_ms)`` for every integer ``k``.
 
     A record belongs to ``ceil(size_ms / slide_ms)`` windows (none when ``slide_ms > size_ms``
-    and it falls in a gap). ``period_ms`` is Beam's name for ``slide_ms``.
+    and it falls in a gap). ``period_ms`` is Beam's name for ``slide_ms``; Scotty's shape
+    ``SlidingWindow(WindowMeasure.Time, size, slide)`` works too.
 
     Parameters
     ----------
@@ -162,8 +200,12 @@ class SlidingWindow(Window):
     offset_ms: int
     measure: str
 
-    def __init__(self, size_ms: int, slide_ms: int | None = None, offset_ms: int = 0, *,
-                 measure: str = "time", period_ms: int | None = None) -> None:
+    def __init__(self, *args: Any, measure: str = "time", **kwargs: Any) -> None:
+        args, measure = _scotty_args("SlidingWindow", args, measure)
+        self._init(*args, measure=measure, **kwargs)
+
+    def _init(self, size_ms: int, slide_ms: int | None = None, offset_ms: int = 0, *,
+              measure: str = "time", period_ms: int | None = None) -> None:
         if (slide_ms is None) == (period_ms is None):
             raise ValueError(f"SlidingWindow: give slide_ms or period_ms (Beam's name), got slide_ms={slide_ms!r}, "
                              f"period_ms={period_ms!r}")
@@ -180,15 +222,23 @@ class SlidingWindow(Window):
 
 
 class SessionWindow(Window):
-    """Sessions: records closer than ``gap_ms`` (in event-time order) share a window
-    ``[first, last + gap_ms)``; windows that merely touch stay apart."""
+    """Sessions ``[first, last + gap_ms)`` of records in event-time order. Where exactly
+    ``gap_ms`` apart splits depends on the engine's anchor (``docs/semantics.md``): the Dataflow
+    driver (Beam) splits there, the slicer (Scotty) joins records at most ``gap_ms`` apart.
+    Scotty's shape ``SessionWindow(WindowMeasure.Time, gap)`` works too (time only)."""
 
     __slots__ = ("gap_ms",)
     type_name = "session"
     _fields = ("gap_ms",)
     gap_ms: int
 
-    def __init__(self, gap_ms: int) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        args, measure = _scotty_args("SessionWindow", args, "time")
+        if measure != "time":
+            raise ValueError(f"SessionWindow: measure={measure!r}: sessions are time windows only")
+        self._init(*args, **kwargs)
+
+    def _init(self, gap_ms: int) -> None:
         self._set(gap_ms=_integer("SessionWindow", "gap_ms", gap_ms, 1))
 
 

@@ -2,7 +2,14 @@
 
 The reference keeps every accepted record and, at each watermark, enumerates each query's
 windows from the records alone (``start <= t < end``; count windows by position in
-(event time, arrival) order), with none of the engine's slices, contexts or eviction.
+(event time, arrival) order), with none of the engine's slices, contexts or eviction. The window
+rules are Scotty's, written out record by record (``docs/semantics.md``): sessions join records
+at most ``gap`` apart and are final once their end is strictly below the watermark; punctuation
+windows ``[previous p, p)`` with the first one opened at the first record; slide-by-tuple windows
+``[t_k, t_k + size)`` at records ``k = 0, slide, ...``; threshold frames; before the first
+watermark a record more than the allowed lateness older than the newest earlier one is dropped.
+``emission="scotty"`` adds empty tumbling and sliding windows, drops negative starts and orders
+rows per query.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import numpy as np
 
 from slicer import (
     M4, AggregateFunction, Count, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow,
-    Quantile, SessionWindow, SlideByTupleWindow, Sum,
+    Quantile, SessionWindow, SlideByTupleWindow, SlidingWindow, Sum, ThresholdFrame, TumblingWindow,
 )
 from slicer.compile import compile_window
 from slicer.windows import COUNT, measure_of
@@ -43,8 +50,8 @@ def ref_aggregate(fn, recs):
     """recs: list of (value, ts, seq) in (ts, seq) order."""
     v = [float(r[0]) for r in recs]
     name = type(fn).__name__
-    if name == "Sum":
-        return float(sum(v))
+    if name == "Sum":       # a sum of integers is an integer
+        return sum(r[0] for r in recs) if all(isinstance(r[0], int) for r in recs) else float(sum(v))
     if name == "Count":
         return len(v)
     if name == "Min":
@@ -81,20 +88,30 @@ def ref_windows(w, recs):
         idx = list(range(len(recs)))
         return [(s, e, recs[max(s, 0):max(e, 0)]) for s, e in _cf_windows(w, idx)]
     ts = [r[1] for r in recs]
-    if isinstance(w, SessionWindow):
+    if isinstance(w, SessionWindow):        # Scotty: a distance of at most gap joins
         spans, cur = [], None
         for t in ts:
-            if cur is not None and t - cur[1] < w.gap_ms:
+            if cur is not None and t - cur[1] <= w.gap_ms:
                 cur[1] = t
             else:
                 cur = [t, t]
                 spans.append(cur)
         spans = [(a, b + w.gap_ms) for a, b in spans]
-    elif isinstance(w, PunctuationWindow):
-        p = sorted({r[1] + 1 for r in recs if r[0] == 7})
-        spans = list(zip(p[:-1], p[1:]))
+    elif isinstance(w, PunctuationWindow):  # [previous p, p), the first from the first record
+        p = sorted({r[1] for r in recs if r[0] == 7})
+        starts = ([ts[0]] if ts and p and ts[0] < p[0] else []) + p[:-1]
+        spans = list(zip(starts, p[-len(starts):] if starts else []))
     elif isinstance(w, SlideByTupleWindow):
-        spans = {(ts[k] + 1 - w.size_ms, ts[k] + 1) for k in range(len(ts)) if (k + 1) % w.slide == 0}
+        spans = {(ts[k], ts[k] + w.size_ms) for k in range(0, len(ts), w.slide)}
+    elif isinstance(w, ThresholdFrame):     # runs of value > threshold, closed by the next record
+        spans, start = [], None
+        for r in recs:
+            if r[0] > w.threshold and start is None:
+                start = r[1]
+            elif r[0] <= w.threshold and start is not None:
+                spans.append((start, r[1]))
+                start = None
+        spans = [(a, b) for a, b in spans if b > a]
     else:
         spans = _cf_windows(w, ts)
     return [(s, e, [r for r in recs if s <= r[1] < e]) for s, e in set(spans)]
@@ -117,11 +134,12 @@ class RefQuery:
 class Reference:
     """``windows``: a list (ids "0", "1", ...) or a dict {id: window}."""
 
-    def __init__(self, windows, aggs, lateness):
+    def __init__(self, windows, aggs, lateness, emission="compact"):
         pairs = windows.items() if isinstance(windows, dict) else ((str(i), w) for i, w in enumerate(windows))
         self.queries = {qid: RefQuery(w, {}) for qid, w in pairs}
-        self.aggs, self.allowed_lateness_ms = aggs, lateness
+        self.aggs, self.allowed_lateness_ms, self.scotty = aggs, lateness, emission == "scotty"
         self.recs, self.wm, self.dropped, self.since = [], None, 0, set()
+        self.newest = None      # newest accepted event time (lateness before the first watermark)
         self.time_since = 0     # the engine's time slices hold the records from this seq on
 
     def add_query(self, qid, window, start_at):
@@ -142,12 +160,14 @@ class Reference:
 
     def records(self, values, ts):
         for v, t in zip(values, ts):
-            if self.wm is not None and t < self.wm - self.allowed_lateness_ms:
+            bound = self.wm if self.wm is not None else self.newest
+            if bound is not None and t < bound - self.allowed_lateness_ms:
                 self.dropped += 1
                 continue
             seq = len(self.recs) + self.dropped
             self.recs.append((v, int(t), seq))
             self.since.add(seq)
+            self.newest = int(t) if self.newest is None else max(self.newest, int(t))
 
     def watermark(self, wm):
         wm = wm if self.wm is None else max(self.wm, wm)
@@ -159,25 +179,53 @@ class Reference:
             mine = [r for r in recs if r[2] >= (q.since if count else self.time_since)]
             n_now = sum(1 for r in mine if r[1] < wm)
             cfront = q.cfront
-            for s, e, mem in ref_windows(q.window, mine):
-                if not mem or (q.start_at is not None and s < q.start_at):
+            empty = self.scotty and not count and isinstance(q.window, (TumblingWindow, SlidingWindow)) and mine
+            for s, e, mem in ref_windows(q.window, mine) + (_empty_windows(q.window, mine, prev, wm) if empty else []):
+                if q.start_at is not None and s < q.start_at:
+                    continue
+                if not mem and not (empty and s >= 0):
+                    continue
+                if empty and s < 0:
                     continue
                 ids = tuple(r[2] for r in mem)
+                trig = e + 1 if isinstance(q.window, SessionWindow) else e   # sessions: end strictly below
                 if count:
                     new = e <= n_now and (cfront is None or e > cfront)
                     upd = cfront is not None and e <= cfront and (q.fresh or q.emitted.get((s, e)) != ids)
                 else:
-                    new = e <= wm and (prev is None or e > prev)
-                    upd = prev is not None and e <= prev and (q.fresh or prev - self.allowed_lateness_ms < e and (
-                        any(i in self.since for i in ids)
-                        or (isinstance(q.window, (SessionWindow, PunctuationWindow, SlideByTupleWindow))
-                            and (s, e) not in q.emitted)))
+                    new = trig <= wm and (prev is None or trig > prev)
+                    upd = prev is not None and trig <= prev and mem and (
+                        q.fresh or prev - self.allowed_lateness_ms < trig and (
+                            any(i in self.since for i in ids)
+                            or (isinstance(q.window, CONTEXT_AWARE) and (s, e) not in q.emitted)))
                 if new or upd:
                     q.emitted[(s, e)] = ids
-                    out.append((qid, s, e, bool(upd), tuple(ref_aggregate(a, mem) for a in self.aggs)))
+                    vals = tuple(ref_aggregate(a, mem) if mem else None for a in self.aggs)
+                    out.append((qid, s, e, bool(upd), vals))
             q.fresh, q.cfront = False, n_now
         self.wm, self.since = wm, set()
+        if self.scotty:     # per query (context-free first, each in registration order), then by start
+            rank = {qid: (isinstance(q.window, CONTEXT_AWARE), i) for i, (qid, q) in enumerate(self.queries.items())}
+            return sorted(out, key=lambda r: (rank[r[0]], r[1], r[2]))
         return sorted(out, key=lambda r: (r[2], r[0], r[1]))
+
+
+CONTEXT_AWARE = (SessionWindow, PunctuationWindow, SlideByTupleWindow, ThresholdFrame)
+
+
+def _empty_windows(w, recs, prev, wm):
+    """Scotty's empty tumbling / sliding windows: ending after the previous watermark (the first
+    record before the first one) and by ``wm``, starting at or before the newest record."""
+    lo = recs[0][1] if prev is None else max(prev, recs[0][1])
+    newest = max(r[1] for r in recs)
+    c = compile_window(w)
+    out = []
+    for k in range((lo - c.offset - c.size) // c.slide, (newest - c.offset) // c.slide + 1):
+        s = k * c.slide + c.offset
+        e = s + c.size
+        if lo < e <= wm and s <= newest and not any(s <= r[1] < e for r in recs):
+            out.append((s, e, []))
+    return out
 
 
 def close(a, b) -> bool:
@@ -195,11 +243,6 @@ def rows_of(results, qmap=None):
         out.append((qi, r.start, r.end, r.update, tuple(v.tolist() if isinstance(v, np.ndarray) else v
                                                         for v in r.values)))
     return sorted(out, key=lambda r: (r[2], r[0], r[1]))
-
-
-def same_rows(got, want) -> bool:
-    return len(got) == len(want) and all(
-        g[:4] == w[:4] and close(g[4], w[4]) for g, w in zip(got, want))
 
 
 def same_rows(a, b) -> bool:

@@ -1,4 +1,4 @@
-"""Property tests: the slicing engine against the brute-force reference in conftest.py."""
+"""Property tests: the slicing engine against the brute-force reference (slicer_reference.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from slicer import (
     M4, Count, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow, Quantile,
-    SessionWindow, SlideByTupleWindow, SlidingWindow, SlicingWindowOperator, Sum, TumblingWindow,
+    SessionWindow, SlideByTupleWindow, SlidingWindow, SlicingWindowOperator, Sum, ThresholdFrame, TumblingWindow,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helper importable
@@ -27,7 +27,7 @@ SETTINGS = settings(max_examples=45 * SCALE, deadline=None, suppress_health_chec
 
 @st.composite
 def time_windows(draw):
-    kind = draw(st.sampled_from(["tumbling", "sliding", "band", "session", "punct", "sbt"]))
+    kind = draw(st.sampled_from(["tumbling", "sliding", "band", "session", "punct", "sbt", "frame"]))
     if kind == "tumbling":
         size = draw(st.integers(5, 120))
         return TumblingWindow(size, draw(st.integers(0, size - 1)))
@@ -40,6 +40,8 @@ def time_windows(draw):
         return SessionWindow(draw(st.integers(5, 60)))
     if kind == "punct":
         return PunctuationWindow(punctuation=7)
+    if kind == "frame":
+        return ThresholdFrame(draw(st.integers(2, 7)))
     return SlideByTupleWindow(draw(st.integers(5, 100)), draw(st.integers(1, 4)))
 
 

@@ -170,7 +170,7 @@ def test_kept_records_make_every_cut_exact():
 
 def test_session_added_without_records_starts_after_the_last_slice_that_can_hide_a_gap():
     op = _fed([TumblingWindow(100)])                 # held: [200, 300) = {260}, [300, 400) = {390}
-    op.process_elements(np.array([16.0]), np.array([310]))       # [300, 400) spans 310..390 >= gap 50
+    op.process_elements(np.array([16.0]), np.array([310]))       # [300, 400) spans 310..390 > gap 50
     op.add_window(SessionWindow(50), "s")
     assert op.coverage_start("s") == 391
     op.process_elements(np.array([32.0, 64.0]), np.array([420, 520]))
@@ -181,7 +181,7 @@ def test_session_added_without_records_starts_after_the_last_slice_that_can_hide
     kept.add_window(SessionWindow(50), "s")
     assert kept.coverage_start("s") == 250          # a record before 200 (evicted) could have joined
     assert [(r.start, r.end, r.value) for r in kept.process_watermark(2000) if r.query_id == "s"] == [
-        (260, 310, 4.0), (310, 360, 16.0), (390, 470, 40.0)]
+        (260, 360, 20.0), (390, 470, 40.0)]               # 260 and 310: exactly the gap apart, one session
 
 
 def test_punctuation_window_needs_kept_records_on_out_of_order_streams():
@@ -191,7 +191,10 @@ def test_punctuation_window_needs_kept_records_on_out_of_order_streams():
     assert op.query_ids == ["0"]
     kept = _fed([TumblingWindow(100)], keep=True)
     kept.add_window(PunctuationWindow(punctuation=4.0), "p")
-    assert kept.coverage_start("p") == 201          # one past the first possible held punctuation
+    assert kept.coverage_start("p") == 200          # the held records: windows open at held punctuations
+    kept.process_elements(np.array([4.0, 1.0]), np.array([450, 460]))
+    assert [(r.start, r.end, r.value, r.update) for r in kept.process_watermark(1000) if r.query_id == "p"] == [
+        (260, 450, 12.0, False)]                     # no first window: it opened at an evicted record
 
 
 def test_first_count_query_counts_from_the_next_record():
