@@ -61,6 +61,7 @@ class OperatorSpec:
     idle_timeout_ms: int | None = None
     emit: tuple[int, ...] = ()                       # stages whose output also leaves as ``result`` rows
     result_columns: tuple[tuple[str, str], ...] = ()  # their columns (and upstream operators')
+    lead_group: int = 0                              # the key group that forwards modifications once
 
     @property
     def name(self) -> str:
@@ -213,7 +214,7 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
             st.last_control_offset = _monotone(st.last_control_offset, m.control_offset)
     frames: list[pd.DataFrame] = []
     name = spec.name
-    if key_group == 0 and mods:
+    if key_group == spec.lead_group and mods:
         frames.append(control_frame([{"kind": KIND_MODIFICATION, "topic": name, "partition": 0,
                                       "modification": m.text, "control_offset": m.control_offset,
                                       "processing_time_ms": pt} for m in mods]))

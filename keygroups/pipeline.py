@@ -138,8 +138,9 @@ class Pipeline:
                 if results.setdefault(c, t) != t:
                     raise ValueError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
                                      f"stage's is {results[c]}")
+        ids = stages[0].key_group_ids()
         return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
-                            emit, tuple(results.items()))
+                            emit, tuple(results.items()), int(ids[0]) if ids else 0)
 
     def output_columns(self, fuse: bool = True) -> list[tuple[str, str]]:
         """Columns of the pipeline's output rows (the contract's control columns, then data)."""
@@ -169,12 +170,12 @@ class Pipeline:
             packed = pack_source and j == 0
             if packed and first.python_router() is not None and _packable(first):
                 # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
-                slim, types = _ingest_packed(df, first, n)
+                slim, types = _ingest_packed(df, first, n, first.key_group_ids())
             else:
                 if first.python_router() is not None:
                     if j == 0:
                         df = _ingest(df, first)
-                    routed = with_key_groups(df, None, n)
+                    routed = with_key_groups(df, None, n, group_ids=first.key_group_ids())
                     inputs = [c for c, _ in first.routed_columns()]
                 else:
                     exprs = first.inputs()
@@ -238,7 +239,7 @@ class Pipeline:
                         df = df.assign(**renames)
                     groups = _groups_of_columns(df, first.key_columns(), n)
                 outs = []
-                for kg, rows in _by_key_group(df, groups, n):
+                for kg, rows in _by_key_group(df, groups, n, first.key_group_ids()):
                     out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
                     if out is not None and len(out):
                         outs.append(out)
@@ -327,22 +328,24 @@ def _groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> 
     return groups
 
 
-def _key_group_masks(df: pd.DataFrame, groups, n: int):
+def _key_group_masks(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
     """``(key group, row mask)`` as ``with_key_groups`` routes rows: data by ``groups``, markers to
-    every key group, other rows to key group 0; groups without rows are left out."""
+    every key group (``ids``, default ``0..n-1``), other rows to the first; groups without rows
+    are left out."""
     kinds = df["kind"].to_numpy(dtype=object)
     is_data = kinds == KIND_DATA
     is_marker = np.isin(kinds, MARKER_KINDS)
     g = np.asarray(groups, dtype=np.float64) if groups is not None else np.zeros(len(df))
-    for kg in range(n):
-        mask = is_marker | (is_data & (g == kg)) | (~is_data & ~is_marker & (kg == 0))
+    ids = list(range(n)) if ids is None else [int(i) for i in ids]
+    for kg in ids:
+        mask = is_marker | (is_data & (g == kg)) | (~is_data & ~is_marker & (kg == ids[0]))
         if mask.any():
             yield kg, mask
 
 
-def _by_key_group(df: pd.DataFrame, groups, n: int):
+def _by_key_group(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
     """``(key group, rows)`` as ``with_key_groups`` routes them (:func:`_key_group_masks`)."""
-    for kg, mask in _key_group_masks(df, groups, n):
+    for kg, mask in _key_group_masks(df, groups, n, ids):
         yield kg, df[mask]
 
 
@@ -388,7 +391,7 @@ def _ingest(df, stage: Stage):
     return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
 
 
-def _ingest_packed(df, stage: Stage, n: int):
+def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
     """Spark: the source's rows routed in Python by ``stage`` (:func:`_ingest_frame`), punctuation
     and modification rows copied to every key group, other rows to key group 0 (as
     :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed
@@ -401,7 +404,7 @@ def _ingest_packed(df, stage: Stage, n: int):
 
     def ingest(frames):
         for pdf in frames:
-            out = _pack_frame(_ingest_frame(pdf, stage), columns, n)
+            out = _pack_frame(_ingest_frame(pdf, stage), columns, n, ids)
             if len(out):
                 yield out
 
@@ -409,7 +412,8 @@ def _ingest_packed(df, stage: Stage, n: int):
     return packed, {name: ddl for name, ddl in columns}
 
 
-def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int) -> pd.DataFrame:
+def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
+                ids: Sequence[int] | None = None) -> pd.DataFrame:
     """Rows of ``frame`` (with ``key_group`` on data rows) as one ``(key_group, payload)`` row per
     key group that gets any: data rows to their group, punctuation and modification rows to every
     group, other rows to group 0; the payload is an Arrow IPC stream of ``columns`` (pure)."""
@@ -422,7 +426,7 @@ def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int)
         schema = arrow_schema(columns)
         groups = frame[KEY_GROUP_COLUMN].to_numpy(dtype=np.float64, na_value=-1)
         table = pa.Table.from_pandas(frame[[c for c, _ in columns]], schema=schema, preserve_index=False)
-        for kg, mask in _key_group_masks(frame, groups, n):
+        for kg, mask in _key_group_masks(frame, groups, n, ids):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, schema) as writer:
                 writer.write_table(table.filter(pa.array(mask)))

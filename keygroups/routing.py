@@ -98,7 +98,8 @@ def key_groups_of(columns: Sequence[Iterable[Any]], n: int, int_widths: Sequence
     return out
 
 
-def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, column: str = KEY_GROUP_COLUMN):
+def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, column: str = KEY_GROUP_COLUMN,
+                    group_ids: Sequence[int] | None = None):
     """``df`` with ``column`` (int): data rows → ``pmod(xxhash64(keys), n)``; punctuation and
     modification rows → one copy per key group; other rows → key group 0. ``keys=None``: data
     rows already carry ``column`` (routed in Python by :func:`key_group_of`).
@@ -108,6 +109,9 @@ def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, c
     timestamp columns present and not converted yet.
 
     ``keys``: column name(s) or SQL expression(s) identifying the key of a data row.
+    ``group_ids``: the grouping values when they are not ``0..n-1`` (slots,
+    :meth:`keygroups.Stage.key_group_ids`; needs ``keys=None``): markers go to each of them,
+    other rows to the first.
     """
     from pyspark.sql import functions as F
 
@@ -122,10 +126,15 @@ def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, c
         if not key_cols:
             raise ValueError("keys must name at least one column or expression")
         data_group = F.pmod(F.xxhash64(*key_cols), F.lit(num_key_groups)).cast("int")
-    every_group = F.sequence(F.lit(0), F.lit(num_key_groups - 1))
+    if group_ids is None:
+        every_group, lead = F.sequence(F.lit(0), F.lit(num_key_groups - 1)), 0
+    else:
+        if keys is not None or not group_ids:
+            raise ValueError("group_ids needs keys=None (rows routed in Python) and at least one id")
+        every_group, lead = F.array(*[F.lit(int(g)) for g in group_ids]), int(group_ids[0])
     groups = (F.when(F.col("kind") == "data", F.array(data_group))
               .when(F.col("kind").isin(*MARKER_KINDS), every_group)
-              .otherwise(F.array(F.lit(0))))
+              .otherwise(F.array(F.lit(lead))))
     out = df.withColumn(column, F.explode(groups))
     for ts in ("event_time", "punctuation", "processing_time"):
         if ts in df.columns and f"{ts}_ms" not in df.columns:

@@ -101,6 +101,12 @@ class Stage:
         """Python routing: the (name, Spark DDL type) columns of the rows the router returns."""
         return []
 
+    def key_group_ids(self) -> list[int] | None:
+        """Python routing: the grouping values the router returns when they are not
+        ``0..num_key_groups-1`` (e.g. slots placed on chosen shuffle partitions,
+        :mod:`keygroups.slots`): markers go to each, error/report rows to the first. None: the range."""
+        return None
+
     def fused_input(self, upstream_data: Any) -> tuple[Any, Any]:
         """Python routing, fused after another stage: ``(this stage's input data, key group per
         row)`` from the previous stage's native output (default: the router). Override to skip a

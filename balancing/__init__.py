@@ -1,0 +1,11 @@
+"""Enorm on Spark: key groups that move between slots at runtime, and the balancer that moves them.
+
+- :mod:`balancing.routing_table`: key group -> slot, versioned by move commands (modification
+  punctuations); slots placed on chosen shuffle partitions with Spark's hash;
+- :mod:`balancing.compute` / :mod:`balancing.consolidate`: windowed aggregation split into
+  partials per (slot, key, pane) and their merge per key (instant migration, Enorm §4.5);
+- :mod:`balancing.migration`: the router -> compute -> consolidate pipeline, load per slot and
+  key group from the metrics rows.
+
+The routing stage itself is :class:`keygroups.slots.SlotRouter` (the stage layer).
+"""
