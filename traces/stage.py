@@ -42,7 +42,9 @@ OUTPUT_COLUMNS = SOURCE_COLUMNS + [("key_text", "string"), ("value_text", "strin
 
 def default_decode(key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
     """A Kafka record as ``(key, value)``: the key as UTF-8 text, the value as JSON."""
-    return (None if key is None else bytes(key).decode()), (None if value is None else json.loads(bytes(value)))
+    binary = (bytes, bytearray, memoryview)
+    return (bytes(key).decode() if isinstance(key, binary) else None,
+            json.loads(bytes(value)) if isinstance(value, binary) else None)
 
 
 @dataclass(frozen=True)

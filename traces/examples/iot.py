@@ -115,3 +115,32 @@ def build(par: int = 2, period_ms: int = 10, partitions: int = 2, ordering: str 
     avg = dag.add_op(MaxOfAvgPerID(), par, home, name="max_avg")
     dag.sink("out", avg)
     return dag
+
+
+def readings(n: int, base_ms: int, step_ms: int = 100, seed: int = 1):
+    """``n`` sensor readings ``(key, value)`` on a ``step_ms`` grid, up to 6 steps out of order,
+    each sensor missing some points (what the interpolation fills)."""
+    import random
+
+    rng = random.Random(seed)
+    for i in range(n):
+        s = rng.choice(sorted(LOCATION))
+        ts = base_ms + i * step_ms - rng.randrange(7) * step_ms
+        yield s, {"id": s, "scalar": rng.randrange(100), "ts": ts}
+
+
+def main() -> None:   # pragma: no cover - an example run by hand
+    import json
+    import time
+
+    from traces.examples.run import run_example
+
+    def produce():
+        base = (int(time.time() * 1000) - 120_000) // 1_000 * 1_000
+        return [(k.encode(), json.dumps(v).encode()) for k, v in readings(600, base)]
+
+    run_example(build(period_ms=1_000, step=100), produce, partitions=2, batch=100)
+
+
+if __name__ == "__main__":   # pragma: no cover
+    main()
