@@ -5,8 +5,9 @@ Workload: ``N`` keyed integers with event times 10 ms apart on average (random k
 so about one element per key per second), 3 s of event-time jitter, and 2 % of elements
 delayed by 30 s (late data). They arrive in micro-batches of 1000; after each batch the
 processing clock moves 1 s and the watermark to (max event time seen - 5 s). Trigger: early
-panes every 10 s of processing time, the on-time pane, a late pane per late element
-(``AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1))``), accumulating, 60 s
+panes every 10 s of processing time, the on-time pane, a late pane per window and micro-batch
+with late elements (``AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1))``; one
+``add`` per key and micro-batch is one bundle: each window's trigger is asked once), accumulating, 60 s
 allowed lateness (so nothing is dropped), sums. Windows: fixed 60 s, sliding 60 s every 20 s,
 sessions with a 2 s gap.
 

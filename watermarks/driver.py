@@ -248,9 +248,11 @@ class TriggerDriver:
         out_wm = self._output_watermark(ws) if holds else 0
         touched: dict[IntervalWindow, None] = {}
         renames: dict[IntervalWindow, IntervalWindow] = {}
+        # late: the watermark is at or past min(end + allowed lateness, END_OF_TIME_MS) (_gc_time)
+        bar, all_late = ctx.watermark - self.allowed_lateness_ms, ctx.watermark >= END_OF_TIME_MS
         for value, t in elements:
             for w in self.window_fn.assign_windows(t):
-                if ctx.watermark >= self._gc_time(w):
+                if bar >= w.end_ms or all_late:
                     self.dropped_late += 1
                     if not self._warned_late:
                         self._warn_late(key, w, t)
@@ -280,15 +282,17 @@ class TriggerDriver:
         out: list[Pane] = []
         if touched:
             if renames:  # windows merged later in the bundle: evaluate the window they became
-                touched = dict.fromkeys(_resolve(w, ws, renames) for w in touched)
-            for w in sorted(touched, key=lambda w: (w.end_ms, w.start_ms)):
+                touched = dict.fromkeys(w if w in ws else _resolve(w, ws, renames) for w in touched)
+            for w in sorted(touched, key=_by_end) if len(touched) > 1 else touched:
                 st = ws[w]
                 if st.cand is not None:
                     if w.end_ms > ctx.watermark:  # a window already ended takes no hold (late data)
                         h = st.hold
                         st.hold = st.cand if h is None else (min(h, st.cand) if earliest else max(h, st.cand))
                     st.cand = None
-                out += self._check(key, ws, w, st, gc=False)
+                ctx.end = w.end_ms
+                if root.should_fire(st.trig, ctx):
+                    out += self._check(key, ws, w, st, gc=False)
         if not ws:
             del self._keys[key]
         return out
@@ -363,7 +367,7 @@ class TriggerDriver:
         wm = self._ctx.watermark
         for key in list(self._keys):
             ws = self._keys[key]
-            for w in sorted(ws, key=lambda w: (w.end_ms, w.start_ms)):
+            for w in sorted(ws, key=_by_end):
                 out += self._check(key, ws, w, ws[w], gc and wm >= self._gc_time(w))
             if not ws:
                 del self._keys[key]
@@ -460,3 +464,7 @@ def _resolve(w: IntervalWindow, ws: dict, renames: dict) -> IntervalWindow:
     while w not in ws:
         w = renames[w]
     return w
+
+
+def _by_end(w: IntervalWindow) -> tuple[int, int]:
+    return w.end_ms, w.start_ms
