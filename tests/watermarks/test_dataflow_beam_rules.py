@@ -31,6 +31,7 @@ from watermarks import (
     AfterWatermark,
     DefaultTrigger,
     FixedWindows,
+    IntervalWindow,
     LateDataDropped,
     MultiQueryDriver,
     Repeatedly,
@@ -218,3 +219,16 @@ def test_multi_query_driver_warns_once_for_all_queries_and_across_restarts():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MultiQueryDriver.from_bytes(d.to_bytes(), *args, combiner=Sum()).add([(1, 4)])
+
+
+# -- sessions: Beam's gap rule and finality ----------------------------------------------------
+
+def test_a_gap_of_exactly_gap_splits_a_session_and_a_session_is_final_at_its_end():
+    d = driver(DefaultTrigger(), window_fn=Sessions(10))
+    # 0 and 10: [0, 10) and [10, 20) touch but do not overlap (Beam merges overlapping windows only)
+    assert per_step(d, [("add", [(1, 0), (2, 10)]), ("watermark", 9), ("watermark", 10)]) == [
+        [], [], [(0, 10, 1, "ON_TIME", 0, "FL")]      # final when the watermark reaches its end
+    ]
+    assert d.windows() == [IntervalWindow(10, 20)]
+    d = driver(DefaultTrigger(), window_fn=Sessions(10))
+    assert per_step(d, [("add", [(1, 0), (2, 9)]), ("watermark", 19)]) == [[], [(0, 19, 3, "ON_TIME", 0, "FL")]]
