@@ -25,9 +25,9 @@ qualifies; :class:`~slicer.stage.SlicerStage` uses this class then, else one ope
 Semantics are exactly those of one :class:`~slicer.SlicingWindowOperator` per key driven as the
 stage drives them (tested against it with hypothesis, ``tests/slicer/test_slicer_keyed.py``):
 all keys share the group's watermark (a key seen for the first time starts at it); records with
-``ts < watermark - allowed_lateness_ms`` are dropped and counted per key (before the first
-watermark: more than the allowed lateness older than the key's newest earlier record,
-:mod:`slicer.lateness`); on watermark ``w`` after ``p``
+``ts < watermark - allowed_lateness_ms`` are dropped and counted per key, none before the first
+watermark (the stage's engines run with ``drop_before_watermark=False``, whatever the template
+says); on watermark ``w`` after ``p``
 a key emits its windows with ``p < end <= w`` that hold records, and, as updates, its windows with
 ``p - allowed_lateness_ms < end <= p`` that got records since ``p``; windows are ``[start, end)``.
 Floating-point sums may differ from the per-key operator's in the last bits (slices combine in
@@ -53,7 +53,6 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from slicer.compile import compile_window
-from slicer.lateness import I64_MIN, too_late
 from slicer.results import WindowResults, object_array
 from slicer.windows import TIME, PeriodicWindow, progression_points
 from windowing import M4, Count, Max, Mean, Min, Sum
@@ -98,7 +97,6 @@ class KeyedSlicingOperator(WindowQueries):
         self._next_id = template._next_id
         self._held_from = _NO_LIMIT          # every accepted record at or after this is in the table
         self._max_ts: int | None = None
-        self._newest = np.zeros(0, np.int64)    # per key code, before the first watermark only
         self._rebuild()
         self.keys: list = []
         self._codes: dict = {}
@@ -217,13 +215,8 @@ class KeyedSlicingOperator(WindowQueries):
         values = np.asarray(values, np.float64)
         ts = np.asarray(ts, np.int64)
         dropped = np.zeros(len(self.keys), np.int64)
-        if ts.size:
-            if self.watermark is None:        # before the first watermark: per key, against its newest
-                newest = np.full(len(self.keys), I64_MIN, np.int64)
-                newest[:self._newest.size] = self._newest
-                late, self._newest = too_late(ts, self.allowed_lateness_ms, None, newest, codes)
-            else:
-                late, _ = too_late(ts, self.allowed_lateness_ms, self.watermark, self._newest)
+        if self.watermark is not None and ts.size:
+            late = ts < self.watermark - self.allowed_lateness_ms
             if late.any():
                 dropped += np.bincount(codes[late], minlength=len(self.keys))
                 keep = ~late
@@ -283,7 +276,7 @@ class KeyedSlicingOperator(WindowQueries):
         prev = self.watermark
         wm = int(wm) if prev is None else max(int(wm), prev)
         if self.kc.size == 0:
-            self.watermark, self._newest = wm, self._newest[:0]
+            self.watermark = wm
             self.fresh[:] = False
             self._forget_idle_keys()
             return np.zeros(0, object), WindowResults.concat(names, [])
@@ -307,7 +300,7 @@ class KeyedSlicingOperator(WindowQueries):
         self.fresh[:] = False
         codes, results = self._windows(q, s, e, upd, names, changed)
         keys = object_array(self.keys)[codes]
-        self.watermark, self._newest = wm, self._newest[:0]
+        self.watermark = wm
         self.dirty[:] = False
         self._evict(wm - self.allowed_lateness_ms)
         self._forget_idle_keys()
@@ -403,7 +396,7 @@ class KeyedSlicingOperator(WindowQueries):
         table = {n: getattr(self, n) for n in self._columns}
         queries = {"ids": self.query_ids, "specs": self.specs, "start_at": self.start_at, "fresh": self.fresh,
                    "next": self._next_id, "held": self._held_from, "max": self._max_ts,
-                   "ignored": self.ignored_commands, "newest": self._newest}
+                   "ignored": self.ignored_commands}
         return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "seq": self._seq, "table": table,
                                       "queries": queries}, protocol=5)
 
@@ -424,7 +417,6 @@ class KeyedSlicingOperator(WindowQueries):
         op.offset = np.array([w.offset for w in runtimes], np.int64)
         op.start_at, op.fresh = qs["start_at"].copy(), qs["fresh"].copy()
         op._next_id, op._held_from, op._max_ts, op.ignored_commands = qs["next"], qs["held"], qs["max"], qs["ignored"]
-        op._newest = qs.get("newest", np.zeros(0, np.int64))
         op._rebuild()
         for name, arr in st["table"].items():
             setattr(op, name, arr)

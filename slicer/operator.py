@@ -40,7 +40,7 @@ import numpy as np
 from slicer.compile import compile_window, is_builtin, kernel_for
 from slicer.coverage import NO_LIMIT, count_coverage, time_coverage
 from slicer.decision import record_reasons
-from slicer.lateness import I64_MIN, too_late
+from slicer.lateness import too_late
 from slicer.results import WindowResult, WindowResults, integral_sum
 from slicer.slice_manager import CountSliceManager, SliceManager
 from slicer.window_manager import Query, WindowManager
@@ -96,20 +96,24 @@ class SlicingWindowOperator(WindowQueries):
         raises ``ValueError``), rows ordered per query (context-free ones first, each in
         registration order), then by start.
 
-    Records: after watermark ``w`` a record older than ``w - allowed_lateness_ms`` is dropped and
-    counted; before the first watermark one older than the newest earlier record by more than
-    ``allowed_lateness_ms`` (Scotty; :mod:`slicer.lateness`). A ``Sum`` of integer values is an
-    integer (exact while sums stay below 2**53).
+    drop_before_watermark : bool
+        After watermark ``w`` a record older than ``w - allowed_lateness_ms`` is dropped and
+        counted (:attr:`dropped_late`); before the first watermark (``True``, Scotty's rule) one
+        older than the newest earlier record by more than ``allowed_lateness_ms``
+        (:mod:`slicer.lateness`); ``False``: none (the Spark stage's choice, as Spark's).
+
+    A ``Sum`` of integer values is an integer (exact while sums stay below 2**53).
     """
 
     def __init__(self, windows=None, aggregations=None, *, allowed_lateness_ms: int = 1000,
                  stream_order: StreamOrder | str = "out_of_order", store: str = "lazy",
-                 keep_records: bool | None = None, emission: str = "compact"):
+                 keep_records: bool | None = None, emission: str = "compact", drop_before_watermark: bool = True):
         if store not in ("lazy", "eager"):
             raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
         if emission not in ("compact", "scotty"):
             raise ValueError(f"emission={emission!r}: expected 'compact' or 'scotty'")
         self.emission = emission
+        self.drop_before_watermark = bool(drop_before_watermark)
         self.set_allowed_lateness(allowed_lateness_ms)
         self.stream_order = StreamOrder.parse(stream_order)
         self.store_kind = store
@@ -264,8 +268,11 @@ class SlicingWindowOperator(WindowQueries):
             self._start()
         if self.emission == "scotty" and ts.size and ts.min() < 0:
             raise ValueError(f"emission='scotty': event time {int(ts.min())} < 0 (Scotty's time starts at 0)")
-        newest = np.array([I64_MIN if self._max_ts is None else self._max_ts], np.int64)
-        late, _ = too_late(ts, self.allowed_lateness_ms, self.windows.watermark, newest)
+        wm = self.windows.watermark
+        if wm is None and not self.drop_before_watermark:
+            late = np.zeros(ts.size, bool)
+        else:
+            late = too_late(ts, self.allowed_lateness_ms, wm, self._max_ts)
         if late.any():
             self.dropped_late += int(late.sum())
             ts, values = ts[~late], values[~late]
@@ -305,6 +312,7 @@ class SlicingWindowOperator(WindowQueries):
     def _config(self) -> dict:
         return {"lateness": self.allowed_lateness_ms, "order": self.stream_order.value, "store": self.store_kind,
                 "keep": self.keep_records, "aggs": self.aggregations, "emission": self.emission,
+                "early": self.drop_before_watermark,
                 "windows": self.windows.get_state()["q"]}
 
     def to_bytes(self, include_config: bool = True) -> bytes:
@@ -332,7 +340,8 @@ class SlicingWindowOperator(WindowQueries):
         if cfg is None:
             raise ValueError("from_bytes: state has no configuration; pass like=<configured operator>")
         op = cls(allowed_lateness_ms=cfg["lateness"], stream_order=cfg["order"], store=cfg["store"],
-                 keep_records=cfg["keep"], emission=cfg.get("emission", "compact"))
+                 keep_records=cfg["keep"], emission=cfg.get("emission", "compact"),
+                 drop_before_watermark=cfg.get("early", False))
         op.aggregations = list(cfg["aggs"])
         st = payload["state"]
         op.windows.set_state(st["wm"], compile_window)

@@ -96,7 +96,8 @@ class SlicerStage(Stage):
 
     def _template(self) -> SlicingWindowOperator:
         return SlicingWindowOperator(self.windows, self.aggregations, allowed_lateness_ms=self.allowed_lateness_ms,
-                                     stream_order=self.stream_order, store=self.store)
+                                     stream_order=self.stream_order, store=self.store,
+                                     drop_before_watermark=False)   # as Spark: nothing late before a watermark
 
     # -- input ------------------------------------------------------------------------------------
     def inputs(self) -> dict[str, str]:

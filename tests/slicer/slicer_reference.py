@@ -134,12 +134,13 @@ class RefQuery:
 class Reference:
     """``windows``: a list (ids "0", "1", ...) or a dict {id: window}."""
 
-    def __init__(self, windows, aggs, lateness, emission="compact"):
+    def __init__(self, windows, aggs, lateness, emission="compact", drop_before_watermark=True):
         pairs = windows.items() if isinstance(windows, dict) else ((str(i), w) for i, w in enumerate(windows))
         self.queries = {qid: RefQuery(w, {}) for qid, w in pairs}
         self.aggs, self.allowed_lateness_ms, self.scotty = aggs, lateness, emission == "scotty"
         self.recs, self.wm, self.dropped, self.since = [], None, 0, set()
         self.newest = None      # newest accepted event time (lateness before the first watermark)
+        self.early = drop_before_watermark
         self.time_since = 0     # the engine's time slices hold the records from this seq on
 
     def add_query(self, qid, window, start_at):
@@ -160,7 +161,7 @@ class Reference:
 
     def records(self, values, ts):
         for v, t in zip(values, ts):
-            bound = self.wm if self.wm is not None else self.newest
+            bound = self.wm if self.wm is not None else self.newest if self.early else None
             if bound is not None and t < bound - self.allowed_lateness_ms:
                 self.dropped += 1
                 continue

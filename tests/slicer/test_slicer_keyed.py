@@ -19,7 +19,7 @@ _AGGS = [Sum, Count, Min, Max, Mean, M4]
 
 
 def _template(windows, aggs, lateness) -> SlicingWindowOperator:
-    op = SlicingWindowOperator(allowed_lateness_ms=lateness)
+    op = SlicingWindowOperator(allowed_lateness_ms=lateness, drop_before_watermark=False)   # as the stage
     for a in aggs:
         op.add_aggregation(a())
     for w in windows:

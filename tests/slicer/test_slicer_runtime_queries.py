@@ -304,7 +304,7 @@ def test_keyed_added_and_removed_queries_match_the_reference_per_key(windows, na
 
 
 def _new_reference(op, aggs, lateness, prev):
-    ref = Reference({}, aggs, lateness)
+    ref = Reference({}, aggs, lateness, drop_before_watermark=False)     # the keyed table, as the stage
     for i, qid in enumerate(op.query_ids):
         start = op.coverage_start(qid)
         if start is None and not op.fresh[i]:

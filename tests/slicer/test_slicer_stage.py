@@ -62,7 +62,7 @@ def _flat(values) -> tuple:
 
 def _reference(config: str, batches) -> list[list[tuple]]:
     windows, aggs = CONFIGS[config]
-    template = SlicingWindowOperator(windows, aggs, allowed_lateness_ms=LATENESS)
+    template = SlicingWindowOperator(windows, aggs, allowed_lateness_ms=LATENESS, drop_before_watermark=False)
     engines: dict = {}
     wm, out = None, []
     for frame in batches:
