@@ -74,17 +74,20 @@ def _group_alive(pgid: int) -> bool:
             return True
         except ProcessLookupError:
             return False
-    for d in proc.iterdir():
+    return any(int(fields[2]) == pgid and fields[0] != "Z" for _, fields in proc_stats())
+
+
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, fields)`` of every process in ``/proc`` (Linux): the fields of ``/proc/PID/stat``
+    after ``pid (comm)``, i.e. state, ppid, pgrp, ... (``fields[11]``, ``fields[12]``: utime, stime)."""
+    for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+        yield int(d.name), stat[stat.rindex(")") + 2:].split()
 
 
 def wait_until_healthy(bootstrap: str, timeout_s: float = 30.0) -> None:
