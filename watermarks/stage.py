@@ -6,7 +6,8 @@ micro-batch and key group (Dataflow Model §2.3-2.4)::
 
     apply window commands (add_window / remove_window) of the batch's modifications
     advance_processing_time(batch processing time)     # recorded in the source offset
-    add(elements of key k, key=k) for every key k       # in (topic, partition, offset) order
+    add(elements of key k, key=k) for every key k       # in (topic, partition, offset) order; one
+                                                        # bundle: one trigger evaluation per window
     advance_watermark(input low watermark)              # min over senders' punctuations
 
 Output rows (one per pane; columns shared with the slicer, :mod:`windowing.rows`): the key
