@@ -91,23 +91,24 @@ class TraceStage(Stage):
 
     def _from_source(self, rows: pd.DataFrame):
         decode = self.decode or default_decode
-        keys = rows["key"] if "key" in rows.columns else [None] * len(rows)
-        for k, v, ts, topic, p, off in zip(keys, rows["value"], rows["event_time_ms"], rows["topic"],
-                                           rows["partition"], rows["offset"]):
+        keys = rows["key"].tolist() if "key" in rows.columns else [None] * len(rows)
+        period, prefix = self.period_ms, self.prefix
+        for k, v, ts, topic, p, off in zip(keys, rows["value"].tolist(), rows["event_time_ms"].tolist(),
+                                           rows["topic"].tolist(), rows["partition"].tolist(),
+                                           rows["offset"].tolist()):
             try:
                 key, value = decode(k, v)
             except Exception as exc:
                 raise TraceError(f"source record {topic}-{p}@{off}: decode failed: {exc!r}") from exc
-            e = Event(key, value, int(ts), (int(p), int(off)))
-            block = int(ts) // self.period_ms + 1
-            events = [e]
-            for v in self.prefix:
-                nxt = []
+            events = [Event(key, value, ts, (p, off))]
+            for vx in prefix:
+                nxt: list = []
                 for x in events:
-                    v.op.on_item(x.key, x.value, make_emit(nxt, v.name, x.ts, x.pos))
+                    vx.op.on_item(x.key, x.value, make_emit(nxt, vx.name, x.ts, x.pos))
                 events = nxt
+            block = ts // period + 1
             for x in events:
-                yield x, block, (topic, int(p), int(off))
+                yield x, block, (topic, p, off)
 
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self):
@@ -157,9 +158,9 @@ class TraceStage(Stage):
 
         data = batch.data
         if data is not None and len(data):
-            for blob, block, ts in zip(data["tev"], data["tblock"], data["event_time_ms"]):
-                key, value, pos = pickle.loads(bytes(blob))
-                e, block = Event(key, value, int(ts), tuple(pos)), int(block)
+            for blob, block, ts in zip(data["tev"].tolist(), data["tblock"].tolist(), data["event_time_ms"].tolist()):
+                key, value, pos = pickle.loads(blob)
+                e = Event(key, value, ts, pos)
                 closed = state["closed"]
                 if closed is not None and block <= closed:
                     late[repr(key)] = late.get(repr(key), 0) + 1

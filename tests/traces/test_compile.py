@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tests.traces.frames import source_frames
 from tests.traces.library import AddOne, Diff, Seq, SumPerKey
@@ -87,3 +88,29 @@ def test_compile_refusals_name_the_vertex():
                                fan.add_op(AddOne(), 1, s, name="r"), name="j"))
     with pytest.raises(TraceTypeError, match="linear DAGs: vertex 'r'"):
         compile_dag(fan)
+
+
+def _linear_dag(rng: random.Random, ordering: str) -> Dag:
+    from tests.traces.library import INT_OUTPUT
+
+    dag = Dag(ordering)
+    prev = dag.source("src", period_ms=10, partitions=2)
+    ops = [rng.choice(INT_OUTPUT) for _ in range(rng.randint(1, 4))]
+    if not any(issubclass(c, (Seq, SumPerKey)) for c in ops):
+        ops.append(rng.choice([Seq, SumPerKey]))        # to_spark needs a keyed vertex
+    for i, cls in enumerate(ops):
+        prev = dag.add_op(cls(), rng.randint(1, 4), prev, name=f"v{i}")
+    dag.sink("out", prev)
+    return dag
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), ordering=st.sampled_from(["sort", "optimistic"]), groups=st.integers(1, 4))
+def test_random_linear_dags_compiled_equal_run_local(seed, ordering, groups):
+    rng = random.Random(seed)
+    dag = _linear_dag(rng, ordering)
+    frames = _int_frames(seed)
+    rows = _spark_rows(compile_dag(dag, num_key_groups=groups), frames)
+    ref = dag.run_local(messages_from_frames(frames))
+    ordered = dag.check().out_types["out"].ordered
+    assert canonical_rows(rows, ordered) == canonical_blocks(ref.outputs["out"], ordered)
