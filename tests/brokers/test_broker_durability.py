@@ -90,3 +90,17 @@ def test_a_broker_stopped_under_producer_load_keeps_every_acknowledged_record(tm
         pytest.xfail(f"noida-db loses acknowledged records when stopped under load: {lost} of {acked} "
                      "(a development broker: stop it only after producers drained; docs/brokers.md)")
     assert lost == 0, (acked, lost)
+
+
+def test_stopping_the_broker_closes_our_cached_producers_first(tmp_path, capfd):
+    """A range-stats or sink producer left open in this process would log "Connection refused"
+    until the process exits once the broker is gone."""
+    from datasource import range_stats, sink
+
+    with kafka_broker(_restartable_kind(), workdir=tmp_path) as b:
+        topic = KafkaHelper(b.bootstrap_servers).topic(1, prefix="stats")
+        assert range_stats.publish({"bootstrap.servers": b.bootstrap_servers}, topic, b"k", 1)
+        assert len(range_stats._producers) == 1
+    assert len(range_stats._producers) == 0 and len(sink._producers) == 0
+    time.sleep(2)
+    assert "Connection refused" not in capfd.readouterr().err
