@@ -25,8 +25,9 @@ from datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
 
-__all__ = ["DataLossError", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics", "watermarks", "fetch_range", "RangeRecords",
-           "records_to_batch", "event_times", "make_rows_batch"]
+__all__ = ["DataLossError", "KafkaUnavailableError", "naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics", "watermarks", "fetch_range", "RangeRecords",
+           "records_to_batch", "event_times", "event_time_problem", "make_rows_batch", "MIN_EVENT_MS",
+           "MAX_EVENT_MS"]
 
 CHUNK = 20_000
 
@@ -35,8 +36,11 @@ class DataLossError(RuntimeError):
     """Records of an offset range are no longer available on the broker."""
 
 
-def consumer(kafka_conf: dict[str, str]):
-    """A consumer for manual assignment; nothing is committed to Kafka.
+def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"):
+    """A consumer for manual assignment; nothing is committed to Kafka. Its group id is
+    ``kafka.group.id`` if set, else ``groupIdPrefix`` (default ``dataflow-kafka``) plus a random
+    suffix, as Spark's Kafka source. Every other ``kafka.*`` option (e.g. ``isolation.level``)
+    reaches librdkafka as given.
 
     ``fetch.queue.backoff.ms`` is 10 instead of librdkafka's 1000: a consumer whose prefetch
     queue went over ``queued.min.messages`` postpones its partitions' next fetch by that much, and
@@ -46,7 +50,7 @@ def consumer(kafka_conf: dict[str, str]):
     """
     from confluent_kafka import Consumer
 
-    conf = {"group.id": f"dataflow-kafka-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
+    conf = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
             "enable.partition.eof": True, "fetch.max.bytes": 52428800,
             "receive.message.max.bytes": 400_000_000, "fetch.queue.backoff.ms": 10, "log_level": 3}
     conf.update(kafka_conf)
@@ -60,7 +64,7 @@ _idle: dict[tuple, list] = {}  # Kafka configuration -> this process's idle pool
 
 
 @contextlib.contextmanager
-def pooled_consumer(kafka_conf: dict[str, str]) -> Iterator[Any]:
+def pooled_consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka") -> Iterator[Any]:
     """A consumer from this process's pool: one per Kafka configuration, reused by every task and
     micro-batch the process runs (Spark reuses its Python workers), closed at process exit.
 
@@ -69,12 +73,12 @@ def pooled_consumer(kafka_conf: dict[str, str]) -> Iterator[Any]:
     half-way) closes its consumer instead of returning it; a second use while the pooled one is
     busy gets a consumer of its own, closed after it.
     """
-    key = tuple(sorted(kafka_conf.items()))
+    key = (group_id_prefix, *sorted(kafka_conf.items()))
     idle = _idle.setdefault(key, [])
     try:
         c = idle.pop()
     except IndexError:
-        c = consumer(kafka_conf)
+        c = consumer(kafka_conf, group_id_prefix)
     reusable = False
     try:
         yield c
@@ -125,6 +129,27 @@ def _retrying(request, timeout_s: float):
             time.sleep(0.2)
 
 
+class KafkaUnavailableError(ConnectionError):
+    """Kafka could not be reached (or kept failing) while reading: names the servers and what was read."""
+
+
+@contextlib.contextmanager
+def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
+    """Turn a Kafka client error or timeout inside the block into a :class:`KafkaUnavailableError`
+    naming ``kafka.bootstrap.servers`` and ``what`` was being read (e.g. ``topic t-0 offsets [5, 9)``)
+    instead of a bare ``KafkaError{code=_ALL_BROKERS_DOWN,...}``."""
+    from confluent_kafka import KafkaException
+
+    try:
+        yield
+    except (KafkaException, TimeoutError) as e:
+        err = e.args[0] if e.args else e
+        cause = err.str() if hasattr(err, "str") else str(err)
+        raise KafkaUnavailableError(
+            f"cannot read {what} from Kafka at kafka.bootstrap.servers={kafka_conf.get('bootstrap.servers')!r}: "
+            f"{cause} (is the broker up? the read is retried for kafkaConsumer.pollTimeoutMs)") from e
+
+
 def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
     """(log start, high watermark) of a partition; transient errors are retried."""
     from confluent_kafka import TopicPartition
@@ -150,6 +175,13 @@ def _start_lost(topic: str, partition: int, start: int, end: int, low: int, high
     if fail_on_data_loss:
         raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
     return lost_to, msg + "; skipped (failOnDataLoss=false)"
+
+
+def _position(c, topic: str, partition: int) -> int:
+    """The consumer's fetch position in the partition (local, no broker round trip; -1001 unknown)."""
+    from confluent_kafka import TopicPartition
+
+    return c.position([TopicPartition(topic, partition)])[0].offset
 
 
 def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeout_ms: int,
@@ -193,9 +225,12 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                 good = msgs
             # librdkafka reports a partition's end once per offset and client (a reused consumer
             # gets no second EOF at the same offset), so an empty poll asks for the log's end too.
+            if not good and not out_of_range and _position(c, topic, partition) >= end:
+                break  # the rest of the range was transaction markers or aborted records (read_committed)
             if out_of_range or (not good and (reached_eof or not msgs)) or (
                     not checked and good and good[0].offset() > position):
-                low, high = watermarks(c, topic, partition)
+                # retried (a broker restarting) until the read's deadline, then the error names it
+                low, high = watermarks(c, topic, partition, max(0.5, deadline - time.monotonic()))
                 if not checked or out_of_range:
                     checked = True
                     begin, lost = _start_lost(topic, partition, position, end, low, high, fail_on_data_loss)
@@ -236,17 +271,24 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
         c.unassign()
 
 
+#: Event times the source accepts, in epoch ms: Spark's timestamp range, 0001-01-01 to
+#: 9999-12-31 (an event time outside it, e.g. ``1e30`` or ``2**63 - 1``, is an error row).
+MIN_EVENT_MS = -62_135_596_800_000
+MAX_EVENT_MS = 253_402_300_799_999
+
+
 def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Event time per record in ms and a validity mask.
 
     ``field=None``: the Kafka record timestamp. Otherwise the integer epoch-ms field ``field`` of a
-    JSON object value, parsed in one vectorised pass; records whose value is not such an object
-    are invalid (the caller turns them into error rows).
+    JSON object value, parsed in one vectorised pass; records whose value is not such an object,
+    or whose event time lies outside ``[MIN_EVENT_MS, MAX_EVENT_MS]``, are invalid (the caller
+    turns them into error rows, :func:`event_time_problem` says why).
     """
     n = len(values)
     if field is None:
-        return timestamps_ms, timestamps_ms >= 0
+        return timestamps_ms, (timestamps_ms >= 0) & (timestamps_ms <= MAX_EVENT_MS)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
     try:
@@ -265,24 +307,42 @@ def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms
             raise ValueError("row count mismatch")
         col = table.column(field)
         valid = col.is_valid().to_numpy(zero_copy_only=False)
-        return col.fill_null(0).to_numpy(), valid
+        ev = col.fill_null(0).to_numpy()
+        return ev, valid & (ev >= MIN_EVENT_MS) & (ev <= MAX_EVENT_MS)
     except (pa.ArrowInvalid, ValueError):
         out = np.zeros(n, np.int64)
         valid = np.zeros(n, bool)
         for i, v in enumerate(values):
-            try:
-                x = json.loads(v) if v else None
-                t = x.get(field) if isinstance(x, dict) else None
-                if isinstance(t, int) and not isinstance(t, bool):
-                    out[i], valid[i] = t, True
-            except (ValueError, UnicodeDecodeError):
-                pass
+            t = _field_of(v, field)
+            if isinstance(t, int) and not isinstance(t, bool) and MIN_EVENT_MS <= t <= MAX_EVENT_MS:
+                out[i], valid[i] = t, True
         return out, valid
 
 
-def newest_event_time(msgs: list, field: str | None) -> int | None:
+def _field_of(value: bytes | None, field: str):
+    """``value``'s JSON field ``field``, or None (no JSON object, no such field)."""
+    try:
+        x = json.loads(value) if value else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return x.get(field) if isinstance(x, dict) else None
+
+
+def event_time_problem(value: bytes | None, field: str | None, timestamp_ms: int) -> str:
+    """Why a data record has no usable event time (for its error row; bad records only)."""
+    if field is None:
+        return (f"record timestamp {timestamp_ms} is outside [0, {MAX_EVENT_MS}] ms (9999-12-31)"
+                if timestamp_ms >= 0 else "record has no timestamp")
+    t = _field_of(value, field)
+    if t is None or isinstance(t, (bool, str, list, dict)):
+        return f"value is not a JSON object with integer field '{field}'"
+    return (f"event time {t!r} in field '{field}' is not an integer epoch-ms within Spark's timestamp "
+            f"range [{MIN_EVENT_MS}, {MAX_EVENT_MS}] (0001-01-01 to 9999-12-31)")
+
+
+def newest_event_time(msgs: list, field: str | None, ahead: tuple[int, int] | None = None) -> int | None:
     """Newest event time among data records of ``msgs`` (the driver's punctuation scan): same
-    classification as :func:`decode`, without building the other columns."""
+    classification as :func:`decode` (``ahead`` included), without building the other columns."""
     if not msgs:
         return None
     msg = _message_cls()
@@ -295,6 +355,8 @@ def newest_event_time(msgs: list, field: str | None) -> int | None:
                 return None
     ts_ms = _timestamps(msgs)[:, 1]
     ev, valid = event_times(list(map(msg.value, msgs)) if field else msgs, field, ts_ms)
+    if ahead is not None:
+        valid &= ev <= ahead[0] + ahead[1]
     return int(ev[valid].max()) if valid.any() else None
 
 
@@ -342,8 +404,13 @@ def _timestamps(msgs: list) -> np.ndarray:
     return np.fromiter(flat, dtype=np.int64, count=2 * n).reshape(n, 2)
 
 
-def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRecords:
-    """Column-wise decode of consumed messages; classify data / punctuation / error rows."""
+def decode(msgs: list, topic: str, partition: int, field: str | None,
+           ahead: tuple[int, int] | None = None) -> RangeRecords:
+    """Column-wise decode of consumed messages; classify data / punctuation / error rows.
+
+    ``ahead`` = (the batch's processing time, ``maxEventTimeAheadMs``): a data record whose event
+    time is more than that ahead of the processing time is an error row: it must not move the partition's punctuation (Enorm §6.2: a punctuation is a
+    promise about all later records)."""
     n = len(msgs)
     msg = _message_cls()
     keys = list(map(msg.key, msgs))
@@ -363,12 +430,16 @@ def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRe
         for hk, hv in headers[i]:
             if hk == PUNCTUATION_HEADER:
                 try:
-                    punct[i] = int(hv.decode("ascii"))
+                    value = int(hv.decode("ascii"))
+                    if not MIN_EVENT_MS <= value <= MAX_EVENT_MS:
+                        raise ValueError("out of range")
+                    punct[i] = value
                     kinds[i] = KIND_PUNCTUATION
                 except (ValueError, AttributeError, UnicodeDecodeError):
                     kinds[i] = KIND_ERROR
                     errors[i] = (f"malformed punctuation record {topic}-{partition}@{offsets[i]}: header "
-                                 f"'{PUNCTUATION_HEADER}' must be decimal epoch ms, got {hv!r}")
+                                 f"'{PUNCTUATION_HEADER}' must be decimal epoch ms within "
+                                 f"[{MIN_EVENT_MS}, {MAX_EVENT_MS}], got {hv!r}")
                 break
     is_data = kinds == KIND_DATA if marked else None
     ev, valid = event_times(values, field, ts_ms) if is_data is None or is_data.all() else (None, None)
@@ -382,14 +453,29 @@ def decode(msgs: list, topic: str, partition: int, field: str | None) -> RangeRe
     for i in bad:
         kinds[i] = KIND_ERROR
         errors[i] = (f"record {topic}-{partition}@{offsets[i]} has no event time: "
-                     + (f"value is not a JSON object with integer field '{field}'" if field
-                        else "record has no timestamp"))
+                     + event_time_problem(values[i], field, int(ts_ms[i])))
+    if ahead is not None:
+        pt, limit = ahead
+        far = np.flatnonzero((valid if is_data is None else is_data & valid) & (ev > pt + limit))
+        for i in far:
+            kinds[i] = KIND_ERROR
+            errors[i] = (f"record {topic}-{partition}@{offsets[i]} has event time {int(ev[i])} "
+                         f"({_iso(int(ev[i]))}), {int(ev[i]) - pt} ms ahead of the batch's processing time "
+                         f"{pt} ({_iso(pt)}); maxEventTimeAheadMs={limit}: not used as data, the "
+                         f"punctuation does not move")
+        bad = np.concatenate([bad, far])
     all_data = len(bad) == 0 and (is_data is None or bool(is_data.all()))
     return RangeRecords(topic, partition, keys, values, offsets, ts_ms, ts_types, headers, ev, kinds,
                         punct, errors, all_data)
 
 
 _TS = pa.timestamp("us", tz="UTC")
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return (dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)).isoformat()
 
 
 def _ts(ms: np.ndarray, mask: np.ndarray | None = None) -> pa.Array:

@@ -24,10 +24,19 @@ from typing import Iterable
 from datasource import kafka_read
 from datasource.options import OptionError, SourceOptions
 
-__all__ = ["TP", "resolve_partitions", "starting_offsets", "rate_limit", "to_json_partitions",
+__all__ = ["TP", "describe_topics", "resolve_partitions", "starting_offsets", "rate_limit", "to_json_partitions",
            "from_json_partitions"]
 
 TP = tuple[str, int]
+
+
+def describe_topics(opts: SourceOptions) -> str:
+    """What a query reads, for messages: its topics, partitions or pattern."""
+    if opts.subscribe is not None:
+        return f"topic(s) {', '.join(opts.subscribe)}"
+    if opts.assign is not None:
+        return f"partitions {', '.join(f'{t}-{p}' for t, ps in sorted(opts.assign.items()) for p in ps)}"
+    return f"topics matching {opts.subscribe_pattern!r}"
 
 
 def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
@@ -38,7 +47,7 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
         md = kafka_read.list_topics(c, None, min(30.0, opts.poll_timeout_ms / 1000))
     except KafkaException as e:
         raise ConnectionError(f"cannot reach Kafka at kafka.bootstrap.servers="
-                              f"{opts.kafka.get('bootstrap.servers')!r}: {e}") from None
+                              f"{opts.kafka.get('bootstrap.servers')!r} to read {describe_topics(opts)}: {e}") from None
     topics = {name: t for name, t in md.topics.items() if t.error is None}
     if opts.assign is not None:
         missing = [f"{t}-{p}" for t, ps in opts.assign.items() for p in ps
@@ -58,8 +67,15 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
     return sorted((t, p) for t in names for p in topics[t].partitions)
 
 
-def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks) -> dict[TP, int]:
-    """Resolve startingTimestamp / startingOffsetsByTimestamp / startingOffsets (Spark's order)."""
+def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks, notes: list[str] | None = None
+                     ) -> dict[TP, int]:
+    """Resolve startingTimestamp / startingOffsetsByTimestamp / startingOffsets (Spark's order).
+
+    ``startingOffsets`` naming a partition the query does not read (it does not exist) is an
+    error, as in Spark. An offset beyond a partition's end fails with ``failOnDataLoss=true``;
+    with ``false`` the partition starts at its end and a message is appended to ``notes`` (the
+    caller emits it as an ``error`` row): records produced later at the offsets in between are
+    read, none is skipped unseen."""
     from confluent_kafka import TopicPartition
 
     wm = {tp: watermarks(c, *tp) for tp in tps}
@@ -91,6 +107,12 @@ def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks) -> dict[
         return {tp: wm[tp][0] for tp in tps}
     if spec == "latest":
         return {tp: wm[tp][1] for tp in tps}
+    unknown = sorted(f"{t}-{p}" for t, ps in spec.items() for p in ps if (t, p) not in wm)
+    if unknown:
+        read = sorted(f"{t}-{p}" for t, p in tps if t in spec)
+        raise OptionError(f"option 'startingOffsets' names partition(s) {unknown} that do not exist on the broker "
+                          f"at {opts.kafka.get('bootstrap.servers')} or are not read by this query (its "
+                          f"partitions of these topics: {read})")
     out = {}
     for tp in tps:
         o = spec.get(tp[0], {}).get(tp[1])
@@ -98,7 +120,15 @@ def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks) -> dict[
             if tp[0] in spec:
                 raise OptionError(f"option 'startingOffsets' lacks partition {tp[1]} of topic {tp[0]!r}")
             o = -2
-        out[tp] = wm[tp][0] if o == -2 else wm[tp][1] if o == -1 else o
+        low, high = wm[tp]
+        out[tp] = low if o == -2 else high if o == -1 else o
+        if o > high:
+            msg = (f"option 'startingOffsets': offset {o} for {tp[0]}-{tp[1]} is beyond the end of the "
+                   f"partition (log end {high})")
+            if opts.fail_on_data_loss or notes is None:
+                raise kafka_read.DataLossError(msg + "; set failOnDataLoss=false to start at the log end instead")
+            notes.append(msg + f"; starting at the log end {high} instead (failOnDataLoss=false)")
+            out[tp] = high
     return out
 
 

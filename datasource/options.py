@@ -9,11 +9,13 @@ what is allowed. Keys are case-insensitive, as in Spark.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-__all__ = ["OptionError", "SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options"]
+__all__ = ["OptionError", "SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options",
+           "GROUP_ID_CAUTION", "DEFAULT_MAX_EVENT_TIME_AHEAD_MS"]
 
 
 class OptionError(ValueError):
@@ -25,6 +27,7 @@ SPARK_SOURCE_OPTIONS = {
     "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "endingoffsets",
     "endingtimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger", "minoffsetspertrigger",
     "minpartitions", "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
+    "maxtriggerdelay", "maxrecordsperpartition", "groupidprefix",
 }
 #: Options of this project (not in Spark's Kafka source).
 OWN_OPTIONS = {
@@ -36,6 +39,9 @@ OWN_OPTIONS = {
     "maxpartitions": "at most this many Spark tasks per micro-batch or batch read: offset ranges are packed "
                      "into tasks by record count, each task reads its ranges one after another (default: one "
                      "task per topic-partition, as Spark's Kafka source)",
+    "maxeventtimeaheadms": "a data record whose event time is more than this ahead of the batch's processing "
+                           "time is an error row and does not move the punctuation (default 86400000, one "
+                           "day; -1: off)",
     "rangestatstopic": "topic where streaming tasks leave each offset range's newest event time for the driver "
                        "(default 'dataflow-kafka-range-stats', created if missing; empty: the driver reads "
                        "every range a second time instead)",
@@ -51,8 +57,16 @@ _FORBIDDEN_KAFKA = {
     "kafka.enable.auto.commit": "offsets live in Spark's checkpoint",
     "kafka.key.deserializer": "keys are returned as binary",
     "kafka.value.deserializer": "values are returned as binary",
-    "kafka.group.id": "the source assigns partitions itself and commits nothing to Kafka",
 }
+#: Spark's caution when ``kafka.group.id`` is set (Spark 3+ accepts it).
+GROUP_ID_CAUTION = ("option 'kafka.group.id' is set: as in Spark, use it with caution: concurrently running "
+                    "queries (or sources) with the same group id may interfere with each other, and "
+                    "'groupIdPrefix' is ignored; the source assigns partitions itself and commits nothing to Kafka")
+#: Default of ``maxEventTimeAheadMs``: one day. Producer clocks off by hours (a wrong time zone is
+#: at most 14 h) still pass; a typo in the year (2100 for 2026) is caught.
+DEFAULT_MAX_EVENT_TIME_AHEAD_MS = 86_400_000
+#: Default of ``maxTriggerDelay`` (Spark's): 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -106,6 +120,20 @@ def _offsets_json(name: str, raw: str, allow_latest: bool = True) -> dict[str, d
     return out
 
 
+_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
+    """A duration like Spark's time strings: ``"15m"``, ``"30s"``, ``"500ms"``, ``"2h"``, or plain ms."""
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if not m or m.group(2) not in {"", *_DURATION_UNITS}:
+        raise OptionError(f"option '{name}' must be a duration like '15m', '30s', '500ms' or '2h', got {raw!r}")
+    return int(m.group(1)) * _DURATION_UNITS.get(m.group(2), 1)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     kafka: dict[str, str]
@@ -118,6 +146,11 @@ class SourceOptions:
     by_timestamp_strategy: str = "error"
     ending: str | dict[str, dict[int, int]] = "latest"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    max_records_per_partition: int | None = None
+    max_event_time_ahead_ms: int | None = DEFAULT_MAX_EVENT_TIME_AHEAD_MS
+    group_id_prefix: str = "dataflow-kafka"
     min_partitions: int | None = None
     max_partitions: int | None = None
     fail_on_data_loss: bool = True
@@ -131,8 +164,9 @@ class SourceOptions:
     extra: dict = field(default_factory=dict)
 
 
-def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
-    """Validate ``options`` for a streaming (``readStream``) or batch (``read``) query."""
+def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> SourceOptions:
+    """Validate ``options`` for a streaming (``readStream``) or batch (``read``) query; with
+    ``streaming=None`` (``load()``, before Spark says which) only the checks common to both."""
     opts = _lower(options)
     for key, (old, new) in RENAMED_OPTIONS.items():
         if key in opts:
@@ -148,6 +182,11 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         if k in opts:
             raise OptionError(f"option '{k}' is not supported: {why}")
     kafka = _kafka_conf(opts, options)
+    if "kafka.group.id" in opts:
+        logging.getLogger(__name__).warning("dataflow-kafka: %s", GROUP_ID_CAUTION)
+    prefix = opts.get("groupidprefix", "dataflow-kafka").strip()
+    if not prefix:
+        raise OptionError("option 'groupIdPrefix' must not be empty")
 
     strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(strategies) != 1:
@@ -177,17 +216,24 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
             return raw.lower()
         return _offsets_json(name, raw)
 
-    starting = offsets_option("startingoffsets", "latest" if streaming else "earliest")
+    starting = offsets_option("startingoffsets", "earliest" if streaming is False else "latest")
     ending = offsets_option("endingoffsets", "latest")
     if streaming and "endingoffsets" in opts:
         raise OptionError("option 'endingOffsets' is for batch queries (spark.read) only")
-    if not streaming and starting == "latest":
+    if streaming is False and starting == "latest":
         raise OptionError("option 'startingOffsets' cannot be 'latest' for batch queries")
-    if not streaming and ending == "earliest":
+    if streaming is False and ending == "earliest":
         raise OptionError("option 'endingOffsets' cannot be 'earliest' for batch queries")
-    if not streaming and "maxoffsetspertrigger" in opts:
-        raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
-    for unsupported in ("endingtimestamp", "endingoffsetsbytimestamp", "minoffsetspertrigger"):
+    for only_streaming in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if streaming is False and only_streaming.lower() in opts:
+            raise OptionError(f"option '{only_streaming}' is for streaming queries only")
+    max_per_trigger = _int(opts, "maxoffsetspertrigger", None, minimum=1)
+    min_per_trigger = _int(opts, "minoffsetspertrigger", None, minimum=1)
+    if max_per_trigger and min_per_trigger and min_per_trigger > max_per_trigger:
+        raise OptionError(f"options 'minOffsetsPerTrigger' ({min_per_trigger}) and 'maxOffsetsPerTrigger' "
+                          f"({max_per_trigger}) conflict: the minimum must not exceed the maximum")
+    ahead = _int(opts, "maxeventtimeaheadms", DEFAULT_MAX_EVENT_TIME_AHEAD_MS, minimum=-1)
+    for unsupported in ("endingtimestamp", "endingoffsetsbytimestamp"):
         if unsupported in opts:
             raise OptionError(f"option '{unsupported}' is not supported by dataflow-kafka yet")
 
@@ -208,7 +254,10 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         kafka=kafka, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=starting, starting_timestamp_ms=_int(opts, "startingtimestamp", None, minimum=0),
         starting_by_timestamp=by_ts, by_timestamp_strategy=strategy, ending=ending,
-        max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", None, minimum=1),
+        max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+        max_records_per_partition=_int(opts, "maxrecordsperpartition", None, minimum=1),
+        max_event_time_ahead_ms=None if ahead == -1 else ahead, group_id_prefix=prefix,
         min_partitions=min_parts, max_partitions=max_parts,
         fail_on_data_loss=_bool(opts, "failondataloss", True),
         include_headers=_bool(opts, "includeheaders", False),

@@ -46,7 +46,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from datasource import kafka_read, range_stats
 from datasource.offsets import (
-    TP, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
+    TP, describe_topics, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
 )
 from datasource.options import OptionError, SourceOptions, parse_source_options, parse_sink_options
 from datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, source_schema
@@ -116,7 +116,8 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         yield kafka_read.make_rows_batch(synthetic, hdr)
     newest = in_range = None
     if r.end > r.start:
-        with kafka_read.pooled_consumer(opts.kafka) as c:
+        with kafka_read.naming_servers(opts.kafka, f"topic {r.topic}-{r.partition} offsets [{r.start}, {r.end})"), \
+                kafka_read.pooled_consumer(opts.kafka, opts.group_id_prefix) as c:
             for msgs, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
                                                           opts.poll_timeout_ms, opts.fail_on_data_loss):
                 if loss_note:
@@ -125,17 +126,33 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                           "processing_time": r.processing_time_ms, "error": loss_note}], hdr)
                 if not msgs:
                     continue
-                rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field)
+                rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field,
+                                        _ahead(opts, r.processing_time_ms))
                 in_range = _newer(in_range, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
         if r.publish_stats and opts.range_stats_topic:
-            key = range_stats.range_key(r.topic, r.partition, r.start, r.end, opts.event_time_field, opts.kafka)
+            key = range_stats.range_key(r.topic, r.partition, r.start, r.end, _stats_field(opts, r.processing_time_ms),
+                                        opts.kafka)
             range_stats.publish(opts.kafka, opts.range_stats_topic, key, in_range)
     newest = _newer(r.newest_before_ms, in_range)
     yield kafka_read.make_rows_batch(
         [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
           "punctuation": None if newest is None else newest - opts.watermark_delay_ms,
           "processing_time": r.processing_time_ms}], hdr)
+
+
+def _ahead(opts: SourceOptions, processing_time_ms: int) -> tuple[int, int] | None:
+    """``(processing time, maxEventTimeAheadMs)`` of a batch, or None when the guard is off."""
+    limit = opts.max_event_time_ahead_ms
+    return None if limit is None else (processing_time_ms, limit)
+
+
+def _stats_field(opts: SourceOptions, processing_time_ms: int) -> str:
+    """What decides a range's newest event time besides its records, for its range-stats key: the
+    event-time field and the latest event time ``maxEventTimeAheadMs`` admits in its batch."""
+    field = opts.event_time_field or ""
+    ahead = _ahead(opts, processing_time_ms)
+    return field if ahead is None else f"{field}|<={ahead[0] + ahead[1]}"
 
 
 def _newer(a: int | None, b: int | None) -> int | None:
@@ -183,8 +200,18 @@ def _apply_max_partitions(ranges: list[OffsetRange], max_partitions: int | None
     return [RangeGroup(sorted(b, key=lambda r: (r.topic, r.partition, r.start))) for b in bins if b]
 
 
+def _apply_max_records(ranges: list[OffsetRange], max_records: int | None) -> list[OffsetRange]:
+    """``maxRecordsPerPartition`` (Spark's meaning): split a range into pieces of at most that
+    many offsets."""
+    if not max_records:
+        return ranges
+    return [piece for r in ranges for piece in _split(r, -(-(r.end - r.start) // max_records))]
+
+
 def _tasks(ranges: list[OffsetRange], opts: SourceOptions) -> list[OffsetRange | RangeGroup]:
-    """The Spark tasks of a batch's ranges: split by ``minPartitions``, packed by ``maxPartitions``."""
+    """The Spark tasks of a batch's ranges: split by ``maxRecordsPerPartition`` and
+    ``minPartitions``, packed by ``maxPartitions``."""
+    ranges = _apply_max_records(ranges, opts.max_records_per_partition)
     return _apply_max_partitions(_apply_min_partitions(ranges, opts.min_partitions), opts.max_partitions)
 
 
@@ -197,19 +224,33 @@ def _read_control(c, opts: SourceOptions, start: dict[TP, int], upto: dict[TP, i
             if note:
                 mods.append({"error": note})
             for m in msgs:
-                raw = m.value()
                 mod = {"ts": m.timestamp()[1], "offset": m.offset(), "partition": p,
                        "key": None if m.key() is None else m.key().decode("utf-8", "replace")}
-                try:
-                    text = raw.decode("utf-8")
-                    if not isinstance(json.loads(text), dict):
-                        raise ValueError("not a JSON object")
+                text, problem = _control_text(m.value())
+                if problem is None:
                     mod["value"] = text
-                except (AttributeError, UnicodeDecodeError, ValueError) as e:
+                else:
                     mod["error"] = (f"malformed control record {t}-{p}@{m.offset()}: a modification "
-                                    f"must be a JSON object, got {raw[:80]!r} ({e})")
+                                    f"must be a JSON object, got {problem}; skipped")
                 mods.append(mod)
     return mods
+
+
+def _control_text(raw: bytes | None) -> tuple[str | None, str | None]:
+    """``(text, None)`` of a control record's value that is a JSON object, else ``(None, what it
+    is)``: a null value (a tombstone of a compacted topic), bytes that are not UTF-8 JSON, or JSON
+    of another type."""
+    if raw is None:
+        return None, "a null value (tombstone)"
+    shown = repr(raw[:80]) + ("..." if len(raw) > 80 else "")
+    try:
+        text = raw.decode("utf-8")
+        obj = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, f"{shown}, which is not JSON ({e})"
+    if not isinstance(obj, dict):
+        return None, f"{shown}, JSON of type {type(obj).__name__}"
+    return text, None
 
 
 def _control_partitions(c, opts: SourceOptions) -> list[TP]:
@@ -241,7 +282,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._available_now_control: dict[TP, int] | None = None
         self._latest: dict[TP, int] | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._scans: dict[tuple[TP, int, int], Future] = {}  # (tp, begin, end) -> newest event time
+        self._scans: dict[tuple[TP, int, int, int], Future] = {}  # (tp, begin, end, pt) -> newest event time
         self._scan_c = None
         self._stats: range_stats.RangeStats | None = None
         self._stats_error: str | None = None
@@ -255,7 +296,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _stats_usable(self) -> bool:
         """Whether tasks publish range stats (``rangeStatsTopic``; not with ``minPartitions``, whose
         tasks read pieces of a range); the topic is created on first use."""
-        if not self.opts.range_stats_topic or self.opts.min_partitions or self._stats_error is not None:
+        if (not self.opts.range_stats_topic or self.opts.min_partitions or self.opts.max_records_per_partition
+                or self._stats_error is not None):
             return False
         if self._stats is None:
             stats = range_stats.RangeStats(self.opts.kafka, self.opts.range_stats_topic, self.opts.poll_timeout_ms)
@@ -270,7 +312,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _consumer(self):
         if self._c is None:
-            self._c = kafka_read.consumer(self.opts.kafka)
+            self._c = kafka_read.consumer(self.opts.kafka, self.opts.group_id_prefix)
         return self._c
 
     def _high(self, tps: list[TP]) -> dict[TP, int]:
@@ -281,12 +323,19 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return _control_partitions(self._consumer(), self.opts)
 
     def initialOffset(self) -> dict:
+        with kafka_read.naming_servers(self.opts.kafka, describe_topics(self.opts)):
+            return self._initial_offset()
+
+    def _initial_offset(self) -> dict:
         c = self._consumer()
         tps = resolve_partitions(c, self.opts)
-        start = starting_offsets(c, self.opts, tps, kafka_read.watermarks)
+        notes: list[str] = []
+        start = starting_offsets(c, self.opts, tps, kafka_read.watermarks, notes)
         offset = {"v": 2, "batchTimeMs": _now_ms(),
                   "partitions": to_json_partitions({tp: {"o": o} for tp, o in start.items()}),
                   "control": {}, "mods": {}}
+        if notes:  # emitted as error rows by the first batch (latestOffset moves them into its offset)
+            offset["notes"] = notes
         if self.opts.control_topic:  # commands written after the query starts
             offset["control"] = to_json_partitions({tp: h for tp, h in self._high(self._control_tps()).items()})
         return offset
@@ -306,6 +355,10 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return to_json_partitions(self._latest)
 
     def latestOffset(self, start: dict, limit) -> dict:
+        with kafka_read.naming_servers(self.opts.kafka, describe_topics(self.opts)):
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict, limit) -> dict:
         c = self._consumer()
         now = _now_ms()
         prev = from_json_partitions(start["partitions"])
@@ -315,6 +368,10 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         begin = {tp: prev[tp]["o"] if tp in prev else low_of_new[tp] for tp in tps}
         latest = self._high(tps)
         self._latest = latest
+        notes = list(start.get("notes", []))
+        for tp in tps:
+            if tp in prev and latest[tp] < begin[tp]:
+                notes.append(self._offsets_went_back(c, tp, begin, latest[tp]))
         if self._available_now is not None:
             latest = {tp: min(h, self._available_now.get(tp, begin[tp])) for tp, h in latest.items()}
         latest = {tp: max(h, begin[tp]) for tp, h in latest.items()}
@@ -330,24 +387,49 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 control_end = {tp: max(control_start.get(tp, 0), min(h, self._available_now_control.get(tp, 0)))
                                for tp, h in control_end.items()}
             mods = _read_control(c, self.opts, control_start, control_end)
+        mods += [{"error": n} for n in notes]
 
         moved = any(end[tp] != begin[tp] for tp in tps) or bool(new_tps) or bool(mods)
+        if moved and not new_tps and not mods and self._too_few(begin, latest, now - start["batchTimeMs"]):
+            return start
         hb = self.opts.heartbeat_interval_ms
         if not moved and not (hb and self._available_now is None and now - start["batchTimeMs"] >= hb):
             return start
         parts: dict[TP, dict] = {}
         for tp in tps:
             entry: dict = {"o": end[tp], "s": begin[tp]}
-            newest = self._newest_at(tp, prev[tp], start.get("v", 1)) if tp in prev else None
+            newest = self._newest_at(tp, prev[tp], start.get("v", 1), start["batchTimeMs"]) if tp in prev else None
             if newest is not None:
                 entry["p"] = newest
             parts[tp] = entry
-        self._scan_ahead(parts, end)
+        self._scan_ahead(parts, end, now)
         return {"v": 2, "batchTimeMs": now, "partitions": to_json_partitions(parts),
                 "control": to_json_partitions(control_end),
                 "mods": {str(i): m for i, m in enumerate(mods)}}
 
-    def _newest_at(self, tp: TP, entry: dict, version: int) -> int | None:
+    def _too_few(self, begin: dict[TP, int], latest: dict[TP, int], since_ms: int) -> bool:
+        """``minOffsetsPerTrigger`` (Spark's meaning): wait for that many new records unless
+        ``maxTriggerDelay`` has passed since the previous batch (its time is in the offset, so a
+        restart keeps the schedule); not under Trigger.AvailableNow."""
+        least = self.opts.min_offsets_per_trigger
+        if least is None or self._available_now is not None or since_ms >= self.opts.max_trigger_delay_ms:
+            return False
+        return sum(latest[tp] - begin[tp] for tp in latest) < least
+
+    def _offsets_went_back(self, c, tp: TP, begin: dict[TP, int], high: int) -> str:
+        """A partition's log ends below the checkpointed offset (topic deleted and recreated, log
+        truncated): Spark's "offset was changed" data loss. Fails with ``failOnDataLoss=true``;
+        else the partition is read from its new log start (``begin`` updated) and the returned
+        message becomes an error row."""
+        msg = (f"{tp[0]}-{tp[1]}'s offset was changed from {begin[tp]} to {high}, some data may have been "
+               f"missed (the topic was deleted and recreated, or its log truncated)")
+        if self.opts.fail_on_data_loss:
+            raise kafka_read.DataLossError(msg + "; set failOnDataLoss=false to read the partition from its "
+                                                 "new start instead")
+        begin[tp] = kafka_read.watermarks(c, *tp)[0]
+        return msg + f"; reading it from its new start {begin[tp]} (failOnDataLoss=false)"
+
+    def _newest_at(self, tp: TP, entry: dict, version: int, pt: int) -> int | None:
         """Newest data event time before offset ``entry["o"]``: ``e`` in a version-1 offset;
         otherwise ``max(p, newest in [s, o))``, the range's value taken from the range stats the
         tasks left, else from the background scan started when the offset was made, else
@@ -357,11 +439,12 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         s, o = entry.get("s", entry["o"]), entry["o"]
         if s >= o:
             return entry.get("p")
-        return _newer(entry.get("p"), self._range_newest(tp, s, o))
+        return _newer(entry.get("p"), self._range_newest(tp, s, o, pt))
 
-    def _range_newest(self, tp: TP, s: int, o: int) -> int | None:
+    def _range_newest(self, tp: TP, s: int, o: int, pt: int) -> int | None:
+        """Newest event time in ``[s, o)``, read in the batch of processing time ``pt``."""
         if self._stats_usable():
-            key = range_stats.range_key(tp[0], tp[1], s, o, self.opts.event_time_field, self.opts.kafka)
+            key = range_stats.range_key(tp[0], tp[1], s, o, _stats_field(self.opts, pt), self.opts.kafka)
             hit, found = self._stats.get(key)
             if hit:
                 return found
@@ -370,15 +453,15 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     "dataflow-kafka: no range stats for %s-%s [%d, %d) in %r; scanning ranges on the driver "
                     "from now on", tp[0], tp[1], s, o, self.opts.range_stats_topic)
             self._stats_missed = True  # from now on scan ahead in the background as well
-        scan = self._scans.pop((tp, s, o), None)
+        scan = self._scans.pop((tp, s, o, pt), None)
         if scan is not None:
             try:
                 return scan.result()
             except Exception:  # noqa: BLE001 - the scan is a cache; the synchronous scan reports errors
                 pass
-        return self._scan_newest(self._consumer(), tp, s, o)
+        return self._scan_newest(self._consumer(), tp, s, o, pt)
 
-    def _scan_ahead(self, parts: dict[TP, dict], end: dict[TP, int]) -> None:
+    def _scan_ahead(self, parts: dict[TP, dict], end: dict[TP, int], pt: int) -> None:
         """Start scanning the ranges of the batch just planned in the background, so the next
         batch's ``p`` is ready when Spark asks for it (the executors read the same ranges
         meanwhile). Skipped when Trigger.AvailableNow has reached its end: no batch follows."""
@@ -393,20 +476,22 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataflow-kafka-scan")
         for tp, e in parts.items():
             if e["o"] > e["s"]:
-                self._scans[(tp, e["s"], e["o"])] = self._pool.submit(self._scan_in_background, tp, e["s"], e["o"])
+                self._scans[(tp, e["s"], e["o"], pt)] = self._pool.submit(
+                    self._scan_in_background, tp, e["s"], e["o"], pt)
 
-    def _scan_in_background(self, tp: TP, begin: int, end: int) -> int | None:
+    def _scan_in_background(self, tp: TP, begin: int, end: int, pt: int) -> int | None:
         if self._scan_c is None:  # the scan thread's own consumer (consumers are not thread-safe)
-            self._scan_c = kafka_read.consumer(self.opts.kafka)
-        return self._scan_newest(self._scan_c, tp, begin, end)
+            self._scan_c = kafka_read.consumer(self.opts.kafka, self.opts.group_id_prefix)
+        return self._scan_newest(self._scan_c, tp, begin, end, pt)
 
-    def _scan_newest(self, c, tp: TP, begin: int, end: int) -> int | None:
+    def _scan_newest(self, c, tp: TP, begin: int, end: int, pt: int) -> int | None:
         """Newest data event time in ``[begin, end)``: the same records and classification as the
         executors' read of that range."""
         newest = None
         for msgs, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
                                               fail_on_data_loss=False):
-            newest = _newer(newest, kafka_read.newest_event_time(msgs, self.opts.event_time_field))
+            newest = _newer(newest, kafka_read.newest_event_time(msgs, self.opts.event_time_field,
+                                                                 _ahead(self.opts, pt)))
         return newest
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
@@ -417,7 +502,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         v1 = end.get("v", 1) == 1
         publish = self._stats_usable()
         for i, (tp, e) in enumerate(sorted(cur.items())):
-            s = prev[tp]["o"] if tp in prev else e.get("s", e["o"])
+            s = e["s"] if "s" in e and not v1 else prev[tp]["o"] if tp in prev else e["o"]
             ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
                                       end["batchTimeMs"], mods, publish_stats=publish,
                                       notes=notes if i == 0 else []))
@@ -452,10 +537,11 @@ class DataflowKafkaBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[OffsetRange]:
-        c = kafka_read.consumer(self.opts.kafka)
+        c = kafka_read.consumer(self.opts.kafka, self.opts.group_id_prefix)
+        notes: list[str] = []
         try:
             tps = resolve_partitions(c, self.opts)
-            start = starting_offsets(c, self.opts, tps, kafka_read.watermarks)
+            start = starting_offsets(c, self.opts, tps, kafka_read.watermarks, notes)
             wm = {tp: kafka_read.watermarks(c, *tp) for tp in tps}
             if self.opts.ending == "latest":
                 end = {tp: wm[tp][1] for tp in tps}
@@ -464,12 +550,13 @@ class DataflowKafkaBatchReader(DataSourceReader):
                 for tp in tps:
                     o = self.opts.ending.get(tp[0], {}).get(tp[1], -1)
                     end[tp] = wm[tp][1] if o == -1 else wm[tp][0] if o == -2 else o
-            mods, notes = [], []
+            mods = []
             if self.opts.control_topic:
                 ctps = _control_partitions(c, self.opts)
                 cw = {tp: kafka_read.watermarks(c, *tp) for tp in ctps}
-                mods, notes = _mods_and_notes(_read_control(
+                mods, control_notes = _mods_and_notes(_read_control(
                     c, self.opts, {tp: w[0] for tp, w in cw.items()}, {tp: w[1] for tp, w in cw.items()}))
+                notes += control_notes
         finally:
             c.close()
         now = _now_ms()
@@ -490,8 +577,9 @@ class DataflowKafkaDataSource(DataSource):
         return "dataflow-kafka"
 
     def schema(self):
-        include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
-        return source_schema(include == "true")
+        """The source's row schema. Spark calls this in ``load()``: the options are validated here,
+        so an option error surfaces there with our message (not after ``start()``)."""
+        return source_schema(parse_source_options(self.options, streaming=None).include_headers)
 
     def streamReader(self, schema) -> DataflowKafkaStreamReader:
         return DataflowKafkaStreamReader(parse_source_options(self.options, streaming=True))

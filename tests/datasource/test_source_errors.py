@@ -21,7 +21,13 @@ BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
     ({"subscribe": "a", "maxOffsetsPerTrigger": "ten"}, "must be an integer, got 'ten'"),
     ({"subscribe": "a", "failOnDataLoss": "yes"}, "option 'failondataloss' must be 'true' or 'false', got 'yes'"),
     ({"subscribe": "a", "endingOffsets": "latest"}, "'endingOffsets' is for batch queries"),
-    ({"subscribe": "a", "kafka.group.id": "g"}, "option 'kafka.group.id' is not supported"),
+    ({"subscribe": "a", "kafka.auto.offset.reset": "latest"}, "option 'kafka.auto.offset.reset' is not supported"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+     "options 'minOffsetsPerTrigger' (10) and 'maxOffsetsPerTrigger' (5) conflict"),
+    ({"subscribe": "a", "maxTriggerDelay": "soon"}, "option 'maxtriggerdelay' must be a duration like '15m'"),
+    ({"subscribe": "a", "maxRecordsPerPartition": "0"}, "option 'maxrecordsperpartition' must be >= 1, got 0"),
+    ({"subscribe": "a", "maxEventTimeAheadMs": "-2"}, "option 'maxeventtimeaheadms' must be >= -1, got -2"),
+    ({"subscribe": "a", "groupIdPrefix": " "}, "option 'groupIdPrefix' must not be empty"),
     ({"subscribePattern": "(unclosed"}, "not a valid regex"),
     ({"assign": "[0,1]"}, "option 'assign' must be JSON like"),
     ({"subscribe": "a", "watermarkDelayMs": "-5"}, "option 'watermarkdelayms' must be >= 0, got -5"),
@@ -47,6 +53,27 @@ def test_batch_only_option_checks():
         parse_source_options({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, streaming=False)
     with pytest.raises(OptionError, match="'maxOffsetsPerTrigger' is for streaming"):
         parse_source_options({**BOOT, "subscribe": "a", "maxOffsetsPerTrigger": "5"}, streaming=False)
+
+
+def test_spark_options_with_spark_meanings(caplog):
+    opts = parse_source_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "100", "maxTriggerDelay": "30s",
+                                 "maxRecordsPerPartition": "50", "groupIdPrefix": "team-x"}, streaming=True)
+    assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_ms) == (100, 30_000)
+    assert opts.max_records_per_partition == 50 and opts.group_id_prefix == "team-x"
+    assert parse_source_options({**BOOT, "subscribe": "a"}, streaming=True).max_trigger_delay_ms == 15 * 60_000
+    # kafka.group.id is accepted (Spark 3+), with Spark's caution in the log; it reaches the consumer
+    with caplog.at_level("WARNING"):
+        opts = parse_source_options({**BOOT, "subscribe": "a", "kafka.group.id": "g"}, streaming=True)
+    assert opts.kafka["group.id"] == "g" and "use it with caution" in caplog.text
+    # kafka.isolation.level reaches librdkafka as given
+    opts = parse_source_options({**BOOT, "subscribe": "a", "kafka.isolation.level": "read_committed"}, streaming=True)
+    assert opts.kafka["isolation.level"] == "read_committed"
+    # maxEventTimeAheadMs: one day by default, -1 turns the guard off
+    assert parse_source_options({**BOOT, "subscribe": "a"}, streaming=True).max_event_time_ahead_ms == 86_400_000
+    assert parse_source_options({**BOOT, "subscribe": "a", "maxEventTimeAheadMs": "-1"},
+                                streaming=True).max_event_time_ahead_ms is None
+    with pytest.raises(OptionError, match="'minOffsetsPerTrigger' is for streaming queries only"):
+        parse_source_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "5"}, streaming=False)
 
 
 def test_sink_option_errors():
@@ -84,7 +111,7 @@ def test_unreachable_broker(spark, tmp_path):
     q, _ = _start(spark, {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "a",
                           "kafkaConsumer.pollTimeoutMs": "3000"}, tmp_path)
     assert q.exception() is not None
-    assert "cannot reach Kafka at kafka.bootstrap.servers='127.0.0.1:9'" in str(q.exception())
+    assert "cannot reach Kafka at kafka.bootstrap.servers='127.0.0.1:9' to read topic(s) a: " in str(q.exception())
 
 
 @pytest.mark.spark

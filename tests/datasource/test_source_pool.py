@@ -12,6 +12,9 @@ from datasource.options import parse_source_options
 from datasource.source import OffsetRange, RangeGroup, _read
 from tests.support import now_ms
 
+#: The ranges' processing time (event times ahead of it by more than maxEventTimeAheadMs are errors).
+PT = now_ms()
+
 pytestmark = pytest.mark.kafka
 
 
@@ -28,7 +31,7 @@ def _rows(opts, part) -> list[tuple]:
 
 
 def _pooled(opts) -> list:
-    return list(kafka_read._idle.get(tuple(sorted(opts.kafka.items())), []))
+    return list(kafka_read._idle.get((opts.group_id_prefix, *sorted(opts.kafka.items())), []))
 
 
 def test_one_consumer_reused_across_ranges_gives_the_rows_of_fresh_consumers(kafka):
@@ -37,7 +40,7 @@ def test_one_consumer_reused_across_ranges_gives_the_rows_of_fresh_consumers(kaf
     kafka.produce(topic, [{"value": json.dumps({"ts": base + i}).encode(), "partition": i % 3} for i in range(300)])
     opts = parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
                                  "eventTimeField": "ts", "rangeStatsTopic": ""}, streaming=True)
-    ranges = [OffsetRange(topic, p, s, e, None, 0) for s, e in ((0, 40), (40, 100)) for p in (2, 0, 1)]
+    ranges = [OffsetRange(topic, p, s, e, None, PT) for s, e in ((0, 40), (40, 100)) for p in (2, 0, 1)]
 
     first = _rows(opts, ranges[0])
     (pooled,) = _pooled(opts)
@@ -59,14 +62,14 @@ def test_a_failed_or_abandoned_read_closes_its_consumer(kafka):
     kafka.produce(topic, [{"value": b"%d" % i, "partition": 0} for i in range(50)])
     opts = parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
                                  "rangeStatsTopic": ""}, streaming=True)
-    _rows(opts, OffsetRange(topic, 0, 0, 50, None, 0))
+    _rows(opts, OffsetRange(topic, 0, 0, 50, None, PT))
     (pooled,) = _pooled(opts)
     with pytest.raises(kafka_read.DataLossError, match=r"offsets \[50, 60\) are gone"):  # beyond the log end
-        _rows(opts, OffsetRange(topic, 0, 40, 60, None, 0))
+        _rows(opts, OffsetRange(topic, 0, 40, 60, None, PT))
     assert _pooled(opts) == []                          # closed, not returned to the pool
-    it = _read(opts, OffsetRange(topic, 0, 0, 50, None, 0))
+    it = _read(opts, OffsetRange(topic, 0, 0, 50, None, PT))
     next(it)                                            # Spark stops reading half-way
     it.close()
     assert _pooled(opts) == []
-    assert len([r for r in _rows(opts, OffsetRange(topic, 0, 0, 50, None, 0)) if r[0] == "data"]) == 50
+    assert len([r for r in _rows(opts, OffsetRange(topic, 0, 0, 50, None, PT)) if r[0] == "data"]) == 50
     assert len(_pooled(opts)) == 1 and _pooled(opts)[0] is not pooled
