@@ -10,7 +10,7 @@ import pytest
 
 from datasource import kafka_read, range_stats
 from datasource.options import parse_source_options
-from datasource.source import DataflowKafkaStreamReader
+from datasource.source import DataflowKafkaStreamReader, _stats_field
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from tests.support import now_ms
 
@@ -63,7 +63,7 @@ def test_tasks_leave_range_stats_and_the_driver_uses_them(kafka):
         _produce(kafka, topic, [base + 5, base + 30, base + 10])
         end1, p1 = _run_batch(reader, start)
         assert p1 == [base + 30]                             # newest in the range, grace 0
-        key = range_stats.range_key(topic, 0, 0, 3, "ts", reader.opts.kafka)
+        key = range_stats.range_key(topic, 0, 0, 3, _stats_field(reader.opts, end1["batchTimeMs"]), reader.opts.kafka)
         entries = {m.key(): json.loads(m.value()) for m in kafka.consume_all(stats)}
         assert entries == {key: {"newest_ms": base + 30}}
         # The driver takes the next offset's p from the entry, not from the records: a forged
