@@ -36,12 +36,14 @@ from watermarks import (
     MultiQueryDriver,
     Repeatedly,
     Sessions,
+    SlidingWindows,
     SumCombiner,
     TriggerDriver,
 )
 from watermarks.running_example import EXAMPLES
 from watermarks.stage import WindowingStage
 from watermarks.transcript import run_transcript
+from watermarks.windows import compile_window_fn
 from windowing import Sum
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
@@ -166,6 +168,14 @@ def test_a_pending_hold_holds_the_output_watermark_back():
     assert sorted((p.key, p.timestamp_ms) for p in d.advance_watermark(10)) == [("a", 2), ("b", 9)]
 
 
+def test_an_element_in_an_ended_window_takes_no_hold_even_when_the_output_watermark_is_held():
+    # the 2 holds the key's output watermark at 2; the watermark passes the end of [0, 10) without
+    # a firing; the 5 is not behind the output watermark, but its window has ended: no hold
+    steps = [("add", [(1, 2)]), ("watermark", 10), ("add", [(1, 5)])]
+    d = driver(Repeatedly(AfterCount(2)), allowed_lateness_ms=20, timestamp_combiner="latest")
+    assert [(p.value, p.timing.name, p.timestamp_ms) for _, p in run_transcript(d, steps)] == [(2, "ON_TIME", 2)]
+
+
 def test_every_pane_releases_the_hold_also_when_accumulating():
     steps = [("add", [(1, 2)]), ("add", [(1, 6)]), ("watermark", 10)]
     for combiner in ("earliest", "latest"):
@@ -232,3 +242,46 @@ def test_a_gap_of_exactly_gap_splits_a_session_and_a_session_is_final_at_its_end
     assert d.windows() == [IntervalWindow(10, 20)]
     d = driver(DefaultTrigger(), window_fn=Sessions(10))
     assert per_step(d, [("add", [(1, 0), (2, 9)]), ("watermark", 19)]) == [[], [(0, 19, 3, "ON_TIME", 0, "FL")]]
+
+
+def _expected_stamps(window_fn, combiner, lateness, steps, panes_per_step):
+    """Brute force of Beam's hold rule, checked against the panes the driver chose to emit: per
+    (key, window) the event times added since its last pane that were eligible (not behind the
+    key's output watermark at the bundle's start, window not ended at the input watermark)."""
+    pick = min if combiner == "earliest" else max
+    pending: dict = defaultdict(list)
+    wm, out = -(2**62), []
+    for step, panes in zip(steps, panes_per_step):
+        if step[0] == "watermark":
+            wm = max(wm, step[1])
+        elif step[0] == "add":
+            key = step[2]
+            holds = [pick(ts) for (k, _), ts in pending.items() if k == key and ts]
+            out_wm = min([wm, *holds])
+            for _, t in step[1]:
+                for w in window_fn.assign_windows(t):
+                    if wm < w.end_ms + lateness and t >= out_wm and w.end_ms > wm:
+                        pending[(key, w)].append(t)
+        for p in panes:
+            ts = pending.pop((p.key, p.window), [])
+            out.append(pick(ts) if ts else p.end_ms - 1)
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(
+           st.tuples(st.just("add"), st.lists(st.tuples(st.just(1), st.integers(0, 59)), min_size=1, max_size=4),
+                     st.sampled_from(["a", "b"])),
+           st.tuples(st.just("watermark"), st.integers(0, 70))), min_size=1, max_size=14),
+       st.sampled_from(["earliest", "latest"]), st.sampled_from([0, 15]),
+       st.sampled_from([DefaultTrigger(), AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
+                        Repeatedly(AfterCount(2))]),
+       st.sampled_from(["discarding", "accumulating"]), st.sampled_from([FixedWindows(10), SlidingWindows(20, 10)]))
+def test_pane_timestamps_follow_beams_holds(steps, combiner, lateness, trigger, mode, window_fn):
+    steps = [s if s[0] == "add" else ("watermark", s[1]) for s in steps] + [("watermark", END_OF_TIME_MS)]
+    d = driver(trigger, mode, window_fn, allowed_lateness_ms=lateness, timestamp_combiner=combiner)
+    panes_per_step = [[p for _, p in run_transcript(d, [s])] for s in steps]
+    got = [p.timestamp_ms for ps in panes_per_step for p in ps]
+    fn = compile_window_fn(window_fn)
+    assert got == _expected_stamps(fn, combiner, lateness, steps, panes_per_step)
