@@ -16,7 +16,9 @@ state. This package is the one home of what every engine's Spark operator shares
   key group) as pure logic and as a ``transformWithStateInPandas`` processor;
 - :mod:`keygroups.pipeline`: :class:`Pipeline` (``stage_a.then(stage_b)``), fusion, the Spark plan
   and a local runner;
-- :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle.
+- :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle;
+- :mod:`keygroups.slots`: routing by slot (a routing table in a router stage's state) so key
+  groups can move between shuffle partitions at runtime (Enorm §4.4.2, §4.5).
 
 >>> from keygroups import key_group_of
 >>> key_group_of("user-17", 8) in range(8)
