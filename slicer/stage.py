@@ -20,7 +20,9 @@ allowed lateness changed it: keep the latest row per window), ``measure`` (``tim
 ``event_time_ms`` is the window's last instant, ``window_end_ms - 1`` (count windows: the output
 watermark), held at the previous output watermark when it is behind it: a query added while
 running reports windows that ended before it was added (Beam holds late panes the same way).
-Windows without records are not emitted.
+Window rules are Scotty's (``docs/semantics.md``), with two choices of the stage: windows without
+records are not emitted (the engine's ``emission="compact"``), and no record is late before the
+first watermark (``drop_before_watermark=False``, as Spark).
 
 Output low watermark (``output_watermark="complete"``, the default): input watermark minus the
 allowed lateness. A record is accepted when its time is at or after that bound, and only windows
