@@ -1,0 +1,10 @@
+"""The docstring examples of traces/ run as tests."""
+
+import doctest
+
+import traces
+
+
+def test_package_doctest():
+    result = doctest.testmod(traces)
+    assert result.attempted > 0 and result.failed == 0
