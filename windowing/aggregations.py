@@ -169,7 +169,9 @@ class _Additive(Combiner):
 
 
 class Sum(_Additive):
-    """Sum (integers stay integers in the Dataflow driver; the slicer sums doubles)."""
+    """Sum; a sum of integers is an integer in both engines (the slicer sums doubles and returns
+    an int when every record's value was an integer: exact below 2**53; its Spark stage reads
+    values as doubles)."""
 
     def add_input(self, accumulator: Any, value: Any) -> Any:
         return accumulator + value
