@@ -1,7 +1,7 @@
 """SIGKILL the driver at random points, restart from the checkpoints each time, then drain.
 
-The driver (tests/reliability/crash_job.py) runs four queries on one source topic: Spark's file
-sink, our Kafka sink at least once and with ``exactlyOnce=true``, and a stateful count per key.
+The driver (tests/reliability/crash_job.py) runs four queries on one source topic (120 new
+records before each round, 40 per micro-batch): Spark's file sink, our Kafka sink at least once and with ``exactlyOnce=true``, and a stateful count per key.
 Each round starts it, waits for a random number of finished micro-batches and a random delay
 (seeded) and kills its whole process group (the Python driver, its JVM and Python workers: a crashed driver machine). Where
 the kill landed is read from each checkpoint (``offsets/N`` without ``commits/N``: during batch N).
@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,7 +31,8 @@ from pathlib import Path
 import pytest
 
 JOB = Path(__file__).with_name("crash_job.py")
-RECORDS = 240
+PER_ROUND = 120          # records produced before each round (3 micro-batches per query)
+PROGRESS_WAIT_S = 180.0  # a round kills after this long without the micro-batches it waits for
 KEYS = 7
 
 
@@ -79,41 +82,48 @@ def test_sigkill_the_driver_and_restart_loses_nothing_and_exactly_once_sinks_dup
 
     for suffix in ("alo", "eos"):                 # the job's output topics
         ensure_topic({"bootstrap.servers": kafka.bootstrap}, f"{src}-{suffix}", partitions=2)
-    kafka.produce(src, [{"key": b"k%d" % (i % KEYS), "value": json.dumps({"i": i}).encode(), "partition": i % 2}
-                        for i in range(RECORDS)])
-    work = tmp_path
-    points = []
+    work, points, produced = tmp_path, [], 0
+
+    def produce(n: int) -> None:
+        nonlocal produced
+        kafka.produce(src, [{"key": b"k%d" % (i % KEYS), "value": json.dumps({"i": i}).encode(), "partition": i % 2}
+                            for i in range(produced, produced + n)])
+        produced += n
+
     for _ in range(kills):
+        produce(PER_ROUND)                        # every round has micro-batches to interrupt
         p = _start("run", kafka.bootstrap, src, work)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(ln) for ln in p.stdout], daemon=True).start()
         # kill after a random number of micro-batches (of any query) and a random delay: during
         # a batch, during its commit or between batches
-        wait_for = rng.randint(0, 3)
-        for line in p.stdout:
-            if line.startswith("PROGRESS"):
-                wait_for -= 1
-                if wait_for < 0:
-                    break
-        else:
-            pytest.fail("the job ended before it was killed: " + (work / "run.log").read_text()[-3000:])
+        wait_for, deadline = rng.randint(1, 4), time.monotonic() + PROGRESS_WAIT_S
+        while wait_for > 0 and time.monotonic() < deadline and p.poll() is None:
+            try:
+                wait_for -= lines.get(timeout=1).startswith("PROGRESS")
+            except queue.Empty:
+                pass
+        assert p.poll() is None, "the job ended before it was killed: " + (work / "run.log").read_text()[-3000:]
         time.sleep(rng.uniform(0.0, 1.5))
         _kill_group(p)
         points.append({name: _kill_point(work / "ck" / name) for name in ("file", "kafka", "kafka_eos", "stateful")})
+    produce(PER_ROUND)                            # and the final run has records nobody read yet
     p = _start("drain", kafka.bootstrap, src, work)
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 0 and "DRAINED" in out, (work / "drain.log").read_text()[-5000:]
 
-    expected = Counter(range(RECORDS))
+    expected = Counter(range(produced))
     files = Counter(r["i"] for r in spark.read.json(str(work / "file")).collect())
     alo = Counter(json.loads(v)["i"] for v in _read(kafka.bootstrap, f"{src}-alo", "read_committed"))
     eos = Counter(json.loads(v)["i"] for v in _read(kafka.bootstrap, f"{src}-eos", "read_committed"))
     last = max((work / "stateful").glob("*.json"), key=lambda f: int(f.stem))
     stateful = {k: (n, total) for k, n, total in json.loads(last.read_text())}
-    brute = {f"k{k}": (len(range(k, RECORDS, KEYS)), sum(range(k, RECORDS, KEYS))) for k in range(KEYS)}
+    brute = {f"k{k}": (len(range(k, produced, KEYS)), sum(range(k, produced, KEYS))) for k in range(KEYS)}
 
     def lost_dup(c: Counter) -> tuple[int, int]:
         return len(expected - c), sum((c - expected).values())
 
-    figures = {"kills": kills, "kill_points": points, "file": lost_dup(files), "kafka": lost_dup(alo),
+    figures = {"kills": kills, "records": produced, "kill_points": points, "file": lost_dup(files), "kafka": lost_dup(alo),
                "kafka_eos": lost_dup(eos)}
     print("CRASH FIGURES " + json.dumps(figures))
     assert figures["file"] == (0, 0), figures
