@@ -48,8 +48,9 @@ def publish(kafka_conf: dict[str, str], stats_topic: str, key: bytes, newest_ms:
     :class:`datasource.sink.ProducerCache`): each call flushes its entry before it returns, so
     nothing waits in the producer between tasks. After a failed or timed-out write the producer
     is dropped (the next task makes a new one rather than wait behind a stuck queue), and one
-    that reported a fatal error is replaced; cached producers are flushed at process exit where
-    Python runs exit hooks (pyspark's forked workers do not, and have nothing pending)."""
+    that reported a fatal error is replaced; cached producers are flushed and closed at process
+    exit where Python runs exit hooks (pyspark's forked workers do not, and have nothing
+    pending; they end with Spark), and by :meth:`brokers.Broker.stop` in this process."""
     failures: list = []
     try:
         producer = _producers.acquire(kafka_conf).producer
