@@ -22,7 +22,9 @@ Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size 
   That is how one writes W windows natively: Spark plans one aggregation (and one read of the
   source) per window.
 
-Both runs emit the windows the watermark closed; the output row counts are printed (Spark's
+Both runs emit the windows the watermark closed that hold records (the slicer stage runs its
+engines with ``emission="compact"``, not the engine's Scotty default with empty windows, so the
+comparison with Spark's aggregation is like for like); the output row counts are printed (Spark's
 append mode holds back windows its watermark has not passed at the end of the run).
 
 Floor (on by default, ``--no-floor`` skips it): the slicer's query exactly (the same one-stage

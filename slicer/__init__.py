@@ -20,17 +20,25 @@ emitted. This package is the pure engine (numpy, no Spark):
 
 Conventions: windows are ``[start, end)`` (start inclusive, end exclusive); times are
 integer milliseconds; a window is emitted by the first watermark at or after its end, and
-emitted again (``update=True``) when records within the allowed lateness change it.
+emitted again (``update=True``) when records within the allowed lateness change it. By
+default windows come as Scotty reports them (``emission="scotty"``, docs/semantics.md): per
+query (context-free ones first, each in registration order), then by start; empty tumbling
+and sliding windows without a value; none starting before 0. ``emission="compact"`` (the
+Spark stage's) reports windows with records only, any start, by end.
 
 Example
 -------
 >>> import numpy as np
 >>> op = SlicingWindowOperator({"sliding": SlidingWindow(1000, 500), "session": SessionWindow(300)},
 ...                            [Sum(), M4()], allowed_lateness_ms=500)
->>> op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 900]))
->>> [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(1500)]  # doctest: +NORMALIZE_WHITESPACE
-[('sliding', -500, 500, 3.0), ('session', 100, 500, 3.0), ('sliding', 0, 1000, 6.0),
- ('session', 900, 1200, 3.0), ('sliding', 500, 1500, 3.0)]
+>>> op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 2100]))
+>>> [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(2500)]  # doctest: +NORMALIZE_WHITESPACE
+[('sliding', 0, 1000, 3.0), ('sliding', 500, 1500, None), ('sliding', 1000, 2000, None),
+ ('sliding', 1500, 2500, 3.0), ('session', 100, 500, 3.0), ('session', 2100, 2400, 3.0)]
+>>> compact = SlicingWindowOperator({"sliding": SlidingWindow(1000, 500)}, [Sum()], emission="compact")
+>>> compact.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 2100]))
+>>> [(r.start, r.end, r.value) for r in compact.process_watermark(2500)]
+[(-500, 500, 3.0), (0, 1000, 3.0), (1500, 2500, 3.0)]
 
 On Spark
 --------

@@ -27,9 +27,11 @@ stage drives them (tested against it with hypothesis, ``tests/slicer/test_slicer
 all keys share the group's watermark (a key seen for the first time starts at it); records with
 ``ts < watermark - allowed_lateness_ms`` are dropped and counted per key, none before the first
 watermark (the stage's engines run with ``drop_before_watermark=False``, whatever the template
-says); on watermark ``w`` after ``p``
-a key emits its windows with ``p < end <= w`` that hold records, and, as updates, its windows with
-``p - allowed_lateness_ms < end <= p`` that got records since ``p``; windows are ``[start, end)``.
+says); the emission is always ``"compact"`` (the stage's, whatever the template says: the
+engine's default ``"scotty"`` would add a row per empty window and key): on watermark ``w``
+after ``p`` a key emits its windows with ``p < end <= w`` that hold records, and, as updates,
+its windows with ``p - allowed_lateness_ms < end <= p`` that got records since ``p``, ordered
+by (key code, end, query, start); windows are ``[start, end)``, any start.
 Floating-point sums may differ from the per-key operator's in the last bits (slices combine in
 another order).
 
@@ -77,6 +79,9 @@ class KeyedSlicingOperator(WindowQueries):
     position in :attr:`keys` (first-seen order). Queries (string ids, the template's first) are
     state: :meth:`add_window`, :meth:`remove_window` and :meth:`apply` change them while running.
     """
+
+    #: Windows with records only, whatever the template's ``emission`` (see the module docstring).
+    emission = "compact"
 
     def __init__(self, template) -> None:
         if not self.supports(template):

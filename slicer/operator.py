@@ -87,14 +87,14 @@ class SlicingWindowOperator(WindowQueries):
     keep_records : bool, optional
         Force keeping records (then a query added while running covers every held record);
         by default the decision tree of section 5.1 decides.
-    emission : {"compact", "scotty"}
-        ``"compact"`` (default; the Spark stage's): windows with records only, ordered by (end,
-        query, start). ``"scotty"``: as Scotty reports them: empty tumbling and sliding time
-        windows are emitted too, without a value (``None``; from the first record's window to
-        the one holding the newest record: a watermark at the end of time emits no endless tail),
-        context-free windows never start before 0 (Scotty's time origin; a negative event time
-        raises ``ValueError``), rows ordered per query (context-free ones first, each in
-        registration order), then by start.
+    emission : {"scotty", "compact"}
+        ``"scotty"`` (default; Scotty's, Listing 1 and section 5.3 step 3): empty tumbling and
+        sliding time windows are emitted too, without a value (``None``; from the first record's
+        window to the one holding the newest record: a watermark at the end of time emits no
+        endless tail), context-free windows never start before 0 (Scotty's time origin; a
+        negative event time raises ``ValueError``), rows ordered per query (context-free ones
+        first, each in registration order), then by start. ``"compact"`` (the Spark stage's and
+        the keyed table's): windows with records only, any start, ordered by (end, query, start).
 
     drop_before_watermark : bool
         After watermark ``w`` a record older than ``w - allowed_lateness_ms`` is dropped and
@@ -107,11 +107,11 @@ class SlicingWindowOperator(WindowQueries):
 
     def __init__(self, windows=None, aggregations=None, *, allowed_lateness_ms: int = 1000,
                  stream_order: StreamOrder | str = "out_of_order", store: str = "lazy",
-                 keep_records: bool | None = None, emission: str = "compact", drop_before_watermark: bool = True):
+                 keep_records: bool | None = None, emission: str = "scotty", drop_before_watermark: bool = True):
         if store not in ("lazy", "eager"):
             raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
-        if emission not in ("compact", "scotty"):
-            raise ValueError(f"emission={emission!r}: expected 'compact' or 'scotty'")
+        if emission not in ("scotty", "compact"):
+            raise ValueError(f"emission={emission!r}: expected 'scotty' or 'compact'")
         self.emission = emission
         self.drop_before_watermark = bool(drop_before_watermark)
         self.set_allowed_lateness(allowed_lateness_ms)
@@ -267,7 +267,8 @@ class SlicingWindowOperator(WindowQueries):
         if self._time is None:
             self._start()
         if self.emission == "scotty" and ts.size and ts.min() < 0:
-            raise ValueError(f"emission='scotty': event time {int(ts.min())} < 0 (Scotty's time starts at 0)")
+            raise ValueError(f"emission='scotty': event time {int(ts.min())} < 0 (Scotty's time starts at 0; "
+                             "emission='compact' accepts negative times)")
         wm = self.windows.watermark
         if wm is None and not self.drop_before_watermark:
             late = np.zeros(ts.size, bool)
@@ -305,7 +306,8 @@ class SlicingWindowOperator(WindowQueries):
 
     def process_watermark(self, ts: int) -> list[WindowResult]:
         """Windows that ended since the last watermark plus updates of emitted windows changed
-        by late records, ordered by (end, query order, start) (``emission="scotty"``: see the class)."""
+        by late records: per query, then by start (``emission="compact"``: by (end, query order,
+        start)); see the class."""
         return self.process_watermark_columns(ts).rows()
 
     # ------------------------------------------------------------------ state

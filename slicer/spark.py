@@ -21,7 +21,8 @@ stages, use :class:`~slicer.stage.SlicerStage` in a pipeline::
 
 Output: rows of the stage layer's contract (``docs/stages.md``): ``kind = 'data'`` rows are
 window results (the key column(s), ``query_id``, ``window_start_ms``, ``window_end_ms``,
-``update``, ``measure``, one column per aggregation; see :mod:`slicer.stage`), ``dropped`` rows
+``update``, ``measure``, one column per aggregation; see :mod:`slicer.stage`; windows with records
+only: the engine's ``emission="compact"``, not its Scotty default), ``dropped`` rows
 count late and null records per key and batch, ``punctuation`` rows carry each key group's
 output watermark.
 

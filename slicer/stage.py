@@ -21,8 +21,9 @@ allowed lateness changed it: keep the latest row per window), ``measure`` (``tim
 watermark), held at the previous output watermark when it is behind it: a query added while
 running reports windows that ended before it was added (Beam holds late panes the same way).
 Window rules are Scotty's (``docs/semantics.md``), with two choices of the stage: windows without
-records are not emitted (the engine's ``emission="compact"``), and no record is late before the
-first watermark (``drop_before_watermark=False``, as Spark).
+records are not emitted (the engine's ``emission="compact"``, set explicitly: the engine's default
+``"scotty"`` would add a row per empty window and key, and reject negative event times), and no
+record is late before the first watermark (``drop_before_watermark=False``, as Spark).
 
 Output low watermark (``output_watermark="complete"``, the default): input watermark minus the
 allowed lateness. A record is accepted when its time is at or after that bound, and only windows
@@ -99,6 +100,7 @@ class SlicerStage(Stage):
     def _template(self) -> SlicingWindowOperator:
         return SlicingWindowOperator(self.windows, self.aggregations, allowed_lateness_ms=self.allowed_lateness_ms,
                                      stream_order=self.stream_order, store=self.store,
+                                     emission="compact",            # windows with records only (module docstring)
                                      drop_before_watermark=False)   # as Spark: nothing late before a watermark
 
     # -- input ------------------------------------------------------------------------------------

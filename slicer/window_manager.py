@@ -7,8 +7,10 @@ On a watermark ``w`` (previous one ``p``, allowed lateness ``L``) it emits, per 
   since ``p``, and, for context-aware windows, those whose extent was not emitted before
   (section 5.3: "outputs updates for these window aggregates").
 
-Windows without records are not emitted (with ``scotty=True`` empty tumbling and sliding
-windows are, see :class:`~slicer.SlicingWindowOperator`'s ``emission``). Window aggregates of all queries on one measure
+With ``scotty=True`` (the operator's default ``emission="scotty"``) empty tumbling and sliding
+time windows are emitted too, none starting before 0, rows per query; with ``scotty=False``
+(``emission="compact"``) windows without records are not emitted (see
+:class:`~slicer.SlicingWindowOperator`'s ``emission``). Window aggregates of all queries on one measure
 are computed in one vectorised store query. Afterwards slices that no window can need any
 more are evicted (records with time below ``w - L`` are dropped on arrival, so windows with
 ``end <= w - L`` are final).
@@ -62,7 +64,7 @@ class Query:
 
 
 class WindowManager:
-    def __init__(self, allowed_lateness_ms: int, scotty: bool = False):
+    def __init__(self, allowed_lateness_ms: int, scotty: bool = True):
         self.allowed_lateness_ms = allowed_lateness_ms
         #: Scotty's emission (``SlicingWindowOperator(emission="scotty")``): empty tumbling and
         #: sliding windows too, none starting before 0, rows by (query, start).

@@ -8,8 +8,9 @@ at most ``gap`` apart and are final once their end is strictly below the waterma
 windows ``[previous p, p)`` with the first one opened at the first record; slide-by-tuple windows
 ``[t_k, t_k + size)`` at records ``k = 0, slide, ...``; threshold frames; before the first
 watermark a record more than the allowed lateness older than the newest earlier one is dropped.
-``emission="scotty"`` adds empty tumbling and sliding windows, drops negative starts and orders
-rows per query.
+``emission="scotty"`` (the default, as the engine's) adds empty tumbling and sliding windows,
+drops negative starts and orders rows per query; ``emission="compact"`` (the Spark stage's) reports
+windows with records only, ordered by (end, query, start).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class RefQuery:
 class Reference:
     """``windows``: a list (ids "0", "1", ...) or a dict {id: window}."""
 
-    def __init__(self, windows, aggs, lateness, emission="compact", drop_before_watermark=True):
+    def __init__(self, windows, aggs, lateness, emission="scotty", drop_before_watermark=True):
         pairs = windows.items() if isinstance(windows, dict) else ((str(i), w) for i, w in enumerate(windows))
         self.queries = {qid: RefQuery(w, {}) for qid, w in pairs}
         self.aggs, self.allowed_lateness_ms, self.scotty = aggs, lateness, emission == "scotty"
@@ -237,13 +238,14 @@ def close(a, b) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
 
 
-def rows_of(results, qmap=None):
+def rows_of(results, qmap=None, keep_order=False):
+    """Row tuples of engine results, sorted by (end, query, start) unless ``keep_order``."""
     out = []
     for r in results:
         qi = r.query_id if qmap is None else qmap[r.query_id]
         out.append((qi, r.start, r.end, r.update, tuple(v.tolist() if isinstance(v, np.ndarray) else v
                                                         for v in r.values)))
-    return sorted(out, key=lambda r: (r[2], r[0], r[1]))
+    return out if keep_order else sorted(out, key=lambda r: (r[2], r[0], r[1]))
 
 
 def same_rows(a, b) -> bool:

@@ -19,7 +19,8 @@ _AGGS = [Sum, Count, Min, Max, Mean, M4]
 
 
 def _template(windows, aggs, lateness) -> SlicingWindowOperator:
-    op = SlicingWindowOperator(allowed_lateness_ms=lateness, drop_before_watermark=False)   # as the stage
+    op = SlicingWindowOperator(allowed_lateness_ms=lateness, emission="compact",   # as the stage
+                               drop_before_watermark=False)
     for a in aggs:
         op.add_aggregation(a())
     for w in windows:

@@ -1,4 +1,7 @@
-"""Property tests: the slicing engine against the brute-force reference (slicer_reference.py)."""
+"""Property tests: the slicing engine against the brute-force reference (slicer_reference.py).
+
+Each runs with both emissions: Scotty's (the engine's default; rows compared in the engine's
+order, the streams moved to start at 0 or later) and the compact one (the Spark stage's)."""
 
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ def count_windows(draw):
     return FixedBandWindow(draw(st.integers(0, 10)), draw(st.integers(1, 10)), measure="count")
 
 
+EMISSIONS = st.sampled_from(["scotty", "compact"])
 AGGS = st.lists(st.sampled_from(["sum", "count", "min", "max", "mean", "m4", "median", "q", "concat"]),
                 min_size=1, max_size=4, unique=True)
 
@@ -86,6 +90,15 @@ def streams(draw, in_order=False):
     return events
 
 
+def at_origin(events, emission):
+    """``emission="scotty"``: the stream moved 200 ms later (Scotty's time starts at 0; streams()
+    reach -150). Other events (window commands) unchanged."""
+    if emission != "scotty":
+        return events
+    return [(ev[0], ev[1], [t + 200 for t in ev[2]]) if ev[0] == "rec" else ("wm", ev[1] + 200) if ev[0] == "wm"
+            else ev for ev in events]
+
+
 def run(op, events, one_by_one=False):
     out = []
     for ev in events:
@@ -99,8 +112,8 @@ def run(op, events, one_by_one=False):
     return out
 
 
-def run_reference(windows, aggs, lateness, events):
-    ref, out = Reference(windows, aggs, lateness), []
+def run_reference(windows, aggs, lateness, events, emission="scotty"):
+    ref, out = Reference(windows, aggs, lateness, emission), []
     for ev in events:
         if ev[0] == "wm":
             out.append(ref.watermark(ev[1]))
@@ -109,54 +122,59 @@ def run_reference(windows, aggs, lateness, events):
     return out, ref.dropped
 
 
-def operator(windows, aggs, lateness, store="lazy", order="out_of_order"):
-    op = SlicingWindowOperator(allowed_lateness_ms=lateness, stream_order=order, store=store)
+def operator(windows, aggs, lateness, store="lazy", order="out_of_order", emission="scotty"):
+    op = SlicingWindowOperator(allowed_lateness_ms=lateness, stream_order=order, store=store, emission=emission)
     ids = [op.add_window(w) for w in windows]
     for a in aggs:
         op.add_aggregation(a)
     return op, ids
 
 
-def check_against_reference(windows, names, lateness, store, events, order="out_of_order", one_by_one=False):
+def check_against_reference(windows, names, lateness, store, events, emission, order="out_of_order",
+                            one_by_one=False):
+    """Scotty's emission: rows in the engine's order (per query, then by start); compact: as sets."""
     aggs = make_aggs(names)
-    op, _ = operator(windows, aggs, lateness, store, order)
+    events = at_origin(events, emission)
+    op, _ = operator(windows, aggs, lateness, store, order, emission)
     got = run(op, events, one_by_one)
-    want, dropped = run_reference(windows, make_aggs(names), lateness, events)
+    want, dropped = run_reference(windows, make_aggs(names), lateness, events, emission)
     for i, (g, w) in enumerate(zip(got, want)):
-        assert same_rows(rows_of(g), w), f"watermark #{i}:\n engine {rows_of(g)}\n reference {w}"
+        g = rows_of(g, keep_order=emission == "scotty")
+        assert same_rows(g, w), f"watermark #{i}:\n engine {g}\n reference {w}"
     assert op.dropped_late == dropped
 
 
 @SETTINGS
 @given(st.lists(time_windows(), min_size=1, max_size=4), AGGS, st.sampled_from([0, 40, 200]),
-       st.sampled_from(["lazy", "eager"]), streams())
-def test_time_windows_out_of_order_match_reference(windows, names, lateness, store, events):
-    check_against_reference(windows, names, lateness, store, events)
+       st.sampled_from(["lazy", "eager"]), streams(), EMISSIONS)
+def test_time_windows_out_of_order_match_reference(windows, names, lateness, store, events, emission):
+    check_against_reference(windows, names, lateness, store, events, emission)
 
 
 @SETTINGS
 @given(st.lists(time_windows(), min_size=1, max_size=3), AGGS, st.sampled_from(["lazy", "eager"]),
-       streams(in_order=True), st.booleans())
-def test_time_windows_in_order_match_reference(windows, names, store, events, one_by_one):
-    check_against_reference(windows, names, 100, store, events, "in_order", one_by_one)
+       streams(in_order=True), st.booleans(), EMISSIONS)
+def test_time_windows_in_order_match_reference(windows, names, store, events, one_by_one, emission):
+    check_against_reference(windows, names, 100, store, events, emission, "in_order", one_by_one)
 
 
 @SETTINGS
 @given(st.lists(count_windows(), min_size=1, max_size=3), st.lists(time_windows(), max_size=2), AGGS,
-       st.sampled_from([0, 60, 300]), st.sampled_from(["lazy", "eager"]), streams())
-def test_count_windows_match_reference(cwindows, twindows, names, lateness, store, events):
-    check_against_reference(cwindows + twindows, names, lateness, store, events)
+       st.sampled_from([0, 60, 300]), st.sampled_from(["lazy", "eager"]), streams(), EMISSIONS)
+def test_count_windows_match_reference(cwindows, twindows, names, lateness, store, events, emission):
+    check_against_reference(cwindows + twindows, names, lateness, store, events, emission)
 
 
 @settings(max_examples=30 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(time_windows(), count_windows()), min_size=2, max_size=4), AGGS,
-       st.sampled_from([0, 100]), streams())
-def test_shared_operator_equals_one_operator_per_query(windows, names, lateness, events):
-    shared, ids = operator(windows, make_aggs(names), lateness)
+       st.sampled_from([0, 100]), streams(), EMISSIONS)
+def test_shared_operator_equals_one_operator_per_query(windows, names, lateness, events, emission):
+    events = at_origin(events, emission)
+    shared, ids = operator(windows, make_aggs(names), lateness, emission=emission)
     got = [rows_of(r) for r in run(shared, events)]
     per_query = []
     for i, w in enumerate(windows):
-        single, _ = operator([w], make_aggs(names), lateness)
+        single, _ = operator([w], make_aggs(names), lateness, emission=emission)
         per_query.append([rows_of(r, {"0": ids[i]}) for r in run(single, events)])
     for k, rows in enumerate(got):
         merged = sorted((r for p in per_query for r in p[k]), key=lambda r: (r[2], r[0], r[1]))
@@ -165,18 +183,19 @@ def test_shared_operator_equals_one_operator_per_query(windows, names, lateness,
 
 @settings(max_examples=30 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(time_windows(), count_windows()), min_size=1, max_size=3), AGGS,
-       st.sampled_from([0, 100]), streams(), st.integers(0, 20), st.booleans())
-def test_serialisation_round_trip_mid_stream(windows, names, lateness, events, cut, with_config):
-    op, _ = operator(windows, make_aggs(names), lateness)
+       st.sampled_from([0, 100]), streams(), st.integers(0, 20), st.booleans(), EMISSIONS)
+def test_serialisation_round_trip_mid_stream(windows, names, lateness, events, cut, with_config, emission):
+    events = at_origin(events, emission)
+    op, _ = operator(windows, make_aggs(names), lateness, emission=emission)
     cut = min(cut, len(events))
     run(op, events[:cut])
     blob = op.to_bytes(include_config=with_config)
-    template, _ = operator(windows, make_aggs(names), lateness)
+    template, _ = operator(windows, make_aggs(names), lateness, emission=emission)
     restored = SlicingWindowOperator.from_bytes(blob, like=None if with_config else template)
     a = [rows_of(r) for r in run(op, events[cut:])]
     b = [rows_of(r) for r in run(restored, events[cut:])]
     assert all(same_rows(x, y) for x, y in zip(a, b)) and len(a) == len(b)
-    assert restored.dropped_late == op.dropped_late
+    assert restored.dropped_late == op.dropped_late and restored.emission == emission
 
 
 def test_is_seven_predicate_form_matches_value_form():

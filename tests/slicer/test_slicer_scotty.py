@@ -158,9 +158,10 @@ def test_sum_of_integers_is_an_integer_and_of_floats_a_float():
 
 
 # ----------------------------------------------------------------------------- emission
-def test_scotty_emission_empty_windows_order_and_no_negative_start():
+def test_scotty_emission_is_the_default_empty_windows_order_and_no_negative_start():
     op = SlicingWindowOperator({"s": SessionWindow(5), "slide": SlidingWindow(20, 10), "tumble": TumblingWindow(10)},
-                               [Sum(), M4()], emission="scotty")
+                               [Sum(), M4()])
+    assert op.emission == "scotty" and SlicingWindowOperator.from_bytes(op.to_bytes()).emission == "scotty"
     op.process_elements(np.array([1, 2]), np.array([0, 35]))
     got = [(r.query_id, r.start, r.end, r.values[0]) for r in op.process_watermark(100)]
     # context-free queries first in registration order, then the session; each by start; [-10, 10) not
@@ -168,15 +169,31 @@ def test_scotty_emission_empty_windows_order_and_no_negative_start():
     assert got == [("slide", 0, 20, 1), ("slide", 10, 30, None), ("slide", 20, 40, 2), ("slide", 30, 50, 2),
                    ("tumble", 0, 10, 1), ("tumble", 10, 20, None), ("tumble", 20, 30, None), ("tumble", 30, 40, 2),
                    ("s", 0, 5, 1), ("s", 35, 40, 2)]
-    with pytest.raises(ValueError, match="emission='scotty': event time -1 < 0"):
+    with pytest.raises(ValueError, match="emission='scotty': event time -1 < 0 .*emission='compact' accepts"):
         op.process_element(1, -1)
-    with pytest.raises(ValueError, match="emission='x': expected 'compact' or 'scotty'"):
+    with pytest.raises(ValueError, match="emission='x': expected 'scotty' or 'compact'"):
         SlicingWindowOperator(emission="x")
 
 
-def test_compact_emission_is_the_default_and_skips_empty_windows():
-    op = SlicingWindowOperator([SlidingWindow(20, 10)], [Sum()])
+def test_compact_emission_skips_empty_windows_and_keeps_negative_starts():
+    op = SlicingWindowOperator([SlidingWindow(20, 10)], [Sum()], emission="compact")
     assert windows_of(op, [1, 2], [0, 35], 100) == [(-10, 10, 1), (0, 20, 1), (20, 40, 2), (30, 50, 2)]
+    assert windows_of(op, [4], [-5], 100) == [(-20, 0, 4), (-10, 10, 5)]   # within the lateness: an update
+    assert SlicingWindowOperator.from_bytes(op.to_bytes()).emission == "compact"
+
+
+def test_the_keyed_table_emits_compactly_whatever_the_template_says():
+    # the keyed table (the Spark stage's for tumbling / sliding windows) keeps the compact emission:
+    # the same rows as one compact engine, no empty windows, a window with a negative start
+    keyed = KeyedSlicingOperator(SlicingWindowOperator([SlidingWindow(20, 10)], [Sum()]))   # default: scotty
+    single = SlicingWindowOperator([SlidingWindow(20, 10)], [Sum()], emission="compact", drop_before_watermark=False)
+    assert keyed.emission == "compact"
+    keyed.process_elements(keyed.codes_of(["a", "a"]), np.array([1.0, 2.0]), np.array([0, 35]))
+    single.process_elements(np.array([1.0, 2.0]), np.array([0, 35]))
+    keys, res = keyed.process_watermark(100)
+    got = [(k, r.start, r.end, r.value) for k, r in zip(keys.tolist(), res.rows())]
+    assert got == [("a", r.start, r.end, r.value) for r in single.process_watermark(100)]
+    assert [g[1:] for g in got] == [(-10, 10, 1.0), (0, 20, 1.0), (20, 40, 2.0), (30, 50, 2.0)]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -184,7 +201,7 @@ def test_compact_emission_is_the_default_and_skips_empty_windows():
                                  PunctuationWindow(7), SlidingWindow(3, 2, measure="count")]),
                 min_size=1, max_size=3, unique=True), AGGS, st.sampled_from([0, 60]), streams())
 def test_scotty_emission_matches_the_reference_in_scotty_order(windows, names, lateness, events):
-    op = SlicingWindowOperator(windows, make_aggs(names), allowed_lateness_ms=lateness, emission="scotty")
+    op = SlicingWindowOperator(windows, make_aggs(names), allowed_lateness_ms=lateness)   # Scotty's, the default
     ref = Reference(windows, make_aggs(names), lateness, emission="scotty")
     for ev in events:
         if ev[0] == "rec":

@@ -51,7 +51,8 @@ def _events(base: int, start: int, n: int, rnd: random.Random) -> list[dict]:
 
 
 def _template(windows, aggs) -> SlicingWindowOperator:
-    op = SlicingWindowOperator(allowed_lateness_ms=LATENESS, drop_before_watermark=False)   # as the stage
+    op = SlicingWindowOperator(allowed_lateness_ms=LATENESS, emission="compact",   # as the stage
+                               drop_before_watermark=False)
     for a in aggs:
         op.add_aggregation(a)
     for w in windows:

@@ -62,7 +62,8 @@ def _flat(values) -> tuple:
 
 def _reference(config: str, batches) -> list[list[tuple]]:
     windows, aggs = CONFIGS[config]
-    template = SlicingWindowOperator(windows, aggs, allowed_lateness_ms=LATENESS, drop_before_watermark=False)
+    template = SlicingWindowOperator(windows, aggs, allowed_lateness_ms=LATENESS, emission="compact",
+                                     drop_before_watermark=False)   # as the stage
     engines: dict = {}
     wm, out = None, []
     for frame in batches:
