@@ -88,7 +88,7 @@ class SlicingWindowOperator(WindowQueries):
         Force keeping records (then a query added while running covers every held record);
         by default the decision tree of section 5.1 decides.
     emission : {"scotty", "compact"}
-        ``"scotty"`` (default; Scotty's, Listing 1 and section 5.3 step 3): empty tumbling and
+        ``"scotty"`` (default; as Scotty reports windows, docs/semantics.md): empty tumbling and
         sliding time windows are emitted too, without a value (``None``; from the first record's
         window to the one holding the newest record: a watermark at the end of time emits no
         endless tail), context-free windows never start before 0 (Scotty's time origin; a
