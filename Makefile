@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-engines conformance bench clean
+.PHONY: setup demo test test-engines conformance bench crash10 clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,12 @@ bench: setup
 	$(PY) -m bench.dataflow_engine --quick
 	$(PY) -m bench.stages --quick
 	$(PY) -m bench.sink_cost --quick
+	$(PY) -m bench.traces --quick
+	$(PY) -m bench.skew --quick
+
+# The crash test with 10 SIGKILLs of the driver (about 11 min; the suite runs 1): docs/reliability.md
+crash10: setup
+	DFK_CRASH_KILLS=10 $(PY) -m pytest -q -s tests/reliability/test_crash.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
