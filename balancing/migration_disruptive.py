@@ -83,7 +83,11 @@ class KafkaHandoff:
             c.assign([TopicPartition(self.topic, 0, 0)])
             pos = 0
             while pos < high:
-                for m in c.consume(1000, self.timeout_s):
+                got = c.consume(int(min(high - pos, 10_000)), self.timeout_s)   # returns once they are read
+                if not got:
+                    raise RuntimeError(f"hand-off topic {self.topic!r}: nothing read at offset {pos} (end {high}) "
+                                       f"within {self.timeout_s} s")
+                for m in got:
                     if m.error():
                         raise RuntimeError(f"hand-off topic {self.topic!r}: {m.error()}")
                     pos = m.offset() + 1

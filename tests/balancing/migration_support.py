@@ -89,3 +89,36 @@ def low_watermarks(punctuations: list[dict]) -> list[int | None]:
         vals = list(newest.values())
         out.append(None if any(v is None for v in vals) else int(np.min(vals)))
     return out
+
+
+def batches_with_moves(batches, puncts, moves: dict, num_key_groups: int) -> list[pd.DataFrame]:
+    """Source micro-batches; ``moves`` = {batch index: [(key group, to slot)]} sent as control
+    commands in that batch (control offsets 0, 1, ...)."""
+    from balancing.routing_table import move_command
+
+    frames, off = [], 0
+    for b, (recs, p) in enumerate(zip(batches, puncts)):
+        mods = []
+        for kg, to in moves.get(b, []):
+            mods.append((off, move_command(kg, to)))
+            off += 1
+        frames.append(source_batch(recs, p, num_key_groups, mods, pt=b))
+    return frames
+
+
+def source_df(spark, options: dict):
+    """``format("dataflow-kafka")`` with ``options``."""
+    reader = spark.readStream.format("dataflow-kafka")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def available_now(out_df, checkpoint: str, collector):
+    """A function that runs ``out_df`` into ``collector`` as one AvailableNow query from ``checkpoint``."""
+    def run():
+        q = out_df.writeStream.foreachBatch(collector).option("checkpointLocation", checkpoint) \
+            .trigger(availableNow=True).start()
+        assert q.awaitTermination(300)
+        assert q.exception() is None, q.exception()
+    return run

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from balancing.migration_disruptive import MemoryHandoff, ordered_pipeline
-from balancing.routing_table import RoutingTable, move_command
-from tests.balancing.migration_support import canonical, source_batch
+from balancing.routing_table import RoutingTable
+from tests.balancing.migration_support import batches_with_moves, canonical
 from tests.balancing.test_migration_local import _workload
 
 KG, SLOTS = 8, 3
@@ -20,14 +20,7 @@ KG, SLOTS = 8, 3
 def _run(batches, puncts, moves: dict):
     table = RoutingTable.uniform(KG, SLOTS, 2)
     pipe = ordered_pipeline("key", "value", table, MemoryHandoff(uuid.uuid4().hex), routers=1)
-    frames, off = [], 0
-    for b, (recs, p) in enumerate(zip(batches, puncts)):
-        mods = []
-        for kg, to in moves.get(b, []):
-            mods.append((off, move_command(kg, to)))
-            off += 1
-        frames.append(source_batch(recs, p, KG, mods, pt=b))
-    return pipe.run_local(frames)
+    return pipe.run_local(batches_with_moves(batches, puncts, moves, KG))
 
 
 def _totals(out) -> list[list[tuple]]:

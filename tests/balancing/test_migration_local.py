@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from balancing.migration import consolidate_extra_rows, load_of, windowed_aggregation
-from balancing.routing_table import RoutingTable, move_command
-from tests.balancing.migration_support import low_watermarks, reference, results, source_batch
+from balancing.routing_table import RoutingTable
+from tests.balancing.migration_support import batches_with_moves, low_watermarks, reference, results, source_batch
 from windowing import SlidingWindow, TumblingWindow
 
 KG, SLOTS, PARTS = 8, 3, 2
@@ -43,14 +43,7 @@ def _run(batches, puncts, moves: dict, routers: int = 2):
     """``moves``: {batch index: [(key group, to slot)]} sent as control commands in that batch."""
     pipe = windowed_aggregation("key", "value", WINDOWS, num_key_groups=KG, num_slots=SLOTS, num_partitions=2,
                                 routers=routers)
-    frames, off = [], 0
-    for b, (recs, p) in enumerate(zip(batches, puncts)):
-        mods = []
-        for kg, to in moves.get(b, []):
-            mods.append((off, move_command(kg, to)))
-            off += 1
-        frames.append(source_batch(recs, p, KG, mods, pt=b))
-    return pipe.run_local(frames)
+    return pipe.run_local(batches_with_moves(batches, puncts, moves, KG))
 
 
 @settings(max_examples=8, deadline=None)

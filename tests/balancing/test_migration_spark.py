@@ -13,7 +13,7 @@ import pytest
 from balancing.migration import load_of, windowed_aggregation
 from balancing.routing_table import RoutingTable, move_command, murmur3_int, slot_ids_for
 from keygroups import key_group_of
-from tests.balancing.migration_support import low_watermarks, reference, results
+from tests.balancing.migration_support import available_now, low_watermarks, reference, results, source_df
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 from windowing import SlidingWindow, TumblingWindow
 
@@ -90,17 +90,8 @@ def test_moves_across_a_restart_and_a_replayed_batch_give_the_results_without_mo
     base = (now_ms() - 60_000) // 10_000 * 10_000
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
             "eventTimeField": "ts", "maxOffsetsPerTrigger": "150", "watermarkDelayMs": "300", "controlTopic": control}
-    reader = spark.readStream.format("dataflow-kafka")
-    for k, v in opts.items():
-        reader = reader.option(k, v)
-    out_df = pipeline.apply(reader.load())
-    ck = str(tmp_path / "ck")
-    got = BatchCollector()
-
-    def run():
-        q = out_df.writeStream.foreachBatch(got).option("checkpointLocation", ck).trigger(availableNow=True).start()
-        assert q.awaitTermination(300)
-        assert q.exception() is None, q.exception()
+    ck, got = str(tmp_path / "ck"), BatchCollector()
+    run = available_now(pipeline.apply(source_df(spark, opts)), ck, got)
 
     kafka.produce(topic, _records(base, 0, 280, rnd))
     run()
