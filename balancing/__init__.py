@@ -5,7 +5,9 @@
 - :mod:`balancing.compute` / :mod:`balancing.consolidate`: windowed aggregation split into
   partials per (slot, key, pane) and their merge per key (instant migration, Enorm §4.5);
 - :mod:`balancing.migration`: the router -> compute -> consolidate pipeline, load per slot and
-  key group from the metrics rows.
+  key group from the metrics rows;
+- :mod:`balancing.migration_disruptive`: a keyed ordered operator whose key groups move with
+  their state (shipped through a hand-off topic, rows held for one batch).
 
 The routing stage itself is :class:`keygroups.slots.SlotRouter` (the stage layer).
 """
