@@ -62,6 +62,7 @@ class OperatorSpec:
     emit: tuple[int, ...] = ()                       # stages whose output also leaves as ``result`` rows
     result_columns: tuple[tuple[str, str], ...] = ()  # their columns (and upstream operators')
     lead_group: int = 0                              # the key group that forwards modifications once
+    claims: tuple | None = None                      # first operator: (stage name, ops it takes) of every stage
 
     @property
     def name(self) -> str:
@@ -170,6 +171,31 @@ def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
     return frame
 
 
+def unclaimed_command(mod: Modification, claims: tuple) -> str | None:
+    """Why no stage of the query takes the command ``mod`` (None: one does, or the text is not a
+    JSON object, which the source reports). ``claims``: ``((stage name, ops), ...)`` of every stage."""
+    try:
+        obj = json.loads(mod.text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    op, target = obj.get("op"), obj.get("stage")
+    takes = {name: sorted(ops) for name, ops in claims}
+    where = f"control record @{mod.control_offset}: {mod.text[:200]}"
+    if target is not None and target not in takes:
+        return (f"{where}: names stage {target!r}, which is not in this query (its stages: "
+                f"{sorted(takes)}); ignored")
+    if target is not None and op not in takes[target]:
+        return (f"{where}: stage {target!r} does not take op {op!r} (it takes: {takes[target] or 'no commands'})"
+                "; ignored")
+    if not any(op in ops for ops in takes.values()):
+        offered = sorted({o for ops in takes.values() for o in ops})
+        return (f"{where}: op {op!r} is not a command of any stage of this query (commands taken here: "
+                f"{offered or 'none'}); ignored")
+    return None
+
+
 def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: bytes | None
                   ) -> tuple[pd.DataFrame | None, bytes]:
     """One micro-batch of one key group: ``(output rows or None, new state blob)``."""
@@ -209,6 +235,12 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
             reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group,
                             "processing_time_ms": pt, "metrics": json.dumps(out.metrics, default=str)})
         data, prev_stage = out.data, stage
+    if spec.claims is not None and key_group == spec.lead_group:
+        for m in mods:
+            text = unclaimed_command(m, spec.claims)
+            if text:
+                reports.append({"kind": KIND_ERROR, "topic": spec.name, "partition": key_group,
+                                "processing_time_ms": pt, "error": text})
     for m in mods:
         if m.control_offset is not None:
             st.last_control_offset = _monotone(st.last_control_offset, m.control_offset)

@@ -139,8 +139,9 @@ class Pipeline:
                     raise ValueError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
                                      f"stage's is {results[c]}")
         ids = stages[0].key_group_ids()
+        claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op) if j == 0 else None
         return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
-                            emit, tuple(results.items()), int(ids[0]) if ids else 0)
+                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims)
 
     def output_columns(self, fuse: bool = True) -> list[tuple[str, str]]:
         """Columns of the pipeline's output rows (the contract's control columns, then data)."""

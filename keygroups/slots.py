@@ -79,6 +79,8 @@ class SlotRouter(Stage):
     Move commands with a ``"stage"`` field apply only to the router of that name.
     """
 
+    commands = frozenset({"move"})
+
     key: str = ""
     columns: tuple[tuple[str, str, str], ...] = ()
     table: Any = None

@@ -83,6 +83,9 @@ class Stage:
 
     name: str | None = None
     num_key_groups: int = 4
+    #: Control commands (their ``op``) this stage acts on. The pipeline's first operator reports a
+    #: command that no stage of the query takes (or that names a stage not in it) as an ``error`` row.
+    commands: frozenset = frozenset()
 
     # -- input ------------------------------------------------------------------------------------
     def inputs(self) -> dict[str, str]:

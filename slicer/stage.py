@@ -48,6 +48,7 @@ from slicer.keyed import KeyedSlicingOperator
 from slicer.operator import SlicingWindowOperator
 from slicer.results import object_array
 from windowing import M4, Count
+from windowing.commands import WINDOW_OPS
 from windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, key_specs, output_watermark, window_command,
 )
@@ -71,6 +72,8 @@ class SlicerStage(Stage):
     :class:`~slicer.SlicingWindowOperator`; ``output_watermark``: ``"complete"`` or ``"input"``
     (:func:`windowing.rows.output_watermark`).
     """
+
+    commands = WINDOW_OPS
 
     key: Any = "key"
     value: str = "try_cast(CAST(value AS STRING) AS DOUBLE)"

@@ -43,6 +43,7 @@ from watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampC
 from watermarks.multi import MultiQueryDriver
 from watermarks.triggers import DefaultTrigger, Trigger
 from windowing import ToList, Window
+from windowing.commands import WINDOW_OPS
 from windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, json_value, key_specs, output_watermark, window_command,
 )
@@ -69,6 +70,8 @@ class WindowingStage(Stage):
     (e.g. ``{"query_id": "1s"}`` after a slicer with several queries); ``output_watermark``:
     ``"complete"`` or ``"input"`` (:func:`windowing.rows.output_watermark`).
     """
+
+    commands = WINDOW_OPS
 
     key: Any = "key"
     value: str = "value"

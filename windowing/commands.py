@@ -60,6 +60,7 @@ class RemoveWindow:
 
 WindowCommand = AddWindow | RemoveWindow
 _FIELDS = {"add_window": {"op", "id", "window"}, "remove_window": {"op", "id"}}
+WINDOW_OPS = frozenset(_FIELDS)   # the ops of the window commands, taken by the windowing stages
 
 
 def parse_command(command: Mapping | str | bytes) -> WindowCommand | None:
