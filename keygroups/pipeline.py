@@ -21,6 +21,12 @@ Fusion rule (``fuse=None``, the default, decides automatically):
 ``fuse=True`` forces fusion (a Python-routed stage then checks at run time that every row stays
 in its key group, :class:`~keygroups.operator.FusionError` otherwise); ``fuse=False`` forbids it.
 
+The groups are decided by the fusion planner, :func:`keygroups.fusion.plan_chain` (Enorm §4.4.1,
+Algorithm 1): a stage's partition attributes are its key, shared with the previous stage when the
+rule above says the key is kept; a link the rule does not fuse is ``None`` (never fused); the
+link rates (:meth:`Pipeline.plan`'s ``rates``, default 1) order the fusions. With one key per
+stage no two fusions of a chain conflict, so the plan equals the rule's for any rates.
+
 Example::
 
     from keygroups import Pipeline
@@ -39,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from keygroups.contract import CONTROL_COLUMNS, CONTROL_NAMES, KIND_DATA, conform, schema_ddl
+from keygroups.fusion import plan_chain
 from keygroups.operator import OperatorSpec, run_key_group
 from keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
 from keygroups.stage import Stage
@@ -104,17 +111,21 @@ class Pipeline:
         return " >> ".join(f"{type(s).__name__}({s.name})" for s in self.stages)
 
     # -- planning ---------------------------------------------------------------------------------
-    def plan(self, fuse: bool = True) -> list[tuple[Stage, ...]]:
-        """The operators: groups of consecutive stages run fused (``fuse=False``: one per stage)."""
+    def plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
+        """The operators: groups of consecutive stages run fused (``fuse=False``: one per stage), as
+        :func:`~keygroups.fusion.plan_chain` decides them (module docstring; Enorm Algorithm 1).
+
+        ``rates``: the rate of each link ``stage i -> stage i+1`` (e.g. rows per batch measured
+        on a trial run; numbers > 0), default 1 each: the highest-rate link fuses first.
+        """
         if not self._links:
             raise ValueError("an empty pipeline has nothing to run")
-        groups: list[list[Stage]] = []
-        for link in self._links:
-            if groups and fuse and _fusable(groups[-1][-1], link.stage, link.fuse):
-                groups[-1].append(link.stage)
-            else:
-                groups.append([link.stage])
-        return [tuple(g) for g in groups]
+        stages = self.stages
+        rates = _link_rates(stages, rates)
+        if not fuse:
+            return [(s,) for s in stages]
+        attributes, links = _chain_links(self._links, rates)
+        return [tuple(stages[i] for i in run) for run in plan_chain(attributes, links)]
 
     def specs(self, fuse: bool = True, idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
         """One :class:`~keygroups.operator.OperatorSpec` per operator of :meth:`plan`."""
@@ -283,6 +294,34 @@ def _configured(links: list[_Link]) -> list[_Link]:
     stages = [lk.stage for lk in links]
     return [_Link(s.followed_by(stages[i + 1] if i + 1 < len(stages) else None), lk.fuse)
             for i, (s, lk) in enumerate(zip(stages, links))]
+
+
+def _link_rates(stages: Sequence[Stage], rates: Sequence[float] | None) -> list[float]:
+    """``rates`` validated: one finite number > 0 per link (default 1 each)."""
+    n = len(stages) - 1
+    if rates is None:
+        return [1.0] * n
+    rates = list(rates)
+    if len(rates) != n:
+        raise ValueError(f"rates: {n + 1} stages have {n} links, got {len(rates)} rates")
+    for i, r in enumerate(rates):
+        if isinstance(r, bool) or not isinstance(r, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(r) or r <= 0:
+            raise ValueError(f"rates[{i}] (link {stages[i].name!r} -> {stages[i + 1].name!r}) must be a finite "
+                             f"number > 0, got {r!r}")
+    return [float(r) for r in rates]
+
+
+def _chain_links(links: Sequence[_Link], rates: Sequence[float]) -> tuple[list[frozenset], list[float | None]]:
+    """The planner's view of the chain (:func:`~keygroups.fusion.plan_chain`): per stage its
+    partition attributes, ``{its key}`` (the previous stage's key when :func:`_fusable` says the
+    key is kept, else a new one), and per link its rate, None where :func:`_fusable` says no."""
+    attributes, out = [frozenset({"key0"})], []
+    for i in range(1, len(links)):
+        kept = _fusable(links[i - 1].stage, links[i].stage, links[i].fuse)
+        attributes.append(attributes[-1] if kept else frozenset({f"key{i}"}))
+        out.append(rates[i - 1] if kept else None)
+    return attributes, out
 
 
 def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:

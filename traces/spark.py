@@ -5,11 +5,15 @@ Compilation (linear DAGs: one source, one sink, every vertex one upstream):
 
 - stateless vertices before the first keyed vertex run in the first stage's router (the ingest
   ``mapInPandas`` step: any split is a valid split for them, Theorem 4.3);
-- every keyed vertex starts a stage (HASH by its key into ``num_key_groups`` key groups), unless
-  everything since the last keyed vertex keeps the key (``OpKeyedOrdered``, or a template with
-  ``preserves_key = True``): then it runs in the same stage, without a shuffle (the paper's
-  "fuse while the partition attributes intersect");
-- stateless vertices after a keyed one run in that stage's key groups;
+- the vertices from the first keyed one on are cut into stages by the fusion planner
+  (:func:`keygroups.fusion.plan_fusion`, Enorm §4.4.1 Algorithm 1): a keyed vertex's partition
+  attribute is its key, the previous keyed vertex's when everything since that one keeps the key
+  (``OpKeyedOrdered``, or a template with ``preserves_key = True``), else a new one; a stateless
+  vertex's is its input's key (it runs in the key groups of the vertex before it); edge rates are
+  ``rates`` (default 1). So a keyed vertex runs in the previous stage, without a shuffle, exactly
+  when the key is provably kept ("fuse while the partition attributes intersect"); with one key
+  per vertex no two fusions conflict, so the rates do not change the stages of a linear DAG;
+- every stage is HASH by its first vertex's key into ``num_key_groups`` key groups;
 - SORT / the optimistic edge and MRG are fused into each stage (:mod:`traces.stage`).
 
 The source's punctuations are the markers: block ``i`` closes when the low watermark over the
@@ -23,15 +27,16 @@ Also pure helpers to compare a query's output with :meth:`traces.Dag.run_local`:
 
 from __future__ import annotations
 
+import math
 import pickle
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from traces.dag import Dag, TraceTypeError, _content
 from traces.stage import TraceStage, _Vertex, default_decode
 from traces.templates import OpKeyedOrdered, OpStateless, make_emit
 from traces.types import Event, Marker, Punctuation, Record
 
-__all__ = ["compile_dag", "to_spark", "messages_from_frames", "canonical_rows", "canonical_blocks",
+__all__ = ["compile_dag", "fusion_input", "to_spark", "messages_from_frames", "canonical_rows", "canonical_blocks",
            "events_of_rows"]
 
 
@@ -64,42 +69,79 @@ def _keeps_key(op: Any) -> bool:
     return bool(getattr(op, "preserves_key", isinstance(op, OpKeyedOrdered)))
 
 
-def compile_dag(dag: Dag, *, num_key_groups: int = 2, decode: Callable | None = None):
-    """The :class:`keygroups.Pipeline` of ``dag`` (see the module docstring)."""
+def _edge_rates(dag: Dag, rates: Mapping[tuple[str, str], float] | None) -> dict[tuple[str, str], float]:
+    """``rates`` validated: keys are edges ``(upstream, vertex)`` of ``dag``, values finite numbers > 0."""
+    out = {}
+    for edge, r in (rates or {}).items():
+        if not (isinstance(edge, tuple) and len(edge) == 2 and edge[1] in dag.vertices
+                and edge[0] in dag.vertices[edge[1]].upstreams):
+            raise TraceTypeError(f"rates: {edge!r} is not an edge (upstream, vertex) of the DAG")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            raise TraceTypeError(f"rates: edge {edge[0]!r}->{edge[1]!r} must have a finite rate > 0, got {r!r}")
+        out[edge] = float(r)
+    return out
+
+
+def fusion_input(dag: Dag, rates: Mapping[tuple[str, str], float] | None = None):
+    """What :func:`compile_dag` asks the fusion planner (module docstring): the stateless vertices
+    before the first keyed one (they run in the router), ``{vertex: partition attributes}`` of
+    the others in chain order, and ``{(upstream, vertex): rate}`` of the edges between those."""
+    src, chain, _ = _chain(dag)
+    rates = _edge_rates(dag, rates)
+    prefix: list[str] = []
+    attributes: dict[str, frozenset[str]] = {}
+    key, keeps = 0, False
+    for n in chain:
+        op = dag.vertices[n].op
+        if isinstance(op, OpStateless):
+            if not attributes:
+                prefix.append(n)
+                continue
+            keeps = keeps and _keeps_key(op)
+        else:
+            if not keeps:
+                key += 1
+            keeps = _keeps_key(op)
+        attributes[n] = frozenset({f"key{key}"})
+    names = list(attributes)
+    return prefix, attributes, {(a, b): rates.get((a, b), 1.0) for a, b in zip(names, names[1:])}
+
+
+def compile_dag(dag: Dag, *, num_key_groups: int = 2, decode: Callable | None = None,
+                rates: Mapping[tuple[str, str], float] | None = None):
+    """The :class:`keygroups.Pipeline` of ``dag`` (see the module docstring). ``rates``:
+    ``{(upstream, vertex): rate}`` of the DAG's edges for the fusion planner (default 1 each)."""
     from keygroups import Pipeline
+    from keygroups.fusion import plan_fusion
 
     plan = dag.check()
     src, chain, _ = _chain(dag)
     period = dag.vertices[src].period_ms
-    prefix: list[_Vertex] = []
-    segments: list[list[_Vertex]] = []
-    keeps = False
     for n in chain:
-        v = dag.vertices[n]
-        vx = _Vertex(n, v.op, plan.glue[n])
-        if isinstance(v.op, OpStateless):
-            _refuse_emitting_marker(n, v.op)
-            (segments[-1] if segments else prefix).append(vx)
-            keeps = keeps and _keeps_key(v.op)
-        else:
-            if segments and keeps:
-                segments[-1].append(vx)
-            else:
-                segments.append([vx])
-            keeps = _keeps_key(v.op)
-    if not segments:
+        if isinstance(dag.vertices[n].op, OpStateless):
+            _refuse_emitting_marker(n, dag.vertices[n].op)
+    vx = {n: _Vertex(n, dag.vertices[n].op, plan.glue[n]) for n in chain}
+    prefix_names, attributes, edges = fusion_input(dag, rates)
+    if not attributes:
         raise TraceTypeError("to_spark needs at least one keyed vertex (OpKeyedOrdered or OpKeyedUnordered) to "
                              "key the stream by (fix: run a stateless DAG with run_local, or add one)")
+    prefix = [vx[n] for n in prefix_names]
+    segments = [[vx[n] for n in c.operators] for c in plan_fusion(attributes, edges)]
+    for seg in segments:
+        if isinstance(seg[0].op, OpStateless):        # cannot happen: it shares its input's key, rate > 0
+            raise TraceTypeError(f"vertex {seg[0].name!r}: the fusion planner left a stateless vertex at the "
+                                 "head of a stage")
     stages = [TraceStage(vertices=tuple(seg), period_ms=period, num_key_groups=num_key_groups, name=seg[0].name,
                          prefix=tuple(prefix) if i == 0 else (), decode=(decode or default_decode) if i == 0 else None)
               for i, seg in enumerate(segments)]
     return Pipeline(stages)
 
 
-def to_spark(dag: Dag, df, *, num_key_groups: int = 2, decode: Callable | None = None, **apply_options):
+def to_spark(dag: Dag, df, *, num_key_groups: int = 2, decode: Callable | None = None,
+             rates: Mapping[tuple[str, str], float] | None = None, **apply_options):
     """The streaming DataFrame of ``dag`` run on ``df`` (``format("dataflow-kafka")`` rows): the
     stage layer's rows; data rows carry ``tev``, ``tblock``, ``key_text``, ``value_text``."""
-    return compile_dag(dag, num_key_groups=num_key_groups, decode=decode).apply(df, **apply_options)
+    return compile_dag(dag, num_key_groups=num_key_groups, decode=decode, rates=rates).apply(df, **apply_options)
 
 
 # -- comparing with run_local ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.traces.frames import source_frames
-from tests.traces.library import AddOne, Diff, Seq, SumPerKey
+from tests.traces.library import AddOne, Diff, DropEven, Rekey, Seq, SumPerKey
 from tests.traces.test_engine import Heartbeat
 from traces import Dag, TraceTypeError
 from traces.examples.iot import build
@@ -90,12 +90,12 @@ def test_compile_refusals_name_the_vertex():
         compile_dag(fan)
 
 
-def _linear_dag(rng: random.Random, ordering: str) -> Dag:
+def _linear_dag(rng: random.Random, ordering: str, library=None, most: int = 4) -> Dag:
     from tests.traces.library import INT_OUTPUT
 
     dag = Dag(ordering)
     prev = dag.source("src", period_ms=10, partitions=2)
-    ops = [rng.choice(INT_OUTPUT) for _ in range(rng.randint(1, 4))]
+    ops = [rng.choice(library or INT_OUTPUT) for _ in range(rng.randint(1, most))]
     if not any(issubclass(c, (Seq, SumPerKey)) for c in ops):
         ops.append(rng.choice([Seq, SumPerKey]))        # to_spark needs a keyed vertex
     for i, cls in enumerate(ops):
@@ -114,3 +114,105 @@ def test_random_linear_dags_compiled_equal_run_local(seed, ordering, groups):
     ref = dag.run_local(messages_from_frames(frames))
     ordered = dag.check().out_types["out"].ordered
     assert canonical_rows(rows, ordered) == canonical_blocks(ref.outputs["out"], ordered)
+
+
+# -- fusion through the planner (keygroups.fusion, Enorm Algorithm 1) ------------------------------
+class KeepDropEven(DropEven):
+    preserves_key = True                # declared: a keyed vertex after it can run in the same stage
+
+
+class KeepSum(SumPerKey):
+    preserves_key = True
+
+
+_FUSION_LIBRARY = [AddOne, Rekey, DropEven, KeepDropEven, Seq, SumPerKey, KeepSum]
+
+
+def _old_segments(dag: Dag) -> tuple[list[str], list[list[str]]]:
+    """The rule compile_dag applied before it asked the planner (transcribed): the router prefix and
+    the stages' vertex names."""
+    from traces.spark import _keeps_key
+    from traces.templates import OpStateless
+
+    prefix, segments, keeps = [], [], False
+    for n in [n for n in dag.check().order if dag.vertices[n].kind == "op"]:
+        op = dag.vertices[n].op
+        if isinstance(op, OpStateless):
+            (segments[-1] if segments else prefix).append(n)
+            keeps = keeps and _keeps_key(op)
+        else:
+            if segments and keeps:
+                segments[-1].append(n)
+            else:
+                segments.append([n])
+            keeps = _keeps_key(op)
+    return prefix, segments
+
+
+def _fusion_dag(rng: random.Random) -> Dag:
+    return _linear_dag(rng, "sort", _FUSION_LIBRARY, most=7)
+
+
+def _compiled(pipe) -> tuple[list[str], list[list[str]]]:
+    ops = pipe.plan()
+    return [v.name for v in ops[0][0].prefix], [[v.name for s in op for v in s.vertices] for op in ops]
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10 ** 6))
+def test_planner_stages_equal_the_old_rule_on_random_linear_dags_for_any_rates(seed):
+    rng = random.Random(seed)
+    dag = _fusion_dag(rng)
+    edges = [(u, n) for n, v in dag.vertices.items() for u in v.upstreams]
+    rates = {e: rng.choice([0.01, 1.0, 3.0, 1000.0]) for e in edges if rng.random() < 0.7}
+    expected = _old_segments(dag)
+    assert _compiled(compile_dag(dag)) == expected
+    assert _compiled(compile_dag(dag, rates=rates)) == expected
+
+
+def test_the_random_fusion_dags_fuse_and_split():
+    """Not vacuous: declared preserves_key fuses across a stateless vertex, an undeclared one splits."""
+    dag = Dag()
+    prev = dag.source("src", 10, 2)
+    for name, cls in [("p", Rekey), ("a", Seq), ("b", KeepDropEven), ("c", KeepSum), ("d", Seq), ("e", DropEven),
+                      ("f", Seq)]:
+        prev = dag.add_op(cls(), 2, prev, name=name)
+    dag.sink("out", prev)
+    assert _compiled(compile_dag(dag, rates={("e", "f"): 100.0, ("a", "b"): 0.5})) == _old_segments(dag) == (
+        ["p"], [["a", "b", "c", "d", "e"], ["f"]])
+    frames = _int_frames(7)
+    rows = _spark_rows(compile_dag(dag, num_key_groups=3), frames)
+    ref = dag.run_local(messages_from_frames(frames))
+    assert canonical_rows(rows, ordered=True) == canonical_blocks(ref.outputs["out"], ordered=True) != {}
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), groups=st.integers(1, 3))
+def test_planner_compiled_random_dags_equal_run_local(seed, groups):
+    rng = random.Random(seed)
+    dag = _fusion_dag(rng)
+    frames = _int_frames(seed)
+    rows = _spark_rows(compile_dag(dag, num_key_groups=groups), frames)
+    ref = dag.run_local(messages_from_frames(frames))
+    ordered = dag.check().out_types["out"].ordered
+    assert canonical_rows(rows, ordered) == canonical_blocks(ref.outputs["out"], ordered)
+
+
+def test_fusion_input_and_bad_rates():
+    from traces.spark import fusion_input
+
+    dag = Dag()
+    prev = dag.source("src", 10, 2)
+    for name, cls in [("p", AddOne), ("a", Seq), ("b", AddOne), ("c", Seq), ("d", KeepSum), ("e", Seq)]:
+        prev = dag.add_op(cls(), 2, prev, name=name)
+    dag.sink("out", prev)
+    prefix, attributes, edges = fusion_input(dag, {("d", "e"): 4.0})
+    assert prefix == ["p"]
+    assert {n: sorted(a) for n, a in attributes.items()} == {"a": ["key1"], "b": ["key1"], "c": ["key2"],
+                                                             "d": ["key2"], "e": ["key2"]}
+    assert edges == {("a", "b"): 1.0, ("b", "c"): 1.0, ("c", "d"): 1.0, ("d", "e"): 4.0}
+    with pytest.raises(TraceTypeError, match=r"rates: \('a', 'c'\) is not an edge"):
+        compile_dag(dag, rates={("a", "c"): 1.0})
+    for bad in (0, -2.0, float("nan"), True):
+        with pytest.raises(TraceTypeError, match="rates: edge 'c'->'d' must have a finite rate > 0"):
+            compile_dag(dag, rates={("c", "d"): bad})
