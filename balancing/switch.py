@@ -304,12 +304,14 @@ class SmoothSwitch:
             plan = self.plan
             df.persist()
             try:
+                done = False
                 if plan is not None and name == plan.old:
                     marks = df.where("kind = 'punctuation'").select("kind", "topic", "partition", "punctuation_ms")
-                    if plan.old_done(fold_output_watermark(self._watermarks[name], marks.toPandas())):
-                        self._finish_old()
+                    done = plan.old_done(fold_output_watermark(self._watermarks[name], marks.toPandas()))
                 out = df if plan is None else df.where(plan.keep_sql(name))
                 self.sink(out if self.columns is None else out.select(*self.columns), name, batch_id)
+                if done:                               # after the sink: this batch's windows are out
+                    self._finish_old()
             finally:
                 df.unpersist()
         return run
