@@ -282,6 +282,18 @@ class SmoothSwitch:
         self.start(new, pipeline, self.options[old], checkpoint, trigger=trigger)
         return plan
 
+    def follow(self, decision, pipelines: dict, *, checkpoint: str, after_batch: int | None = None,
+               trigger: dict | None = None) -> SwitchPlan | None:
+        """Carry out a :class:`balancing.cost_model.Decision`: None when it is no switch, else
+        :meth:`switch` to ``pipelines[decision.plan]`` (plans are named ``"split"``/``"combine"``)."""
+        if not decision.switch:
+            return None
+        if decision.plan not in pipelines:
+            raise ValueError(f"switch: the decision for {decision.operator!r} switches to {decision.plan!r}, "
+                             f"but no pipeline is given for it (have {sorted(pipelines)})")
+        return self.switch(decision.plan, pipelines[decision.plan], after_batch=after_batch, trigger=trigger,
+                           checkpoint=checkpoint)
+
     def _range_newest(self, options: dict, offset: dict) -> int | None:
         """Newest data event time in batch ``b``'s ranges ``[s, o)``: a batch read with the old
         query's reading options."""

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy
 from balancing.switch import (
-    NOTHING_READ, SwitchPlan, fold_output_watermark, last_committed_batch, longest_window_ms, newest_event_ms,
+    NOTHING_READ, SmoothSwitch, SwitchPlan, fold_output_watermark, last_committed_batch, longest_window_ms, newest_event_ms,
     newest_in_offset, read_offset_log, starting_offsets, switch_time,
 )
 from windowing import SlidingWindow, TumblingWindow
@@ -168,3 +169,16 @@ def test_a_mutant_t_at_the_newest_event_time_loses_records():
     assert old | new != _aggregate(before + after, WINDOWS)
     assert ("a", "s", 13_000, 15_000, 1, 2) in new                  # [13000, 15000) lacks the record at 13000
     assert switch_time(13_000, WINDOWS) == 14_000
+
+
+def test_following_a_decision_without_a_switch_or_without_its_pipeline(tmp_path):
+    sw = SmoothSwitch(None, lambda *a: None, WINDOWS, str(tmp_path / "sw"))
+    assert sw.plan is None
+    pol = SplitCombinePolicy(period_ms=3_000, initial=SPLIT)
+    cheap_split = Measurement(10_000, 0.01, 3, 3, 0, 1.0, 0, 8)          # split 124 ms, combine 300 ms
+    cheap_combine = Measurement(200, 0.01, 3, 3, 0, 1.0, 0, 8)            # split 26 ms, combine 6 ms
+    assert sw.follow(pol.evaluate("op", cheap_split, now_ms=0), {}, checkpoint="x") is None
+    d = pol.evaluate("op", cheap_combine, now_ms=3_000)
+    assert (d.plan, d.switch) == (COMBINE, True)
+    with pytest.raises(ValueError, match="no pipeline is given for it"):
+        sw.follow(d, {SPLIT: object()}, checkpoint="x")

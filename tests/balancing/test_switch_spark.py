@@ -9,8 +9,9 @@ import random
 
 import pytest
 
+from balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy, window_shape
 from balancing.migration import windowed_aggregation
-from balancing.switch import SmoothSwitch, longest_window_ms, switch_time
+from balancing.switch import SmoothSwitch, last_committed_batch, longest_window_ms, read_offset_log, switch_time
 from keygroups.pipeline import Pipeline
 from slicer.stage import SlicerStage
 from tests.balancing.migration_support import available_now, canonical, source_df
@@ -67,7 +68,16 @@ def test_split_to_combine_switch_gives_the_windows_of_one_query(spark, kafka, tm
     last = max(phase2) + 4_000
     kafka.produce(topic, [_record(ts, rnd) for ts in phase2] + [_record(last, rnd, p) for p in range(PARTS)])
 
-    plan = sw.switch("combine", combine, checkpoint=str(tmp_path / "new"), trigger={"availableNow": True})
+    # the cost model decides, from the figures of the period (few tuples, overlapping windows): combine
+    p, _, pw, w = window_shape(WINDOWS.values())
+    b = last_committed_batch(str(tmp_path / "old"))
+    at = read_offset_log(str(tmp_path / "old"), b)["batchTimeMs"]      # time from the offset log
+    decision = SplitCombinePolicy(period_ms=p, initial=SPLIT).evaluate(
+        "windows", Measurement(len(phase1), 0.01, w, pw, 0, 1.0, 0, 8), now_ms=at)
+    assert (decision.plan, decision.switch) == (COMBINE, True)
+    plan = sw.follow(decision, {SPLIT: split, COMBINE: combine}, checkpoint=str(tmp_path / "new"),
+                     trigger={"availableNow": True})
+    assert plan.after_batch == b
     assert (plan.old, plan.new, plan.t_ms) == ("split", "combine", t_expected)
     assert plan.stop_at_ms == t_expected + longest_window_ms(WINDOWS)
     assert SmoothSwitch(spark, sink, WINDOWS, str(tmp_path / "switch")).plan == plan      # persisted
