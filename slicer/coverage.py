@@ -99,7 +99,9 @@ def time_coverage(mgr, q: Query, others: list[Query], max_ts: int | None) -> int
         if held == NO_LIMIT or isinstance(q.window, (PunctuationWindow, SessionGapWindow, SlideByTupleWindow)):
             return after                         # every held record, or what evicted ones cannot change
         if isinstance(q.window, ThresholdFrame):  # a run at the first held record may have begun before
-            return held if len(buf) == 0 else max(held, int(buf.ts[0]) + 1)
+            if len(buf) == 0 or not bool(q.window.passes(buf.values[:1])[0]):
+                return held                      # the first held record is in no frame: none began before
+            return max(held, int(buf.ts[0]) + 1)
         return newest
     if gap:
         finer = any(isinstance(o.window, SessionGapWindow) and o.window.gap <= gap and o.start_at == NO_LIMIT

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slicer import (
     FixedBandWindow, PunctuationWindow, SessionWindow, SlidingWindow, SlicingWindowOperator, Sum, TumblingWindow,
 )
 from slicer.compile import compile_window
+from slicer.frames import ThresholdFrame
 from slicer.keyed import KeyedSlicingOperator
 from slicer.windows import COUNT, TIME, measure_of
 from windowing import AddWindow, Count, Max, Mean, Min, RemoveWindow, parse_command
@@ -75,8 +76,9 @@ def run_with_commands(op, ref, events, template):
             ref.add_query(ev[1], ev[2], start)
             if held and op._time.tuples is not None and not _is_count(ev[2]) and ref.wm is not None and ref.recs:
                 # records kept: every record that is not late yet is covered (sessions from a gap
-                # later, punctuation windows from one ms later: see slicer.coverage)
-                slack = ev[2].gap_ms if isinstance(ev[2], SessionWindow) else int(isinstance(ev[2], PunctuationWindow))
+                # later, punctuation windows and threshold frames from one ms later: see slicer.coverage)
+                slack = ev[2].gap_ms if isinstance(ev[2], SessionWindow) else int(isinstance(ev[2], (PunctuationWindow,
+                                                                                         ThresholdFrame)))
                 assert start is None or start <= ref.wm - ref.allowed_lateness_ms + slack
         elif ev[0] == "remove":
             ids = op.query_ids
@@ -99,6 +101,9 @@ def _operator(windows, names, lateness, keep, emission="scotty"):
 @SETTINGS
 @given(st.lists(st.one_of(time_windows(), count_windows()), min_size=1, max_size=3), AGGS,
        st.sampled_from([0, 40, 200]), st.sampled_from([None, True]), scripts(), EMISSIONS)
+@example(windows=[TumblingWindow(5)], names=["sum"], lateness=0, keep=True, emission="scotty",   # found in CI:
+         events=[("rec", [0], [-1]), ("wm", 0), ("rec", [0], [0]), ("wm", 0),                     # a threshold frame
+                 ("add", "r0", ThresholdFrame(threshold=2)), ("wm", 2000)])                       # added after records
 def test_added_and_removed_queries_match_the_reference(windows, names, lateness, keep, events, emission):
     events = at_origin(events, emission)
     op = _operator(windows, names, lateness, keep, emission)
@@ -338,3 +343,18 @@ def test_keyed_coverage_by_hand():
     assert all(q != "half" for _, q, _, _, _ in rows)
     with pytest.raises(ValueError, match="only time TumblingWindow / SlidingWindow"):
         op.add_window(SessionWindow(10))
+
+
+def test_a_threshold_frame_added_after_records_covers_a_first_held_record_outside_any_frame():
+    """A frame can have begun before the first held record only if that record passes the
+    threshold; otherwise the new frame query covers every held record."""
+    for first_value, want in ((0.0, 200), (5.0, 201)):
+        op = SlicingWindowOperator(allowed_lateness_ms=0, keep_records=True)
+        op.add_window(TumblingWindow(5))
+        op.add_aggregation(Sum())
+        op.process_elements(np.array([first_value]), np.array([199]))
+        op.process_watermark(200)
+        op.process_elements(np.array([first_value]), np.array([200]))
+        op.process_watermark(200)
+        assert op.apply(AddWindow("r0", ThresholdFrame(threshold=2)))
+        assert op.coverage_start("r0") == want, first_value
