@@ -43,6 +43,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from balancing.routing_table import move_command  # the one command format (also parsed there)
+
 __all__ = ["ControllerConfig", "FluxController", "Load", "plan_moves", "move_command", "key_group_loads"]
 
 #: ``{slot: {key_group: (rows, processor_ms)}}``: one period's measured load.
@@ -88,11 +90,6 @@ class ControllerConfig:
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
                 raise ValueError(f"ControllerConfig.{name} must be an integer >= 0, got {v!r}")
-
-
-def move_command(key_group: int, to: int) -> dict:
-    """The control-topic command that moves ``key_group`` to slot ``to``."""
-    return {"op": "move", "key_group": int(key_group), "to": int(to)}
 
 
 def key_group_loads(load: Load, metric: str = "processor_ms") -> dict[int, float]:

@@ -409,8 +409,8 @@ def decode(msgs: list, topic: str, partition: int, field: str | None,
     """Column-wise decode of consumed messages; classify data / punctuation / error rows.
 
     ``ahead`` = (the batch's processing time, ``maxEventTimeAheadMs``): a data record whose event
-    time is more than that ahead of the processing time is an error row: it must not move the partition's punctuation (Enorm §6.2: a punctuation is a
-    promise about all later records)."""
+    time is more than that ahead of the processing time is an error row: it must not move the
+    partition's punctuation (Enorm §6.2: a punctuation is a promise about all later records)."""
     n = len(msgs)
     msg = _message_cls()
     keys = list(map(msg.key, msgs))
