@@ -10,6 +10,13 @@ measured in the same run.
 consumer must do), measured before and after each repeat's Spark runs; the better of the two is
 the repeat's baseline (so the ratio errs against the source).
 
+**CPU bounds**: the raw consumer's CPU seconds (its process, librdkafka's threads included) and
+the broker's while it serves it, and the same for the source's own range reader
+(``datasource.source._read``: consume, decode, Arrow batches) run in the benchmark process over
+every partition; per repeat the benchmark prints the shortest time a Kafka variant could take if
+the floor variant's Spark CPU plus a reader's CPU plus the broker's were spread over every core
+without loss, and the largest ratio that allows.
+
 **Variants** (``--variants``, comma-separated; default: all but the 100-batch ones): streaming
 queries with ``Trigger.AvailableNow`` into the no-op sink, timed from ``start()`` to the end of
 the query (Spark's query start and stop included), in one micro-batch (``*-1``), ten
@@ -201,6 +208,7 @@ def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
                   "enable.auto.commit": False, "enable.partition.eof": True, "fetch.max.bytes": 52428800,
                   "receive.message.max.bytes": 400_000_000, "log_level": 3})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    cpu0 = os.times()
     t0 = time.perf_counter()
     got = 0
     sink = 0
@@ -210,8 +218,51 @@ def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
                 got += 1
                 sink += len(m.value()) + m.offset() + m.timestamp()[1] + len(m.key() or b"")
     dt = time.perf_counter() - t0
+    cpu1 = os.times()
     c.close()
+    _raw_consume.cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)  # this process, librdkafka's threads too
     return n / dt
+
+
+def _own_read(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[float, float]:
+    """The source's own range reader (``datasource.source._read``: consume, decode, Arrow
+    batches) over every partition, one after the other, in this process: ``(seconds, CPU
+    seconds)``, librdkafka's threads included."""
+    from datasource.options import parse_source_options
+    from datasource.source import OffsetRange, _read
+
+    opts = parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "rangeStatsTopic": ""},
+                                streaming=True)
+    sizes = _floor_sizes(n, partitions)
+    cpu0, t0 = os.times(), time.perf_counter()
+    rows = 0
+    for p in range(partitions):
+        for rb in _read(opts, OffsetRange(topic, p, 0, sizes[p], None, int(time.time() * 1000), [])):
+            rows += rb.num_rows
+    dt, cpu1 = time.perf_counter() - t0, os.times()
+    if rows < n:
+        raise RuntimeError(f"own read: {rows} rows for {n} records")
+    return dt, (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+
+
+def _print_cpu_bound(runs: dict, n: int, raw: float, reads: dict[str, tuple[float, float | None]]) -> None:
+    """Lower bounds of a Kafka variant's time from CPU alone: the floor variant's Spark CPU (what
+    Spark spends on the rows of any Python source) plus a reader's CPU and the broker's while
+    serving it, spread over every core without loss; ``reads``: reader -> (its CPU seconds, the
+    broker's). Prints the largest ratio to the raw consumer each bound allows."""
+    cores = os.cpu_count() or 1
+    for floor, kafka in (("floor-1", "ts-1"), ("floor-10", "ts-10")):
+        f = runs.get(floor)
+        if f is None or f.get("spark_cpu_s") is None:
+            continue
+        for reader, (read_cpu, broker_cpu) in reads.items():
+            if broker_cpu is None:
+                continue
+            cpu = f["spark_cpu_s"] + read_cpu + broker_cpu
+            bound_s = max(cpu / cores, f["seconds"])
+            print(f"  cpu bound for {kafka} with {reader}: {floor} Spark {f['spark_cpu_s']:.2f} + read {read_cpu:.2f} + "
+                  f"broker {broker_cpu:.2f} = {cpu:.2f} cpu s over {cores} cores -> at least {bound_s:.2f} s, "
+                  f"ratio at most {n / bound_s / raw:.2f}", flush=True)
 
 
 def _variants(n: int, ab: bool) -> dict[str, tuple[str, dict]]:
@@ -411,7 +462,9 @@ def main(argv: list[str] | None = None) -> None:
         for rep in range(1, args.repeat + 1):
             load_start = _loadavg()
             _settle(broker_pids)
+            b0 = _cpu_seconds(broker_pids)
             raw_before = _raw_consume(bs, "bench", args.partitions, n)
+            raw_cpu = [(_raw_consume.cpu_s, _cpu_seconds(broker_pids) - b0 if b0 is not None else None)]
             runs = {}
             order = names
             if args.ab and rep % 2 == 0:  # ab-X before X in odd repeats, after it in even ones
@@ -430,11 +483,24 @@ def main(argv: list[str] | None = None) -> None:
                     None if a is None or b is None or not pids else round(b - a, 2)
                     for a, b, pids in zip(cpu0, cpu1, (spark_pids, broker_pids)))
             _settle(broker_pids)
+            b0 = _cpu_seconds(broker_pids)
             raw_after = _raw_consume(bs, "bench", args.partitions, n)
+            raw_cpu.append((_raw_consume.cpu_s, _cpu_seconds(broker_pids) - b0 if b0 is not None else None))
             raw = max(raw_before, raw_after)
+            consumer_cpu, broker_cpu = raw_cpu[0] if raw_before >= raw_after else raw_cpu[1]
+            _settle(broker_pids)
+            b0 = _cpu_seconds(broker_pids)
+            own_s, own_cpu = _own_read(bs, "bench", args.partitions, n)
+            own_broker = _cpu_seconds(broker_pids) - b0 if b0 is not None else None
             load_end = _loadavg()
             print(f"repeat {rep}: loadavg {load_start} -> {load_end}; raw confluent-kafka consume "
-                  f"{raw_before:,.0f} / {raw_after:,.0f} rec/s (baseline {raw:,.0f})", flush=True)
+                  f"{raw_before:,.0f} / {raw_after:,.0f} rec/s (baseline {raw:,.0f}; cpu s: consumer "
+                  f"{consumer_cpu:.2f}, broker {broker_cpu if broker_cpu is None else round(broker_cpu, 2)}); the "
+                  f"source's range reader in one process {n / own_s:,.0f} rec/s (ratio {n / own_s / raw:.2f}; cpu s: "
+                  f"reader {own_cpu:.2f}, broker {own_broker if own_broker is None else round(own_broker, 2)})",
+                  flush=True)
+            _print_cpu_bound(runs, n, raw, {"the raw consumer": (consumer_cpu, broker_cpu),
+                                            "the source's reader": (own_cpu, own_broker)})
             for name in names:
                 r = runs[name]
                 inb = r["in_batch_rows_per_s"]
@@ -450,6 +516,10 @@ def main(argv: list[str] | None = None) -> None:
                              "in_batch_rows_per_s": round(inb) if inb else "",
                              "in_batch_ratio": round(inb / raw, 3) if inb else "",
                              "spark_cpu_s": r["spark_cpu_s"], "broker_cpu_s": r["broker_cpu_s"],
+                             "raw_consumer_cpu_s": round(consumer_cpu, 2),
+                             "raw_broker_cpu_s": "" if broker_cpu is None else round(broker_cpu, 2),
+                             "own_read_rec_per_s": round(n / own_s), "own_read_cpu_s": round(own_cpu, 2),
+                             "own_read_broker_cpu_s": "" if own_broker is None else round(own_broker, 2),
                              "loadavg_start": load_start, "loadavg_end": load_end,
                              "ab_rev": args.ab or ""})
         spark.stop()

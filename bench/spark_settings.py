@@ -25,6 +25,9 @@ the variant's query starts (Spark snapshots them then) and restored after. Varia
   tmpfs (``/dev/shm``).
 * ``everything``: defaults + row count off + checksums off + 1 shuffle partition + tmpfs.
 
+``--try KEY=VALUE ...`` adds a variant per setting (and runs only those unless ``--variants``
+names others); ``--fused`` runs the pipeline with its two word-keyed stages in one operator.
+
 Per variant and cycle: the median ``durationMs.triggerExecution`` of each query's micro-batches
 with input rows that started in its phase, the median ``addBatch``, ``walCommit`` +
 ``commitOffsets``, and the median per batch of the stateful operators' ``commitTimeMs`` summed over
@@ -92,10 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=6.0, help="seconds of warm-up (both arms fed)")
     ap.add_argument("--shuffle", type=int, default=1, choices=(1, 2), help="shuffle partitions of the baseline")
     ap.add_argument("--variants", nargs="+", default=None, help="names of VARIANTS (default: all)")
+    ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="an extra variant per Spark setting given (and only those unless --variants)")
+    ap.add_argument("--fused", action="store_true", help="the two word-keyed stages fused in one operator")
     ap.add_argument("--csv", default=None, help="default bench/out/spark_settings[-quick].csv")
     args = ap.parse_args(argv)
     all_variants = variants(args.shuffle)
-    chosen = [v for v in (args.variants or list(all_variants)) if v != "defaults"]
+    bad = [kv for kv in args.extra if "=" not in kv or not kv.split("=", 1)[0].strip()]
+    if bad:
+        raise SystemExit(f"--try: expected KEY=VALUE, got {bad}")
+    tried = {kv: (dict([kv.split("=", 1)]), False) for kv in args.extra}
+    all_variants.update(tried)
+    chosen = [v for v in (args.variants or ([] if tried else list(all_variants))) if v != "defaults"] + list(tried)
     unknown = [v for v in chosen if v not in all_variants]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; known: {list(all_variants)}")
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         bs = broker.bootstrap_servers
         spark = spark_session(app_name="bench-spark-settings", shuffle_partitions=args.shuffle)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
-        pipeline = _stream.inverted_index(stages=2)
+        pipeline = _stream.inverted_index(stages=2, fused=args.fused)
         print(f"broker {broker.kind}; pipeline: {pipeline.name}, {pipeline.rate:g} docs/s over 2 partitions -> "
               f"sink; local[2], baseline {args.shuffle} shuffle partition(s); per variant: the baseline and the "
               f"variant run at the same time and take turns, {cycles} cycles of {phase:g} s of input each; "
