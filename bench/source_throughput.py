@@ -21,7 +21,7 @@ without loss, and the largest ratio that allows.
 queries with ``Trigger.AvailableNow`` into the no-op sink, timed from ``start()`` to the end of
 the query (Spark's query start and stop included), in one micro-batch (``*-1``), ten
 (``*-10``, ``maxOffsetsPerTrigger`` = records / 10) or a hundred (``*-100``); event time from the
-record timestamp (``ts-*``) or a JSON field (``json-*``); ``ts-10-mp2`` with ``maxPartitions=2``;
+record timestamp (``ts-*``) or a JSON field (``json-*``); ``ts-10-mp2`` with ``maxPartitions=2`` (``ts-1-mp1``, not run by default: one task for every partition);
 ``batch`` is ``spark.read``. ``floor-*`` run the same query shape over a Python data source
 (:class:`FloorSource`, ``format("dataflow-floor")``) with the same schema, partitions, offsets,
 admission control and Arrow batch size, whose ``read()`` yields prebuilt Arrow batches (no Kafka,
@@ -273,6 +273,7 @@ def _variants(n: int, ab: bool) -> dict[str, tuple[str, dict]]:
     for name, kind, options in [
         ("floor-1", "floor-stream", {}),
         ("ts-1", "stream", {}),
+        ("ts-1-mp1", "stream", {"maxPartitions": "1"}),
         ("json-1", "stream", {"eventTimeField": "ts"}),
         ("floor-10", "floor-stream", m10),
         ("ts-10", "stream", m10),
@@ -347,18 +348,20 @@ def _cpu_seconds(root_pids: list[int]) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _settle(broker_pids: list[int], idle_share: float = 0.1, step_s: float = 0.5, limit_s: float = 20.0) -> float:
-    """Wait until the broker uses less than ``idle_share`` of a core (noida-db keeps working for
-    seconds after a produce, e.g. the source's range stats: that work must not land on the next
-    run); returns the seconds waited."""
+def _settle(broker_pids: list[int], idle_share: float = 0.1, step_s: float = 0.5, limit_s: float = 20.0,
+            quiet_steps: int = 4) -> float:
+    """Wait until the broker has used less than ``idle_share`` of a core for ``quiet_steps``
+    consecutive steps (noida-db keeps working for seconds after any produce, e.g. the source's
+    range stats, in proportion to all the records it stores, and starts about a second after the
+    produce: that work must not land on the next run); returns the seconds waited."""
     t0 = time.perf_counter()
     if not broker_pids or _cpu_seconds(broker_pids) is None:
         return 0.0
-    while time.perf_counter() - t0 < limit_s:
+    quiet = 0
+    while time.perf_counter() - t0 < limit_s and quiet < quiet_steps:
         before = _cpu_seconds(broker_pids)
         time.sleep(step_s)
-        if _cpu_seconds(broker_pids) - before < idle_share * step_s:
-            break
+        quiet = quiet + 1 if _cpu_seconds(broker_pids) - before < idle_share * step_s else 0
     return time.perf_counter() - t0
 
 

@@ -14,8 +14,9 @@ Punctuations (Enorm, section 6.2; data-trace types, section 4)
   before the range, is part of the offset Spark logs. So the value depends only on logged offsets
   and the records in them: it is monotone per partition and a replayed batch emits the same one.
   The driver learns the range's newest event time, for the next batch's ``p``, from the entry
-  the task leaves in ``rangeStatsTopic`` (:mod:`datasource.range_stats`); without one it scans
-  the range itself, in a background thread while the tasks read it, or synchronously. With ``minPartitions`` a partition's range is split over
+  the task leaves in ``rangeStatsTopic`` (:mod:`datasource.range_stats`; none in
+  Trigger.AvailableNow's last batch); without one it scans the range itself, in a background
+  thread while the tasks read it, or synchronously. With ``minPartitions`` a partition's range is split over
   several tasks; each emits a punctuation from its piece and the partition's value for the
   batch is their maximum (what ``watermarks.PunctuationTracker`` computes). With
   ``maxPartitions`` several ranges share a task (:class:`RangeGroup`); each still emits its own
@@ -287,6 +288,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._stats: range_stats.RangeStats | None = None
         self._stats_error: str | None = None
         self._stats_missed = False
+        self._published: set[tuple[TP, int, int]] = set()  # ranges whose tasks this reader told to publish
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -448,11 +450,14 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             hit, found = self._stats.get(key)
             if hit:
                 return found
-            if not self._stats_missed:
-                logging.getLogger(__name__).warning(
-                    "dataflow-kafka: no range stats for %s-%s [%d, %d) in %r; scanning ranges on the driver "
-                    "from now on", tp[0], tp[1], s, o, self.opts.range_stats_topic)
-            self._stats_missed = True  # from now on scan ahead in the background as well
+            # Only a range this reader planned with publishing tasks says the side channel fails; a
+            # range of an earlier run may have had none (Trigger.AvailableNow's last batch).
+            if (tp, s, o) in self._published:
+                if not self._stats_missed:
+                    logging.getLogger(__name__).warning(
+                        "dataflow-kafka: no range stats for %s-%s [%d, %d) in %r; scanning ranges on the driver "
+                        "from now on", tp[0], tp[1], s, o, self.opts.range_stats_topic)
+                self._stats_missed = True  # from now on scan ahead in the background as well
         scan = self._scans.pop((tp, s, o, pt), None)
         if scan is not None:
             try:
@@ -468,7 +473,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for stale in self._scans.values():  # ranges of a batch that was never read back
             stale.cancel()
         self._scans = {}
-        if self._available_now is not None and all(end[tp] >= self._available_now.get(tp, 0) for tp in end):
+        if self._last_available_now_batch(end):
             return
         if self._stats_usable() and not self._stats_missed:
             return  # the tasks leave each range's newest event time
@@ -478,6 +483,11 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             if e["o"] > e["s"]:
                 self._scans[(tp, e["s"], e["o"], pt)] = self._pool.submit(
                     self._scan_in_background, tp, e["s"], e["o"], pt)
+
+    def _last_available_now_batch(self, end: dict[TP, int]) -> bool:
+        """Whether a batch ending at ``end`` is Trigger.AvailableNow's last: no batch of this run
+        follows, so no planning needs its ranges' newest event times."""
+        return self._available_now is not None and all(end[tp] >= self._available_now.get(tp, 0) for tp in end)
 
     def _scan_in_background(self, tp: TP, begin: int, end: int, pt: int) -> int | None:
         if self._scan_c is None:  # the scan thread's own consumer (consumers are not thread-safe)
@@ -500,9 +510,14 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         mods, notes = _mods_and_notes([end["mods"][k] for k in sorted(end.get("mods", {}), key=int)])
         ranges = []
         v1 = end.get("v", 1) == 1
-        publish = self._stats_usable()
+        # Range stats serve the next batch's planning: none after Trigger.AvailableNow's last batch.
+        publish = not self._last_available_now_batch({tp: e["o"] for tp, e in cur.items()}) and self._stats_usable()
+        if publish:
+            self._published = set()   # the previous batch's ranges have been looked up by now
         for i, (tp, e) in enumerate(sorted(cur.items())):
             s = e["s"] if "s" in e and not v1 else prev[tp]["o"] if tp in prev else e["o"]
+            if publish:
+                self._published.add((tp, s, e["o"]))
             ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
                                       end["batchTimeMs"], mods, publish_stats=publish,
                                       notes=notes if i == 0 else []))

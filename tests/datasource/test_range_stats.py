@@ -92,3 +92,57 @@ def test_a_missing_entry_falls_back_to_a_scan(kafka):
         _produce(kafka, topic, [base + 1])
         end2 = reader.latestOffset(end1, ReadAllAvailable())
         assert end2["partitions"][topic]["0"] == {"o": 3, "s": 2, "p": base + 30}
+
+
+def _available_now_run(reader, start: dict, max_rows: int, batches: int) -> list[dict]:
+    """Plan and read ``batches`` Trigger.AvailableNow batches of at most ``max_rows`` records."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    reader.prepareForTriggerAvailableNow()
+    ends, offset = [], start
+    for _ in range(batches):
+        offset = reader.latestOffset(offset, ReadMaxRows(max_rows))
+        for task in reader.partitions(ends[-1] if ends else start, offset):
+            list(reader.read(task))
+        ends.append(offset)
+    return ends
+
+
+def test_available_now_last_batch_leaves_no_stats(kafka):
+    """Range stats serve the next batch's planning: under Trigger.AvailableNow the tasks of the
+    last batch write none (no batch of the run follows), those of earlier batches do."""
+    with _query(kafka, None) as (topic, reader, start, base):
+        stats = reader.opts.range_stats_topic
+        _produce(kafka, topic, [base + 5, base + 30, base + 10])
+        ends = _available_now_run(reader, start, 2, 2)
+        assert [e["partitions"][topic]["0"]["o"] for e in ends] == [2, 3]
+        field = _stats_field(reader.opts, ends[0]["batchTimeMs"])
+        entries = {m.key() for m in kafka.consume_all(stats)}
+        assert entries == {range_stats.range_key(topic, 0, 0, 2, field, reader.opts.kafka)}
+
+
+def test_a_run_after_available_now_scans_the_last_range_once(kafka, caplog):
+    """A query restarted after an AvailableNow run finds no entry for that run's last range: it
+    scans that range (the right ``p``) without concluding that the side channel fails, and takes
+    the next ranges from the entries its tasks leave again."""
+    with _query(kafka, None) as (topic, first, start, base):
+        _produce(kafka, topic, [base + 5, base + 30, base + 10])
+        (end1,) = _available_now_run(first, start, 10, 1)
+        stats = first.opts.range_stats_topic
+        second = _reader(kafka, topic, stats)
+        try:
+            _produce(kafka, topic, [base + 20])
+            with caplog.at_level("WARNING", logger="datasource.source"):
+                end2, p2 = _run_batch(second, end1)
+            assert end2["partitions"][topic]["0"] == {"o": 4, "s": 3, "p": base + 30}   # scanned
+            assert p2 == [base + 30]
+            assert not [r for r in caplog.records if "range stats" in r.getMessage()]
+            assert not second._scans                              # no background scans started
+            key = range_stats.range_key(topic, 0, 3, 4, _stats_field(second.opts, end2["batchTimeMs"]),
+                                        second.opts.kafka)
+            kafka.produce(stats, [{"key": key, "value": json.dumps({"newest_ms": base + 999}).encode()}])
+            _produce(kafka, topic, [base + 21])
+            end3, _ = _run_batch(second, end2)
+            assert end3["partitions"][topic]["0"]["p"] == base + 999   # from the entry, not a scan
+        finally:
+            second.stop()
