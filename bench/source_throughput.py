@@ -198,7 +198,8 @@ def _produce(bootstrap: str, topic: str, n: int, partitions: int, value_bytes: i
                  timestamp=lambda i: now + i // 100)
 
 
-def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[float, float]:
+    """``(records/s, CPU seconds of this process, librdkafka's threads included)``."""
     from confluent_kafka import Consumer, TopicPartition
 
     # The consumer settings of the source before this benchmark's changes, spelled out so that
@@ -220,8 +221,16 @@ def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     dt = time.perf_counter() - t0
     cpu1 = os.times()
     c.close()
-    _raw_consume.cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)  # this process, librdkafka's threads too
-    return n / dt
+    return n / dt, (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+
+
+def _served(broker_pids: list[int], read, *args):
+    """``read(*args)`` once the broker is idle, and the broker's CPU seconds meanwhile (None
+    without /proc)."""
+    _settle(broker_pids)
+    b0 = _cpu_seconds(broker_pids)
+    out = read(*args)
+    return out, (None if b0 is None else _cpu_seconds(broker_pids) - b0)
 
 
 def _own_read(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[float, float]:
@@ -464,10 +473,7 @@ def main(argv: list[str] | None = None) -> None:
                 _run(spark, *every[name], bs, "bench", *shape)
         for rep in range(1, args.repeat + 1):
             load_start = _loadavg()
-            _settle(broker_pids)
-            b0 = _cpu_seconds(broker_pids)
-            raw_before = _raw_consume(bs, "bench", args.partitions, n)
-            raw_cpu = [(_raw_consume.cpu_s, _cpu_seconds(broker_pids) - b0 if b0 is not None else None)]
+            raw_reads = [_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n)]
             runs = {}
             order = names
             if args.ab and rep % 2 == 0:  # ab-X before X in odd repeats, after it in even ones
@@ -485,16 +491,10 @@ def main(argv: list[str] | None = None) -> None:
                 runs[name]["spark_cpu_s"], runs[name]["broker_cpu_s"] = (
                     None if a is None or b is None or not pids else round(b - a, 2)
                     for a, b, pids in zip(cpu0, cpu1, (spark_pids, broker_pids)))
-            _settle(broker_pids)
-            b0 = _cpu_seconds(broker_pids)
-            raw_after = _raw_consume(bs, "bench", args.partitions, n)
-            raw_cpu.append((_raw_consume.cpu_s, _cpu_seconds(broker_pids) - b0 if b0 is not None else None))
-            raw = max(raw_before, raw_after)
-            consumer_cpu, broker_cpu = raw_cpu[0] if raw_before >= raw_after else raw_cpu[1]
-            _settle(broker_pids)
-            b0 = _cpu_seconds(broker_pids)
-            own_s, own_cpu = _own_read(bs, "bench", args.partitions, n)
-            own_broker = _cpu_seconds(broker_pids) - b0 if b0 is not None else None
+            raw_reads.append(_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n))
+            (raw_before, _), (raw_after, _) = (r for r, _ in raw_reads)
+            (raw, consumer_cpu), broker_cpu = max(raw_reads, key=lambda r: r[0][0])   # the faster one
+            (own_s, own_cpu), own_broker = _served(broker_pids, _own_read, bs, "bench", args.partitions, n)
             load_end = _loadavg()
             print(f"repeat {rep}: loadavg {load_start} -> {load_end}; raw confluent-kafka consume "
                   f"{raw_before:,.0f} / {raw_after:,.0f} rec/s (baseline {raw:,.0f}; cpu s: consumer "
