@@ -141,7 +141,7 @@ class PaneCompute(SlotStage):
                     del state["ops"][kg]                     # nothing open: forget the key group here
                 entry = load.setdefault(kg, [0, 0.0])
                 entry[1] += (time.perf_counter() - t0) * 1e3
-        slot = self.slot_of_id(batch.key_group) if batch.key_group in self.slot_ids else None
+        slot = self.slot_of_id(batch.key_group)
         metrics = {"slot": slot, "load": {str(kg): [r, round(ms, 3)] for kg, (r, ms) in sorted(load.items())}}
         return StageOutput(_partials(parts), watermark_ms=state["wm"], dropped=dropped, metrics=metrics)
 

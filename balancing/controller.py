@@ -12,7 +12,7 @@ One period (:meth:`FluxController.step`):
    smoothed, ``s = a * x + (1 - a) * s_prev`` (``a`` = ``smoothing``; a key group's first
    observation is taken as it is), and slot loads are the sums over the controller's routing
    table: moves it issued count at once (they are in the control topic and will take effect);
-   otherwise a key group that ran on one slot in the period is on that slot (so a restarted
+   otherwise a key group that ran rows on one slot in the period is on that slot (so a restarted
    controller, or moves issued by someone else, are picked up; ``cooldown_periods`` must cover
    the time a command takes to take effect);
 2. hysteresis: balancing starts when ``max / mean`` slot load exceeds ``1 + start_imbalance``
@@ -214,18 +214,20 @@ class FluxController:
         cfg = self.config
         self._period += 1
         ran_on: dict[int, set[int]] = {}
-        for slot, groups in load.items():
+        for slot in load:
             if int(slot) not in self.slots:
                 raise ValueError(f"load names slot {slot!r}, not one of the slots {self.slots}")
-            for kg in groups:
-                ran_on.setdefault(int(kg), set()).add(int(slot))
+        measured = key_group_loads(load, cfg.metric)   # validates every entry
+        for slot, groups in load.items():
+            for kg, (rows, _ms) in groups.items():
+                if rows > 0:   # a slot that only closed a moved key group's old panes is not where it runs
+                    ran_on.setdefault(int(kg), set()).add(int(slot))
         for kg, where in ran_on.items():
             # where a key group ran (on one slot) is where it is, unless a move of ours is in flight:
             # a restarted controller and moves issued by others are picked up from the measurements
             moved = self._moved_at.get(kg)
             if len(where) == 1 and (moved is None or self._period - moved > cfg.cooldown_periods):
                 self._routing[kg] = next(iter(where))
-        measured = key_group_loads(load, cfg.metric)
         a = cfg.smoothing
         for kg in self._routing:
             x = measured.get(kg, 0.0)

@@ -154,14 +154,6 @@ class RoutingTable:
         """The slot (index) of ``key_group``."""
         return self.assignment[key_group]
 
-    def partition_of_slot(self, slot: int) -> int:
-        """The shuffle partition slot ``slot`` runs on."""
-        return slot % self.num_partitions
-
-    def slot_index(self, slot_id: int) -> int:
-        """The slot whose grouping value is ``slot_id``."""
-        return self.slot_ids.index(int(slot_id))
-
     def slot_ids_of(self, key_groups: np.ndarray) -> np.ndarray:
         """Grouping values (slot ids) of an array of key groups (vectorised)."""
         return self._lookup[np.asarray(key_groups, np.int64)]

@@ -75,7 +75,7 @@ class Producer(threading.Thread):
             weights = np.ones(len(self.keys))
             if self.skew:
                 weights[self.slot_of_key == self.hot_slot(ev)] = 1.5
-            n = self.rng.poisson(self.rate * tick * weights.mean())
+            n = self.rng.poisson(self.rate * tick)   # self.rate already holds the hot slot's +50%
             picks = self.rng.choice(len(self.keys), size=n, p=weights / weights.sum())
             late = self.rng.integers(0, 1_500, size=n)
             vals = self.rng.integers(1, 100, size=n)

@@ -280,3 +280,13 @@ def test_docstring_examples():
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_slot_that_only_closed_old_panes_is_not_where_the_key_group_runs():
+    """After a move, the old slot still reports the key group with 0 rows while it closes the
+    group's old panes; only a slot that ran rows of it says where it is."""
+    c = FluxController({0: 1, 1: 0}, [0, 1])
+    c.step({0: {0: (0, 0.4), 1: (5, 1.0)}})
+    assert c.routing[0] == 1
+    c.step({0: {0: (3, 1.0), 1: (5, 1.0)}})       # rows of it on slot 0: it runs there now
+    assert c.routing[0] == 0
