@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench._kafka import dataflow_kafka_source
+from bench._stream import loadavg
 from keygroups import Stage, StageInput, StageOutput, key_group_of
 from keygroups.stage import Dropped
 from traces.examples.yahoo import ADS, build, events, view_campaign
@@ -104,12 +106,6 @@ class HandWindowCount(Stage):
         return StageOutput(frame, batch.watermark_ms, [Dropped(c, "late", n) for c, n in late.items()])
 
 
-def _source(spark, bootstrap: str, topic: str, batch: int):
-    return (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
-            .option("maxOffsetsPerTrigger", str(batch)).load())
-
-
 def query(spark, kind: str, src, key_groups: int):
     from pyspark.sql import functions as F
 
@@ -130,7 +126,7 @@ def query(spark, kind: str, src, key_groups: int):
 
 
 def run(spark, bootstrap: str, topic: str, kind: str, batch: int, key_groups: int) -> dict:
-    out = query(spark, kind, _source(spark, bootstrap, topic, batch), key_groups)
+    out = query(spark, kind, dataflow_kafka_source(spark, bootstrap, topic, batch, eventTimeField="ts"), key_groups)
     q = (out.writeStream.format("noop").outputMode("append")
          .option("checkpointLocation", tempfile.mkdtemp(prefix=f"traces-{kind}-")).trigger(availableNow=True).start())
     q.awaitTermination()
@@ -176,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         produce_json(bs, topic, args.records, args.partitions, lambda i, rng: evs[i])
         spark = spark_session(shuffle_partitions=args.partitions)
         print(f"{args.records} events in batches of {args.batch}, {args.key_groups} key groups, {args.partitions} "
-              f"partitions; loadavg {open('/proc/loadavg').read().split()[:3]}")
+              f"partitions; loadavg {loadavg()}")
         for kind in kinds:                 # the first query of each kind pays code generation: discarded
             run(spark, bs, topic, kind, args.batch, args.key_groups)
         results: dict[str, list[dict]] = {k: [] for k in kinds}
@@ -195,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{k:6}: {rate[k]:.0f} records/s, median batch {batch[k]:.3f} s")
         print(f"typed/hand-written records/s: {rate['typed'] / rate['hand']:.2f} (target >= 0.8); "
               f"typed/native: {rate['typed'] / rate['native']:.2f}; "
-              f"loadavg {open('/proc/loadavg').read().split()[:3]}")
+              f"loadavg {loadavg()}")
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)

@@ -147,7 +147,7 @@ def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
         cause = err.str() if hasattr(err, "str") else str(err)
         raise KafkaUnavailableError(
             f"cannot read {what} from Kafka at kafka.bootstrap.servers={kafka_conf.get('bootstrap.servers')!r}: "
-            f"{cause} (is the broker up? the read is retried for kafkaConsumer.pollTimeoutMs)") from e
+            f"{cause} (is the broker up?)") from e
 
 
 def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
@@ -456,7 +456,7 @@ def decode(msgs: list, topic: str, partition: int, field: str | None,
                      + event_time_problem(values[i], field, int(ts_ms[i])))
     if ahead is not None:
         pt, limit = ahead
-        far = np.flatnonzero((valid if is_data is None else is_data & valid) & (ev > pt + limit))
+        far = np.flatnonzero(valid & (ev > pt + limit))   # valid is False on non-data rows
         for i in far:
             kinds[i] = KIND_ERROR
             errors[i] = (f"record {topic}-{partition}@{offsets[i]} has event time {int(ev[i])} "

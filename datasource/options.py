@@ -182,7 +182,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         if k in opts:
             raise OptionError(f"option '{k}' is not supported: {why}")
     kafka = _kafka_conf(opts, options)
-    if "kafka.group.id" in opts:
+    if "kafka.group.id" in opts and streaming is not None:   # once per reader, not again at load()
         logging.getLogger(__name__).warning("dataflow-kafka: %s", GROUP_ID_CAUTION)
     prefix = opts.get("groupidprefix", "dataflow-kafka").strip()
     if not prefix:

@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 
 from datasource import kafka_read
-from datasource.sink import ProducerCache
+from datasource.sink import ProducerCache, ensure_topic
 
 __all__ = ["DEFAULT_TOPIC", "range_key", "publish", "close_producers", "RangeStats"]
 
@@ -85,21 +85,8 @@ class RangeStats:
 
     def ensure_topic(self) -> str | None:
         """Create the topic if it is missing; an error message if it cannot be used."""
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        c = self._consumer()
         try:
-            md = kafka_read.list_topics(c, self.topic).topics.get(self.topic)
-            if md is not None and md.error is None:
-                return None
-            admin = AdminClient({**self.kafka_conf, "log_level": 3})
-            futures = admin.create_topics([NewTopic(self.topic, 1, 1)])
-            for f in futures.values():
-                try:
-                    f.result(30)
-                except Exception as e:  # noqa: BLE001
-                    if "TOPIC_ALREADY_EXISTS" not in str(e):
-                        raise
+            ensure_topic(self.kafka_conf, self.topic)
             return None
         except Exception as e:  # noqa: BLE001 - no permission, no broker support: fall back to scans
             return f"cannot use range stats topic {self.topic!r}: {e}"

@@ -55,6 +55,7 @@ reuse is observable without instrumenting the worker.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import time
@@ -81,6 +82,7 @@ FLUSH_MARGIN_S = 5.0         # a task waits the delivery timeout plus this for i
 DRAIN_TIMEOUT_S = 10.0       # a failed task waits this long for its other records before it returns
 EXIT_FLUSH_TIMEOUT_S = 5.0   # per producer at process exit
 _MAX_ERRORS = 5              # distinct (topic, partition, error) quoted in a task's failure message
+_MSG_TIMED_OUT = -192        # confluent_kafka.KafkaError._MSG_TIMED_OUT (not imported at module level)
 
 
 def validate_write_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -269,11 +271,12 @@ def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: f
 class _TaskDelivery:
     """Delivery reports of one task's records (the callbacks are bound to this object)."""
 
-    __slots__ = ("entry", "sent", "acked", "failed", "errors", "started")
+    __slots__ = ("entry", "sent", "acked", "failed", "errors", "started", "timed_out")
 
     def __init__(self, entry: _Entry) -> None:
         self.entry = entry
         self.sent = self.acked = self.failed = 0
+        self.timed_out = False             # a record's delivery timed out (e.g. no broker reachable)
         self.errors: Counter = Counter()   # (topic, partition, error) -> records
         self.started = time.monotonic()
 
@@ -284,6 +287,8 @@ class _TaskDelivery:
         self.failed += 1
         if err.fatal():
             self.entry.fatal = err
+        if err.code() == _MSG_TIMED_OUT:
+            self.timed_out = True
         what = (msg.topic(), msg.partition(), f"{err.str()} ({err.name()})")
         if what in self.errors or len(self.errors) < _MAX_ERRORS:
             self.errors[what] += 1
@@ -436,8 +441,7 @@ def _after_failure(conf: dict, task: _TaskDelivery) -> None:
     try:
         if task.entry.fatal is None:
             task.entry.producer.flush(DRAIN_TIMEOUT_S)
-        timed_out = any("_MSG_TIMED_OUT" in e for _, _, e in task.errors)   # e.g. no broker reachable
-        if task.entry.fatal is not None or task.pending or timed_out or len(task.entry.producer):
+        if task.entry.fatal is not None or task.pending or task.timed_out or len(task.entry.producer):
             _producers.drop(conf)
     except Exception:  # noqa: BLE001 - do not hide the task's own error
         _producers.drop(conf)
@@ -500,7 +504,7 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
         producer.begin_transaction()
         began = True
         count = 0
-        for batch in _chain(first, it):
+        for batch in itertools.chain([first], it):
             if batch.num_rows:
                 _send(opts, task, batch, count)
                 count += batch.num_rows
@@ -525,11 +529,6 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
                 pass
         index.close()
         _close_quietly(producer)
-
-
-def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield first
-    yield from rest
 
 
 def _task_identity() -> tuple[str, int, int]:

@@ -433,7 +433,7 @@ def _ingest(df, stage: Stage):
 
 def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
     """Spark: the source's rows routed in Python by ``stage`` (:func:`_ingest_frame`), punctuation
-    and modification rows copied to every key group, other rows to key group 0 (as
+    and modification rows copied to every key group, other rows to the first key group (as
     :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed
     into Arrow IPC blobs (:mod:`keygroups.packed`), in one ``mapInPandas`` step: rows
     ``(key_group, payload)``. Also returns the packed columns' Spark types."""
@@ -456,7 +456,7 @@ def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
                 ids: Sequence[int] | None = None) -> pd.DataFrame:
     """Rows of ``frame`` (with ``key_group`` on data rows) as one ``(key_group, payload)`` row per
     key group that gets any: data rows to their group, punctuation and modification rows to every
-    group, other rows to group 0; the payload is an Arrow IPC stream of ``columns`` (pure)."""
+    group, other rows to the first group (``ids[0]``); the payload is an Arrow IPC stream of ``columns`` (pure)."""
     import pyarrow as pa
 
     from keygroups.packed import PAYLOAD_COLUMN

@@ -6,7 +6,8 @@ so the routing can run in the JVM (:func:`with_key_groups`, on columns) or in Py
 (:func:`key_group_of`, on values, e.g. for a key computed by a Python function) and give the same
 group. Punctuation and modification rows go to **every** key group (data-trace types §4: a hash
 splitter sends every synchronization marker to all output channels); any other row (``error``,
-``dropped`` reports, ``metrics``) goes to key group 0, which passes it on.
+``dropped`` reports, ``metrics``) goes to the first key group (0 unless ``group_ids`` says
+otherwise), which passes it on.
 
 Python values hash as the Spark column they would be in: ``str`` as string, ``bytes`` as
 binary, ``int`` as bigint (:func:`hash_key` takes ``int_width=4`` for an int column), ``float``
@@ -101,8 +102,8 @@ def key_groups_of(columns: Sequence[Iterable[Any]], n: int, int_widths: Sequence
 def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, column: str = KEY_GROUP_COLUMN,
                     group_ids: Sequence[int] | None = None):
     """``df`` with ``column`` (int): data rows → ``pmod(xxhash64(keys), n)``; punctuation and
-    modification rows → one copy per key group; other rows → key group 0. ``keys=None``: data
-    rows already carry ``column`` (routed in Python by :func:`key_group_of`).
+    modification rows → one copy per key group; other rows → the first key group. ``keys=None``:
+    data rows already carry ``column`` (routed in Python by :func:`key_group_of`).
 
     Adds ``event_time_ms``, ``punctuation_ms`` and ``processing_time_ms`` (epoch ms, computed in
     the JVM, so processors never depend on the session time zone) for those of the source's

@@ -23,7 +23,7 @@ integer milliseconds; a window is emitted by the first watermark at or after its
 emitted again (``update=True``) when records within the allowed lateness change it. By
 default windows come as Scotty reports them (``emission="scotty"``, docs/semantics.md): per
 query (context-free ones first, each in registration order), then by start; empty tumbling
-and sliding windows without a value; none starting before 0. ``emission="compact"`` (the
+and sliding windows without a value, none of them starting before 0. ``emission="compact"`` (the
 Spark stage's) reports windows with records only, any start, by end.
 
 Example

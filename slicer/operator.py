@@ -91,7 +91,7 @@ class SlicingWindowOperator(WindowQueries):
         ``"scotty"`` (default; as Scotty reports windows, docs/semantics.md): empty tumbling and
         sliding time windows are emitted too, without a value (``None``; from the first record's
         window to the one holding the newest record: a watermark at the end of time emits no
-        endless tail), context-free windows never start before 0 (Scotty's time origin; a
+        endless tail), tumbling and sliding windows never start before 0 (Scotty's time origin; a
         negative event time raises ``ValueError``), rows ordered per query (context-free ones
         first, each in registration order), then by start. ``"compact"`` (the Spark stage's and
         the keyed table's): windows with records only, any start, ordered by (end, query, start).

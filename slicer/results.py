@@ -42,7 +42,8 @@ class WindowResults:
     ``values[i]`` holds aggregation ``names[i]`` for all rows: a numpy array (an ``(n, 4)``
     array for M4) or a list (holistic and user-defined functions). ``query_id`` is an object
     array of strings; ``rank`` the position of each row's query in the operator (construction
-    order, then additions), by which rows are ordered: (end, rank, start).
+    order, then additions), by which rows are ordered: (end, rank, start), or (rank, start, end)
+    under Scotty's emission.
     """
 
     names: list[str]

@@ -290,9 +290,7 @@ class TriggerDriver:
                         h = st.hold
                         st.hold = st.cand if h is None else (min(h, st.cand) if earliest else max(h, st.cand))
                     st.cand = None
-                ctx.end = w.end_ms
-                if root.should_fire(st.trig, ctx):
-                    out += self._check(key, ws, w, st, gc=False)
+                out += self._check(key, ws, w, st, gc=False)   # the window's one trigger evaluation
         if not ws:
             del self._keys[key]
         return out
