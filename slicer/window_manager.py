@@ -124,10 +124,11 @@ class WindowManager:
         lo = np.searchsorted(st.starts, s, "left")
         hi = np.searchsorted(st.starts, e, "left")
         has = st.counts(lo, hi) > 0
-        ok = (s >= start_at[pos]) & has
+        keep = has
         if self.scotty:          # empty tumbling and sliding time windows too; none before 0
             periodic = np.isin(pos, fam) & np.array([q.measure is TIME for q in queries])[pos]
-            ok = (s >= start_at[pos]) & (has | (periodic & ~upd)) & ~(periodic & (s < 0))
+            keep = (has | (periodic & ~upd)) & ~(periodic & (s < 0))
+        ok = (s >= start_at[pos]) & keep
         pos, s, e, upd, lo, hi, has = pos[ok], s[ok], e[ok], upd[ok], lo[ok], hi[ok], has[ok]
         for i in rest:
             if queries[i].context is not None:

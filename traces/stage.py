@@ -86,7 +86,7 @@ class TraceStage(Stage):
             "event_time_ms": np.asarray([e.ts for e, _, _ in items], dtype=np.int64)})
         for i, c in enumerate(extra):
             frame[c] = [src[i] for _, _, src in items]
-        groups = np.asarray([hash_instance(e.key, n) if n > 1 else 0 for e, _, _ in items], dtype=np.int64)
+        groups = np.asarray([hash_instance(e.key, n) for e, _, _ in items], dtype=np.int64)
         return frame, groups
 
     def _from_source(self, rows: pd.DataFrame):
@@ -133,7 +133,7 @@ class TraceStage(Stage):
     def load_state(self, blob: bytes) -> dict:
         return pickle.loads(blob)
 
-    def _procs(self, key_group: int, state: dict) -> list:
+    def _procs(self, state: dict) -> list:
         parallel = self.num_key_groups > 1
         procs = []
         for v in self.vertices:
@@ -149,7 +149,7 @@ class TraceStage(Stage):
 
     # -- processing -------------------------------------------------------------------------------
     def process(self, state: dict, batch: StageInput) -> StageOutput:
-        procs = self._procs(batch.key_group, state)
+        procs = self._procs(state)
         out: list[tuple[Event, int]] = []
         late: dict[str, int] = {}
 
