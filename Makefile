@@ -1,6 +1,6 @@
-# Two commands on a fresh machine (Python >= 3.11 and Java 17 on PATH):
-#   make demo   set up .venv and run the main job on the embedded broker
-#   make test   set up .venv and run the whole test suite
+# Two commands on a fresh machine (Python >= 3.11, Java 17 and Maven on PATH):
+#   make demo   set up .venv and Apache Kafka, run the main job on an embedded Kafka broker
+#   make test   set up .venv and Apache Kafka, run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,10 +8,17 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test test-engines conformance bench crash10 clean
 
-setup: $(STAMP)
+KAFKA_STAMP := .jvm/kafka/.resolved-$(shell sha256sum brokers/pom.xml | cut -c1-12)
+
+setup: $(STAMP) $(KAFKA_STAMP)
+
+# Apache Kafka's broker and its dependencies, resolved by Maven from brokers/pom.xml into .jvm/kafka.
+$(KAFKA_STAMP): brokers/pom.xml | $(STAMP)
+	@command -v mvn >/dev/null || { echo "Maven is required to resolve Apache Kafka (e.g. apt-get install maven)"; exit 1; }
+	$(PY) -m brokers
 
 $(STAMP): pyproject.toml
-	@command -v java >/dev/null || { echo "Java 17 is required by Spark (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v java >/dev/null || { echo "Java 17 is required by Spark and Kafka (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'
@@ -30,7 +37,7 @@ test-engines: setup
 
 # Broker conformance against every embedded candidate (docs/brokers.md).
 conformance: setup
-	@for b in noida-db tansu; do \
+	@for b in kafka noida-db tansu; do \
 	  echo "== $$b"; DATAFLOW_KAFKA_EMBEDDED=$$b $(PY) -m pytest tests/brokers -q -rA -p no:cacheprovider \
 	    | grep -E "^(PASSED|FAILED|SKIPPED)|passed|failed"; \
 	done
@@ -51,4 +58,4 @@ crash10: setup
 	DFK_CRASH_KILLS=10 $(PY) -m pytest -q -s tests/reliability/test_crash.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .jvm .pytest_cache .hypothesis

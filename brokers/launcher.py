@@ -1,12 +1,16 @@
-"""One way to get a Kafka bootstrap address: external cluster, Docker, or an embedded broker.
+"""One way to get a Kafka bootstrap address: an external cluster or an embedded broker.
 
 Resolution order of :func:`kafka_broker` (``kind="auto"``):
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` set: use that cluster (nothing is started or stopped).
-2. A Docker engine answers and ``testcontainers`` is installed: a real Apache Kafka container.
-3. Otherwise an embedded Kafka-protocol broker from PyPI, started on loopback on a free port:
-   ``noida-db`` by default (chosen by the conformance suite, see README "Brokers"), or ``tansu``
-   (``DATAFLOW_KAFKA_EMBEDDED=tansu``).
+2. ``DATAFLOW_KAFKA_EMBEDDED`` set: that embedded broker (``kafka``, ``noida-db`` or ``tansu``).
+3. Otherwise **Apache Kafka** (:mod:`brokers.apache_kafka`), one KRaft node started on loopback on
+   free ports from the jars ``make setup`` resolved with Maven. There is no fallback: if Kafka
+   cannot start, the error says why.
+
+``noida-db`` and ``tansu`` are Kafka-protocol development brokers from PyPI, kept as explicitly
+chosen alternatives (``DATAFLOW_KAFKA_EMBEDDED=noida-db``): they are not Kafka (docs/brokers.md).
+``kind="docker"`` starts Kafka in a container through testcontainers, for machines with Docker.
 
 Every broker is health-checked (a metadata request must succeed), its log is kept in a file and
 quoted in the error if it fails to start, and it is shut down on exit.
@@ -34,9 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["Broker", "BrokerError", "kafka_broker", "EMBEDDED_KINDS"]
+from brokers.apache_kafka import KafkaNode, KafkaSetupError, Scram
 
-EMBEDDED_KINDS = ("noida-db", "tansu")
+__all__ = ["Broker", "BrokerError", "kafka_broker", "EMBEDDED_KINDS", "Scram"]
+
+EMBEDDED_KINDS = ("kafka", "noida-db", "tansu")
 
 
 class BrokerError(RuntimeError):
@@ -90,14 +96,15 @@ def proc_stats() -> Iterator[tuple[int, list[str]]]:
         yield int(d.name), stat[stat.rindex(")") + 2:].split()
 
 
-def wait_until_healthy(bootstrap: str, timeout_s: float = 30.0) -> None:
-    """Block until a metadata request to ``bootstrap`` succeeds, else raise :class:`BrokerError`."""
+def wait_until_healthy(bootstrap: str, timeout_s: float = 30.0, client_conf: dict | None = None) -> None:
+    """Block until a metadata request to ``bootstrap`` succeeds (as the client ``client_conf``
+    describes, e.g. a SASL login), else raise :class:`BrokerError`."""
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000,
-                         "logger": _QUIET})
+                         "logger": _QUIET, **(client_conf or {})})
     while time.monotonic() < deadline:
         try:
             admin.list_topics(timeout=2)
@@ -126,7 +133,11 @@ def _executable(kind: str) -> list[str]:
 
 @dataclass
 class Broker:
-    """A running (or external) Kafka-protocol broker."""
+    """A running (or external) Kafka-protocol broker.
+
+    ``client_conf``: librdkafka settings every client of this broker needs besides
+    ``bootstrap.servers`` (a SASL login of the super user on a secured broker; empty otherwise).
+    """
 
     kind: str
     bootstrap_servers: str
@@ -134,11 +145,18 @@ class Broker:
     log_path: Path | None = None
     _cmd: list[str] = field(default_factory=list, repr=False)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
+    client_conf: dict[str, str] = field(default_factory=dict, repr=False)
+    scram: Scram | None = field(default=None, repr=False)
 
     @property
     def persistent(self) -> bool:
         """Whether data survives :meth:`restart` (tansu here stores in memory only)."""
-        return self.kind in ("noida-db", "external", "docker")
+        return self.kind in ("kafka", "noida-db", "external", "docker")
+
+    @property
+    def managed(self) -> bool:
+        """Whether this process started the broker (so it can stop, kill and restart it)."""
+        return bool(self._cmd)
 
     def logs(self, tail: int = 60) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -157,7 +175,7 @@ class Broker:
                                       stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         try:
-            wait_until_healthy(self.bootstrap_servers)
+            wait_until_healthy(self.bootstrap_servers, 60.0 if self.kind == "kafka" else 30.0, self.client_conf)
             time.sleep(0.2)
             if self._proc.poll() is not None:  # the answer came from another process on the port
                 raise BrokerError(f"the {self.kind} broker exited right after a metadata request "
@@ -168,31 +186,51 @@ class Broker:
             raise BrokerError(f"{e}\n{self.kind} exit code: {code}; last log lines "
                               f"({self.log_path}):\n{self.logs()}") from None
 
-    def stop(self) -> None:
-        """Stop an embedded broker and wait until every process of its group is gone (SIGTERM,
-        then SIGKILL after 10 s).
+    def stop(self, close_clients: bool = True) -> None:
+        """Stop an embedded broker and wait until every process of its group is gone: SIGTERM,
+        then SIGKILL after a grace period (30 s for Kafka, whose controlled shutdown flushes and
+        closes every log; 10 s for the others).
 
         ``noida-db`` is a Python wrapper around the server binary: the wrapper exits at once on
-        SIGTERM while the server is still shutting down. A broker started before the server is
-        gone finds its data directory in use and exits, the health check answers from the old
-        server, and then nothing listens on the port (seen in CI after :meth:`restart`).
+        SIGTERM while the server is still shutting down, so this waits for the whole process
+        group, and :meth:`_start` checks the new broker still runs after the health check.
 
-        First this process's cached dataflow-kafka producers (sink, range stats) are flushed and
-        closed: noida-db loses records it acknowledged just before a stop under load, and a
-        producer left open would retry the stopped broker ("Connection refused") until the
-        process exits. Clients of other processes (Spark's Python workers) must be done before:
-        stop Spark first (docs/brokers.md).
+        First (``close_clients``) this process's cached dataflow-kafka producers (sink, range
+        stats) are flushed and closed: a producer left open would retry the stopped broker
+        ("Connection refused") until the process exits. Clients of other processes (Spark's
+        Python workers) must be done before: stop Spark first (docs/brokers.md).
         """
         p, self._proc = self._proc, None
         if p is None:
             return
-        _close_our_clients()
-        for sig, grace_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if close_clients:
+            _close_our_clients()
+        grace = 30.0 if self.kind == "kafka" else 10.0
+        for sig, grace_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, sig)
             if _group_gone(p, grace_s):
                 return
         raise BrokerError(f"{self.kind} broker (process group {p.pid}) did not stop after SIGKILL")
+
+    def kill(self) -> None:
+        """SIGKILL the broker's process group (a crash: no flush, no controlled shutdown) and wait
+        until it is gone. Clients are left as they are. :meth:`start` brings it back."""
+        p, self._proc = self._proc, None
+        if p is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        if not _group_gone(p, 10.0):
+            raise BrokerError(f"{self.kind} broker (process group {p.pid}) did not die after SIGKILL")
+
+    def start(self) -> None:
+        """Start a stopped or killed embedded broker again, on the same ports and data."""
+        if not self._cmd:
+            raise BrokerError(f"a {self.kind} broker is not managed here and cannot be started")
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._start()
 
     def restart(self) -> None:
         """Stop and start an embedded broker on the same port and data directory."""
@@ -211,11 +249,23 @@ def _close_our_clients(timeout_s: float = 5.0) -> None:
             module.close_producers(timeout_s)
 
 
-def _embedded(kind: str, workdir: Path) -> Broker:
+def _embedded(kind: str, workdir: Path, scram: Scram | None = None) -> Broker:
     port = _free_port()
     addr = f"127.0.0.1:{port}"
-    exe = _executable(kind)
     data_dir = workdir / "data"
+    if scram is not None and kind != "kafka":
+        raise BrokerError(f"SASL/SCRAM needs the Apache Kafka broker, not {kind!r}")
+    if kind == "kafka":
+        node = KafkaNode(workdir, port, _free_port(), scram)
+        try:
+            node.prepare()
+        except KafkaSetupError as e:
+            raise BrokerError(str(e)) from None
+        b = Broker(kind, addr, node.data_dir, workdir / "kafka.log", node.command(),
+                   client_conf=scram.client_conf() if scram else {}, scram=scram)
+        b._start()
+        return b
+    exe = _executable(kind)
     data_dir.mkdir(parents=True, exist_ok=True)
     if kind == "noida-db":
         cmd = exe + ["start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(data_dir)]
@@ -227,35 +277,23 @@ def _embedded(kind: str, workdir: Path) -> Broker:
     return b
 
 
-def _docker_available() -> bool:
-    try:
-        import testcontainers  # noqa: F401
-    except ImportError:
-        return False
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 @contextlib.contextmanager
-def kafka_broker(kind: str = "auto", workdir: str | os.PathLike | None = None) -> Iterator[Broker]:
+def kafka_broker(kind: str = "auto", workdir: str | os.PathLike | None = None,
+                 scram: Scram | None = None) -> Iterator[Broker]:
     """Yield a healthy :class:`Broker`; stop what was started here on exit.
 
-    ``kind``: ``"auto"`` (external, then Docker, then embedded), ``"external"``, ``"docker"``,
-    ``"noida-db"`` or ``"tansu"``. ``DATAFLOW_KAFKA_EMBEDDED`` picks the embedded default.
+    ``kind``: ``"auto"`` (``KAFKA_BOOTSTRAP_SERVERS``, else ``DATAFLOW_KAFKA_EMBEDDED``, else
+    Apache Kafka), ``"kafka"``, ``"external"``, ``"docker"``, ``"noida-db"`` or ``"tansu"``.
+    ``scram``: start Apache Kafka with SASL_PLAINTEXT, SCRAM-SHA-512 and ACLs for these users
+    (always a broker of its own, never an external one).
     """
     if kind == "auto":
-        if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        if scram is not None:
+            kind = "kafka"
+        elif os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
             kind = "external"
-        elif os.environ.get("DATAFLOW_KAFKA_EMBEDDED"):
-            kind = os.environ["DATAFLOW_KAFKA_EMBEDDED"]
-        elif _docker_available():
-            kind = "docker"
         else:
-            kind = "noida-db"
+            kind = os.environ.get("DATAFLOW_KAFKA_EMBEDDED") or "kafka"
     if kind == "external":
         addr = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         if not addr:
@@ -271,11 +309,13 @@ def kafka_broker(kind: str = "auto", workdir: str | os.PathLike | None = None) -
             wait_until_healthy(addr)
             yield Broker("docker", addr)
         return
+    if kind not in EMBEDDED_KINDS:
+        raise BrokerError(f"unknown broker kind {kind!r}; known: auto, external, docker, {', '.join(EMBEDDED_KINDS)}")
     tmp = None
     if workdir is None:
         tmp = tempfile.mkdtemp(prefix=f"dataflow-kafka-{kind}-")
         workdir = tmp
-    broker = _embedded(kind, Path(workdir))
+    broker = _embedded(kind, Path(workdir), scram)
     try:
         yield broker
     finally:

@@ -1,7 +1,8 @@
-"""Shared fixtures: one Kafka-protocol broker and one SparkSession per test session.
+"""Shared fixtures: one Kafka broker and one SparkSession per test session.
 
-The broker comes from :func:`brokers.kafka_broker` (``KAFKA_BOOTSTRAP_SERVERS`` → Docker →
-embedded ``noida-db``; ``DATAFLOW_KAFKA_EMBEDDED=tansu`` picks the other embedded broker).
+The broker comes from :func:`brokers.kafka_broker`: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an
+embedded Apache Kafka node (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or ``tansu`` picks a development
+broker instead).
 """
 
 from __future__ import annotations

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
 
 
+def own_broker_kind() -> str:
+    """The kind of broker a test starts for itself (to stop, kill or restart it): the embedded
+    default, Apache Kafka, unless ``DATAFLOW_KAFKA_EMBEDDED`` picks a development broker."""
+    return os.environ.get("DATAFLOW_KAFKA_EMBEDDED") or "kafka"
+
+
 class KafkaHelper:
-    """Topic creation and producing for tests (recent timestamps: noida-db applies retention)."""
+    """Topic creation and producing for tests (recent timestamps: retention by record time)."""
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap

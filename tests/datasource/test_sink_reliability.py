@@ -88,11 +88,12 @@ def test_unreachable_broker_fails_the_task_naming_bootstrap_servers_and_the_caus
 @pytest.mark.kafka
 def test_broker_stopping_mid_stream_fails_the_task_naming_servers_and_topic(fresh_producers, tmp_path, monkeypatch):
     from brokers import kafka_broker, launcher
+    from tests.support import own_broker_kind
 
     # the broker goes away under the producer (Broker.stop would first close this process's producers)
     monkeypatch.setattr(launcher, "_close_our_clients", lambda: None)
 
-    with kafka_broker("noida-db", workdir=tmp_path) as b:
+    with kafka_broker(own_broker_kind(), workdir=tmp_path) as b:
         from tests.support import KafkaHelper
 
         topic = KafkaHelper(b.bootstrap_servers).topic(1, prefix="down")

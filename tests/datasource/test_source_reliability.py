@@ -10,7 +10,7 @@ import pytest
 from datasource import kafka_read
 from datasource.options import parse_source_options
 from datasource.source import DataflowKafkaStreamReader, OffsetRange, _read
-from tests.support import BatchCollector, forget_batches_from, now_ms, run_available_now
+from tests.support import BatchCollector, forget_batches_from, now_ms, run_available_now, own_broker_kind
 
 def _opts(kafka, topic, **extra) -> dict:
     return {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
@@ -205,7 +205,7 @@ def test_broker_down_mid_stream_names_servers_and_topic(spark, tmp_path):
     from brokers import kafka_broker
     from tests.support import KafkaHelper
 
-    with kafka_broker("noida-db", workdir=tmp_path / "broker") as b:
+    with kafka_broker(own_broker_kind(), workdir=tmp_path / "broker") as b:
         helper = KafkaHelper(b.bootstrap_servers)
         topic = helper.topic(1)
         helper.produce(topic, [{"value": b"%d" % i} for i in range(5)])

@@ -54,11 +54,11 @@ def _kafka_threads() -> list[str]:
 def main() -> None:
     from brokers import kafka_broker
     from datasource.session import spark_session
-    from tests.support import KafkaHelper
+    from tests.support import KafkaHelper, own_broker_kind
 
     wrappers_before = set(Path(tempfile.gettempdir()).glob("dataflow-kafka-python-*"))
     report: dict = {}
-    with kafka_broker("noida-db", workdir=tempfile.mkdtemp(prefix="dfk-leak-")) as broker:
+    with kafka_broker(own_broker_kind(), workdir=tempfile.mkdtemp(prefix="dfk-leak-")) as broker:
         kafka = KafkaHelper(broker.bootstrap_servers)
         src, dst = kafka.topic(2, prefix="leak-in"), kafka.topic(1, prefix="leak-out")
         kafka.produce(src, [{"value": b"%d" % i, "partition": i % 2} for i in range(100)])
