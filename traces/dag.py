@@ -18,7 +18,8 @@ The paper's ``dag.addOp(op, par, upstreams...)`` (data-trace types §5) in Pytho
 - an ``OpStateless`` declared with an ``O`` output keeps it only at ``par=1`` after an ``O`` edge;
   otherwise its merged output is ``U``;
 - several inputs to one vertex need the same ``U`` type, or ``O`` types with disjoint keys
-  (``disjoint_keys=True``);
+  (``disjoint_keys=True``); the sources they come from need the same ``period_ms`` (MRG aligns
+  markers by index; sources whose first markers differ are aligned by :class:`~traces.glue.Merge`);
 - key and value types of an edge must fit the input of the vertex; the graph is acyclic.
 
 Errors (:class:`TraceTypeError`) name the vertex, the edge and the fix.
@@ -112,6 +113,9 @@ class Dag:
             raise TraceTypeError(f"vertex {name!r}: needs at least one upstream (a source or an op)")
         if ordering is not None:
             _check_ordering(f"vertex {name!r}", ordering)
+        names = [_name(u) for u in upstreams]
+        if len(set(names)) != len(names):
+            raise TraceTypeError(f"vertex {name!r}: upstreams {names} name one vertex twice (fix: list it once)")
         return self._add(Vertex(name, "op", op, par, tuple(_name(u) for u in upstreams), ordering, disjoint_keys))
 
     def sink(self, name: str, upstream: str) -> str:
@@ -125,13 +129,20 @@ class Dag:
         out_types: dict[str, StreamType] = {}
         edge_types: dict[tuple[str, str], StreamType] = {}
         glue: dict[str, str] = {}
+        periods: dict[str, dict[str, int]] = {}          # vertex -> {upstream source: its period_ms}
         for name in order:
             v = self.vertices[name]
             if v.kind == "source":
                 if v.upstreams:
                     raise TraceTypeError(f"source {name!r} cannot have upstreams")
                 out_types[name] = v.type or U()
+                periods[name] = {name: v.period_ms}
                 continue
+            periods[name] = {s: p for u in v.upstreams for s, p in periods[u].items()}
+            if len(set(periods[name].values())) > 1:
+                raise TraceTypeError(f"vertex {name!r}: its inputs come from sources with different periods "
+                                     f"{periods[name]} (ms); MRG aligns markers by index, so every input needs "
+                                     "the same marker timestamps (fix: give these sources the same period_ms)")
             ins = [(u, out_types[u]) for u in v.upstreams]
             for u, t in ins:
                 edge_types[(u, name)] = t

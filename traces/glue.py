@@ -3,8 +3,10 @@
 - :func:`hash_instance`: HASH's choice of instance for a key (the stage layer's routing function
   on ``repr(key)``, so the local executor and Spark agree); markers go to every instance.
 - :class:`Merge` (MRG): aligns its input channels on markers. Marker ``i`` is forwarded only when
-  every channel sent it; an item that arrives on a channel after that channel's marker ``i`` (an
-  early item of block ``i+1``) is held until marker ``i`` is forwarded, never leaked into block ``i``.
+  every channel sent it (a channel's first marker stands for every marker below it, so inputs
+  whose sources started in different blocks align); an item that arrives on a channel after that
+  channel's marker ``i`` (an early item of block ``i+1``) is held until marker ``i`` is forwarded,
+  never leaked into block ``i``.
 - :class:`Sorted` (SORT fused with the operator after it, as the paper does in Storm): holds each
   block and feeds it to the operator sorted by :func:`~traces.types.order_key` (event time, then
   partition and offset, then position among the parent's outputs) when its marker arrives.
@@ -17,7 +19,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Hashable
 
 from traces.templates import OpKeyedOrdered, make_emit, marker_pos
@@ -36,39 +37,77 @@ def hash_instance(key: Hashable, n: int) -> int:
 
 
 class Merge:
-    """MRG over ``channels`` inputs; :meth:`push` returns what it forwards, in order."""
+    """MRG over ``channels`` inputs; :meth:`push` returns what it forwards, in order.
+
+    Marker ``i`` means "block ``i`` is complete on this channel"; a channel's markers are
+    consecutive from its first one, and its **first marker** ``j`` also stands for every marker
+    below ``j`` (a source's first marker closes every block below it at once: :class:`~traces.types.Blocker`).
+    So channels whose first markers differ (two sources whose first low watermarks fall in
+    different blocks) are aligned, not refused:
+
+    - nothing is forwarded until every channel has sent its first marker; the merged stream then
+      starts at the smallest first marker ``m0 = min_c first(c)``;
+    - an item belongs to its channel's block: the one after the channel's last marker, or for an
+      item before the channel's first marker ``j``, block ``j`` (the block that held it at its
+      source); it is forwarded when its block is the open one (after marker ``block - 1``);
+    - marker ``i >= m0`` is forwarded when every channel has sent it or a later one.
+
+    Every run of the same inputs gives the same merged blocks, in whatever order the channels
+    interleave (the blocks depend only on each channel's own sequence).
+    """
 
     def __init__(self, channels: int) -> None:
         if channels < 1:
             raise TraceError(f"MRG needs at least one input channel, got {channels}")
-        self.ahead = [False] * channels          # channel sent the marker not yet forwarded
-        self.held: list[deque] = [deque() for _ in range(channels)]
-        self.pending_marker: Marker | None = None
+        self.first: list[int | None] = [None] * channels
+        self.last: list[int | None] = [None] * channels
+        self.held: list[dict] = [{} for _ in range(channels)]      # block (None: before the first marker) -> items
+        self.markers: dict[int, Marker] = {}                       # received, not yet forwarded
+        self.forwarded: int | None = None                          # index of the last forwarded marker
 
     def push(self, channel: int, message: Event | Marker) -> list[Event | Marker]:
-        if self.ahead[channel]:
-            self.held[channel].append(message)
+        if isinstance(message, Marker):
+            return self._marker(channel, message)
+        last = self.last[channel]
+        block = None if last is None else last + 1
+        if block is not None and self.forwarded is not None and block == self.forwarded + 1:
+            return [message]                                          # the open block
+        self.held[channel].setdefault(block, []).append(message)
+        return []
+
+    def _marker(self, channel: int, m: Marker) -> list[Event | Marker]:
+        last = self.last[channel]
+        if last is not None and m.index != last + 1:
+            raise TraceError(f"MRG: channel {channel} sent {m} after marker {last}; a channel's markers must be "
+                             "consecutive")
+        known = self.markers.get(m.index)
+        if known is not None and known != m:
+            raise TraceError(f"MRG: channel {channel} sent {m} while another channel sent {known}; markers must be "
+                             "the same on every input (fix: give every source of the DAG the same period_ms)")
+        if self.forwarded is None or m.index > self.forwarded:
+            self.markers[m.index] = m
+        if self.first[channel] is None:
+            self.first[channel] = m.index
+        self.last[channel] = m.index
+        if any(f is None for f in self.first):
             return []
-        if not isinstance(message, Marker):
-            return [message]
-        if self.pending_marker is not None and message != self.pending_marker:
-            raise TraceError(f"MRG: channel {channel} sent {message} while another channel sent "
-                             f"{self.pending_marker}; markers must be the same on every input")
-        self.ahead[channel], self.pending_marker = True, message
         out: list[Event | Marker] = []
-        while all(self.ahead):
-            out.append(self.pending_marker)
-            self.pending_marker = None
-            self.ahead = [False] * len(self.ahead)
-            for c, q in enumerate(self.held):
-                while q and not self.ahead[c]:
-                    m = q.popleft()
-                    if isinstance(m, Marker):
-                        if self.pending_marker is not None and m != self.pending_marker:
-                            raise TraceError(f"MRG: channel {c} sent {m}, another {self.pending_marker}")
-                        self.ahead[c], self.pending_marker = True, m
-                    else:
-                        out.append(m)
+        if self.forwarded is None:
+            self.forwarded = min(self.first) - 1                     # type: ignore[type-var]
+            out.extend(self._release(self.forwarded + 1))
+        while min(self.last) > self.forwarded:                      # type: ignore[type-var, operator]
+            k = self.forwarded + 1
+            out.append(self.markers.pop(k))
+            self.forwarded = k
+            out.extend(self._release(k + 1))
+        return out
+
+    def _release(self, block: int) -> list[Event]:
+        out: list[Event] = []
+        for c, held in enumerate(self.held):
+            if self.first[c] == block:
+                out.extend(held.pop(None, []))
+            out.extend(held.pop(block, []))
         return out
 
 

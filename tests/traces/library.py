@@ -55,12 +55,11 @@ class Seq(OpKeyedOrdered):
         return state + 1
 
 
-class SumPerKey(OpKeyedUnordered):
-    """Table 3: running total per key, emitted at every marker (also for empty blocks); on_item
-    emits the value with the total as of the last marker."""
+class Total(OpKeyedUnordered):
+    """Table 3 with a plain sum: the running total per key, emitted at every marker."""
 
     def in_(self, key, value):
-        return value if isinstance(value, int) else 1
+        return value
 
     def id(self):
         return 0
@@ -72,13 +71,24 @@ class SumPerKey(OpKeyedUnordered):
         return 0
 
     def update_state(self, old_state, agg):
+        return old_state + agg
+
+    def on_marker(self, new_state, key, marker, emit):
+        emit(key, new_state)
+
+
+class SumPerKey(Total):
+    """Table 3: running total per key, emitted at every marker (also for empty blocks); on_item
+    emits the value with the total as of the last marker."""
+
+    def in_(self, key, value):
+        return value if isinstance(value, int) else 1
+
+    def update_state(self, old_state, agg):
         return old_state + agg + 1          # +1: counts markers too, so startS matters
 
     def on_item(self, last_state, key, value, emit):
         emit(key, last_state)
-
-    def on_marker(self, new_state, key, marker, emit):
-        emit(key, new_state)
 
 
 LIBRARY = [AddOne, Rekey, DropEven, Diff, Seq, SumPerKey]
@@ -103,3 +113,32 @@ def random_input(rng: random.Random, n: int = 40, partitions: int = 2, keys: int
             floor[p] = max(floor[p], t - disorder)
             msgs.append(Punctuation(p, floor[p]))
     return msgs
+
+
+def shifted(messages: list, by_ms: int, drop_first_punctuations: int = 0) -> list:
+    """``messages`` with every time moved by ``by_ms`` and their first punctuations left out (a source
+    that starts late, so its first marker falls in a later block than another source's)."""
+    out, dropped = [], 0
+    for m in messages:
+        if isinstance(m, Punctuation):
+            if dropped < drop_first_punctuations:
+                dropped += 1
+                continue
+            out.append(m._replace(ts=m.ts + by_ms))
+        else:
+            out.append(m._replace(ts=m.ts + by_ms))
+    return out
+
+
+def assert_parallel_equals_local(dag, inputs, seed: int, runs: int = 3) -> None:
+    """``runs`` parallel deployments (random interleavings from ``seed``) equal ``run_local``."""
+    ref = dag.run_local(inputs)
+    for k in range(runs):
+        assert dag.run_parallel(inputs, seed=seed + k).canonical() == ref.canonical()
+
+
+def fan_out_and_in(dag, rng: random.Random, prev: str, left, right, joins, most: int = 4, tag: str = "") -> str:
+    """``prev`` -> ``left()`` and ``right()`` (two U branches) -> one of ``joins`` (a fan-out and a fan-in)."""
+    a = dag.add_op(left(), rng.randint(1, most), prev, name=f"{tag}left")
+    b = dag.add_op(right(), rng.randint(1, most), prev, name=f"{tag}right")
+    return dag.add_op(rng.choice(joins)(), rng.randint(1, most), a, b, name=f"{tag}join")

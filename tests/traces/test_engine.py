@@ -7,7 +7,8 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tests.traces.library import INT_OUTPUT, AddOne, Diff, Rekey, Seq, SumPerKey, random_input
+from tests.traces.library import (INT_OUTPUT, AddOne, Diff, Rekey, Seq, SumPerKey, assert_parallel_equals_local,
+                                   fan_out_and_in, random_input)
 from traces import (Dag, Event, Marker, O, OpKeyedOrdered, OpStateless, Punctuation, Record, TraceError,
                     TraceTypeError, U)
 from traces.examples.iot import LinearInterpolation, build
@@ -38,11 +39,31 @@ def test_marker_before_any_item_and_empty_blocks():
 
 def test_merge_forwards_a_marker_when_every_input_sent_it_and_holds_early_items():
     m = Merge(2)
-    assert m.push(0, Event("a", 1, 1, (0,))) == [Event("a", 1, 1, (0,))]
+    assert m.push(0, Event("a", 1, 1, (0,))) == []                      # before every first marker: held
     assert m.push(0, Marker(1, 10)) == []
     assert m.push(0, Event("b", 2, 12, (1,))) == []                     # block 2 on channel 0: held
-    assert m.push(1, Event("c", 3, 4, (2,))) == [Event("c", 3, 4, (2,))]
-    assert m.push(1, Marker(1, 10)) == [Marker(1, 10), Event("b", 2, 12, (1,))]
+    assert m.push(1, Event("c", 3, 4, (2,))) == []
+    assert m.push(1, Marker(1, 10)) == [Event("a", 1, 1, (0,)), Event("c", 3, 4, (2,)), Marker(1, 10),
+                                        Event("b", 2, 12, (1,))]
+    assert m.push(1, Event("d", 4, 15, (3,))) == [Event("d", 4, 15, (3,))]   # the open block: at once
+
+
+def test_merge_aligns_channels_whose_first_markers_differ():
+    """A channel's first marker j stands for every marker below j; its earlier items are block j."""
+    m = Merge(2)
+    assert m.push(1, Event("late-start", 7, 250, (9,))) == []           # channel 1's block 3 (its first)
+    assert m.push(1, Marker(3, 30)) == []
+    assert m.push(1, Event("x", 8, 330, (10,))) == []                   # channel 1's block 4
+    assert m.push(0, Event("a", 1, 5, (0,))) == []
+    assert m.push(0, Marker(1, 10)) == [Event("a", 1, 5, (0,)), Marker(1, 10)]
+    assert m.push(0, Event("b", 2, 15, (1,))) == [Event("b", 2, 15, (1,))]
+    assert m.push(0, Marker(2, 20)) == [Marker(2, 20), Event("late-start", 7, 250, (9,))]   # block 3 opens
+    assert m.push(0, Marker(3, 30)) == [Marker(3, 30), Event("x", 8, 330, (10,))]
+    with pytest.raises(TraceError, match="channel 0 sent Marker.index=5.* after marker 3.*consecutive"):
+        m.push(0, Marker(5, 50))
+    assert m.push(0, Marker(4, 40)) == []
+    with pytest.raises(TraceError, match="same on every input.*same period_ms"):
+        m.push(1, Marker(4, 41))
 
 
 # -- templates ----------------------------------------------------------------------------------
@@ -225,10 +246,7 @@ def _random_dag(rng: random.Random, ordering: str) -> Dag:
         cls = rng.choice(INT_OUTPUT if i < 3 else INT_OUTPUT + [Diff])
         prev = dag.add_op(cls(), rng.randint(1, 4), prev, name=f"v{i}")
     if rng.random() < 0.3 and not isinstance(dag.vertices[prev].op, Diff):       # a fan-out and fan-in of two U branches
-        a = dag.add_op(AddOne(), rng.randint(1, 4), prev, name="left")
-        b = dag.add_op(Rekey(), rng.randint(1, 4), prev, name="right")
-        prev = dag.add_op(SumPerKey(), rng.randint(1, 4), a, b, name="join") if rng.random() < 0.5 else \
-            dag.add_op(Seq(), rng.randint(1, 4), a, b, name="join")
+        prev = fan_out_and_in(dag, rng, prev, AddOne, Rekey, [SumPerKey, Seq])
     dag.sink("out", prev)
     return dag
 
@@ -239,9 +257,7 @@ def test_random_pipelines_parallel_equals_run_local(seed, ordering):
     rng = random.Random(seed)
     dag = _random_dag(rng, ordering)
     msgs = random_input(rng)
-    ref = dag.run_local(msgs)
-    for k in range(3):
-        assert dag.run_parallel(msgs, seed=seed + k).canonical() == ref.canonical()
+    assert_parallel_equals_local(dag, msgs, seed)
 
 
 def test_iot_example_parallel_equals_run_local_for_both_strategies():
