@@ -1,11 +1,14 @@
 """Window results: one row per emitted window, or a columnar batch of them.
 
 ``query_id`` is the query's id (a string). ``update`` is ``True`` for a window that ended at
-or before the previous watermark and is
-emitted again because records that arrived since (within the allowed lateness) changed it,
-or because context changed its extent (a late record fused sessions, a late punctuation cut
-a window). Earlier panes are not retracted: a consumer keeps the latest pane per
-``(query_id, start, end)``.
+or before the previous watermark and is emitted again because records that arrived since
+(within the allowed lateness) changed it, or because context changed its extent, and for a
+window that replaces retracted ones. ``retraction`` is ``True`` for a row that takes back a
+window emitted earlier whose extent no longer exists (a late record extended or fused sessions,
+a late punctuation cut a window: the Dataflow Model's retraction, ``seeds/dataflow-model.txt``
+§2.3); it carries the values that window was emitted with. Folding the rows in order (the latest
+row per ``(query_id, start, end)``, a retraction deleting its window) gives the current windows:
+:func:`windowing.final.current_windows`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class WindowResult:
     end: int
     values: tuple
     update: bool = False
+    retraction: bool = False
 
     @property
     def value(self) -> Any:
@@ -40,10 +44,11 @@ class WindowResults:
     """Columnar results (what a Spark adapter turns into a pandas frame without a row loop).
 
     ``values[i]`` holds aggregation ``names[i]`` for all rows: a numpy array (an ``(n, 4)``
-    array for M4) or a list (holistic and user-defined functions). ``query_id`` is an object
-    array of strings; ``rank`` the position of each row's query in the operator (construction
-    order, then additions), by which rows are ordered: (end, rank, start), or (rank, start, end)
-    under Scotty's emission.
+    array for M4) or a list (holistic and user-defined functions, and batches with retractions).
+    ``query_id`` is an object array of strings; ``rank`` the position of each row's query in the
+    operator (construction order, then additions), by which rows are ordered: (end, rank, start),
+    or (rank, start, end) under Scotty's emission; ``retraction`` marks retraction rows (module
+    docstring), which come first in a batch.
     """
 
     names: list[str]
@@ -54,6 +59,11 @@ class WindowResults:
     update: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     values: list = field(default_factory=list)
     rank: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    retraction: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+    def __post_init__(self) -> None:
+        if self.retraction.size != self.start.size:       # built without it: no retraction rows
+            self.retraction = np.zeros(self.start.size, bool)
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -62,16 +72,26 @@ class WindowResults:
         cols = [v.tolist() if isinstance(v, np.ndarray) else list(v) for v in self.values]
         cols = [[tuple(x) if isinstance(x, list) else x for x in c] for c in cols]
         return [
-            WindowResult(str(q), str(m), int(s), int(e), tuple(c[i] for c in cols), bool(u))
-            for i, (q, m, s, e, u) in enumerate(zip(self.query_id.tolist(), self.measure.tolist(),
-                                                    self.start.tolist(), self.end.tolist(),
-                                                    self.update.tolist()))
+            WindowResult(str(q), str(m), int(s), int(e), tuple(c[i] for c in cols), bool(u), bool(r))
+            for i, (q, m, s, e, u, r) in enumerate(zip(self.query_id.tolist(), self.measure.tolist(),
+                                                       self.start.tolist(), self.end.tolist(),
+                                                       self.update.tolist(), self.retraction.tolist()))
         ]
 
+    def row_values(self, i: int) -> tuple:
+        """The aggregate values of row ``i`` (M4 as a tuple), as :meth:`rows` gives them."""
+        out = []
+        for v in self.values:
+            x = v[i]
+            out.append(tuple(x.tolist()) if isinstance(x, np.ndarray) else x.item() if isinstance(x, np.generic)
+                       else tuple(x) if isinstance(x, list) else x)
+        return tuple(out)
+
     @staticmethod
-    def concat(names: list[str], parts: list["WindowResults"], by_query: bool = False) -> "WindowResults":
+    def concat(names: list[str], parts: list["WindowResults"], by_query: bool = False,
+               sort: bool = True) -> "WindowResults":
         """One batch of ``parts``, rows ordered by (end, rank, start), or by (rank, start, end)
-        with ``by_query`` (Scotty's order)."""
+        with ``by_query`` (Scotty's order); ``sort=False`` keeps the parts' order."""
         parts = [p for p in parts if len(p)]
         if not parts:
             return WindowResults(names, values=[np.zeros(0) for _ in names])
@@ -80,18 +100,24 @@ class WindowResults:
             np.concatenate([p.query_id for p in parts]), np.concatenate([p.measure for p in parts]),
             np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
             np.concatenate([p.update for p in parts]), [], np.concatenate([p.rank for p in parts]),
+            np.concatenate([p.retraction for p in parts]),
         )
         for i in range(len(names)):
             cols = [p.values[i] for p in parts]
-            out.values.append(np.concatenate(cols) if isinstance(cols[0], np.ndarray)
-                              else [x for c in cols for x in c])
+            if all(isinstance(c, np.ndarray) for c in cols):
+                out.values.append(np.concatenate(cols))
+            else:               # lists (M4 rows as tuples), as with_empty makes them
+                out.values.append([tuple(x.tolist()) if isinstance(x, np.ndarray) else x
+                                   for c in cols for x in (c if not isinstance(c, np.ndarray) else list(c))])
+        if not sort:
+            return out
         order = np.lexsort((out.end, out.start, out.rank) if by_query else (out.start, out.rank, out.end))
         return out.take(order)
 
     def take(self, idx: np.ndarray) -> "WindowResults":
         vals = [v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()] for v in self.values]
         return WindowResults(self.names, self.query_id[idx], self.measure[idx], self.start[idx],
-                             self.end[idx], self.update[idx], vals, self.rank[idx])
+                             self.end[idx], self.update[idx], vals, self.rank[idx], self.retraction[idx])
 
 
 def object_array(items) -> np.ndarray:

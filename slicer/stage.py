@@ -15,8 +15,13 @@ its records are late by the same rule as everyone else's).
 Output rows (columns shared with the Dataflow stage, :mod:`windowing.rows`): the key column(s),
 ``query_id``, ``window_start_ms``, ``window_end_ms`` (``[start, end)``; record positions for
 count windows), ``update`` (a window emitted before, emitted again because records within the
-allowed lateness changed it: keep the latest row per window), ``measure`` (``time`` or
-``count``), one column per aggregation (``sum``, ``count``, ``mean``, ``m4_min`` ...). A row's
+allowed lateness changed it, or a window replacing retracted ones), ``measure`` (``time`` or
+``count``), ``is_retraction`` (this row takes back a window emitted earlier whose extent no
+longer exists, with the values it was emitted with: a late record extended or fused sessions,
+cut a punctuation window, ...; the Dataflow stage's convention, ``seeds/dataflow-model.txt``
+§2.3), one column per aggregation (``sum``, ``count``, ``mean``, ``m4_min`` ...). The current
+result per window is the latest row per (key, ``query_id``, start, end) with retracted windows
+deleted: :func:`windowing.final.current_windows` folds it. A row's
 ``event_time_ms`` is the window's last instant, ``window_end_ms - 1`` (count windows: the output
 watermark), held at the previous output watermark when it is behind it: a query added while
 running reports windows that ended before it was added (Beam holds late panes the same way).
@@ -56,7 +61,7 @@ from windowing.rows import (
 __all__ = ["SlicerStage", "SLICER_COLUMNS"]
 
 #: Slicer columns between the result columns and the aggregation columns.
-SLICER_COLUMNS = [("update", "boolean"), ("measure", "string")]
+SLICER_COLUMNS = [("update", "boolean"), ("measure", "string"), ("is_retraction", "boolean")]
 _VALUE = "slicer_value"
 
 
@@ -278,6 +283,7 @@ class SlicerStage(Stage):
         cols["window_start_ms"], cols["window_end_ms"] = start, end
         cols["update"] = np.concatenate([np.asarray(r.update, bool) for r in res])
         cols["measure"] = measure
+        cols["is_retraction"] = np.concatenate([np.asarray(r.retraction, bool) for r in res])
         c = 0
         for i, fn in enumerate(self.aggregations):
             vals = [r.values[i] for r in res]

@@ -5,7 +5,12 @@ On a watermark ``w`` (previous one ``p``, allowed lateness ``L``) it emits, per 
 * every window that ended since the last watermark, ``p < end <= w`` (``triggerWin``);
 * updates of windows with ``p - L < end <= p``: those holding a slice that received records
   since ``p``, and, for context-aware windows, those whose extent was not emitted before
-  (section 5.3: "outputs updates for these window aggregates").
+  (section 5.3: "outputs updates for these window aggregates");
+* retractions (first, ``retraction=True``) of emitted context-aware windows whose extent no
+  longer exists: a late record extended or fused sessions, a late punctuation cut a window, a
+  late record shifted slide-by-tuple windows (the Dataflow Model's retractions,
+  ``seeds/dataflow-model.txt`` §2.3). A window overlapping a retracted one is emitted as an
+  update (``update=True``), in either emission.
 
 With ``scotty=True`` (the operator's default ``emission="scotty"``) empty tumbling and sliding
 time windows are emitted too, none starting before 0, rows per query; with ``scotty=False``
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from slicer.context_windows import ContextAwareWindow, WindowContext
-from slicer.results import WindowResults, with_empty
+from slicer.results import WindowResults, object_array, with_empty
 from slicer.slice_manager import CountSliceManager, SliceManager
 from slicer.windows import COUNT, TIME, Measure, PeriodicWindow, measure_of, progression_points
 
@@ -37,6 +42,27 @@ def _dirty(store, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return cd[np.searchsorted(store.starts, e, "left")] - cd[np.searchsorted(store.starts, s, "left")] > 0
 
 _NO_LIMIT = np.iinfo(np.int64).max
+_FAR = int(np.iinfo(np.int64).max) // 2
+
+
+def _remember(q: Query, res: WindowResults, rows: np.ndarray) -> None:
+    """Record the context-aware query ``q``'s rows ``rows`` of ``res`` as emitted (with their
+    values, to retract them later); a row overlapping a retracted window is an update (it
+    replaces it), and that window is no longer waiting for a replacement."""
+    if rows.size == 0:
+        return
+    s, e = res.start[rows].tolist(), res.end[rows].tolist()
+    if q.retracted:
+        done = set()
+        for j, a, b in zip(rows.tolist(), s, e):
+            hit = [k for k in q.retracted if a < k[1] and b > k[0]]
+            if hit:
+                res.update[j] = True
+                done.update(hit)
+        for k in done:
+            del q.retracted[k]
+    for j, a, b in zip(rows.tolist(), s, e):
+        q.emitted[(a, b)] = res.row_values(j)
 
 
 @dataclass
@@ -46,16 +72,19 @@ class Query:
     ``spec`` is what the user gave (a :mod:`windowing` window or a slicer-only one), ``window``
     its runtime (:func:`slicer.compile.compile_window`); ``fresh``: added while running and not
     yet through a watermark (its first watermark emits every older window too, see
-    :mod:`slicer.coverage`)."""
+    :mod:`slicer.coverage`). Context-aware queries keep the windows they emitted that may still
+    change (``emitted``: extent -> values, to retract them) and the retracted extents no window
+    replaced yet (``retracted``)."""
 
     id: str
     window: Any
     start_at: int
     context: WindowContext | None = None
-    emitted: dict = field(default_factory=dict)  # context-aware: (start, end) already emitted
+    emitted: dict = field(default_factory=dict)  # context-aware: (start, end) -> values emitted
     spec: Any = None
     measure: Measure = TIME
     fresh: bool = False
+    retracted: dict = field(default_factory=dict)  # context-aware: (start, end) retracted, not yet replaced
 
     @classmethod
     def of(cls, qid, spec, runtime, start_at: int) -> "Query":
@@ -83,7 +112,9 @@ class WindowManager:
         wm = wm if prev is None else max(wm, prev)
         parts = []
         rank = {qid: i for i, qid in enumerate(self.queries)}
+        retractions = None
         if time_mgr.store.n:
+            retractions = self._retractions(self.of_measure(TIME), time_mgr, names, rank)
             parts += self._emit_split(self.of_measure(TIME), time_mgr, prev, wm, None, names, rank)
         if count_mgr.store.n:
             n_now = count_mgr.position_of_time(wm)
@@ -95,7 +126,34 @@ class WindowManager:
         self.watermark = wm
         time_mgr.store.clear_dirty()
         self._evict(wm - self.allowed_lateness_ms, time_mgr, count_mgr)
-        return WindowResults.concat(names, [p for p in parts if p is not None], by_query=self.scotty)
+        out = WindowResults.concat(names, [p for p in parts if p is not None], by_query=self.scotty)
+        if retractions is None:
+            return out
+        return WindowResults.concat(names, [retractions, out], sort=False)
+
+    def _retractions(self, queries: list[Query], mgr, names: list[str], rank: dict) -> WindowResults | None:
+        """Retraction rows of emitted context-aware windows whose extent no longer exists (see the
+        module docstring): each carries the values it was emitted with."""
+        rows = []
+        for q in queries:
+            if q.context is None or q.fresh or not q.emitted:
+                continue
+            lo = min(e for _, e in q.emitted) - 1
+            s, e = q.context.windows_ending_between(mgr, lo, _FAR)
+            now = set(zip(np.asarray(s, np.int64).tolist(), np.asarray(e, np.int64).tolist()))
+            for k in [k for k in q.emitted if k not in now]:
+                rows.append((q, k, q.emitted.pop(k)))
+                q.retracted[k] = None
+        if not rows:
+            return None
+        n = len(rows)
+        part = WindowResults(
+            names, object_array([q.id for q, _, _ in rows]), object_array([q.measure.value for q, _, _ in rows]),
+            np.array([k[0] for _, k, _ in rows], np.int64), np.array([k[1] for _, k, _ in rows], np.int64),
+            np.ones(n, bool), [[v[i] for _, _, v in rows] for i in range(len(names))],
+            np.array([rank[q.id] + (len(rank) if self.scotty else 0) for q, _, _ in rows], np.int64),
+            np.ones(n, bool))
+        return WindowResults.concat(names, [part], by_query=self.scotty)
 
     def _emit_split(self, queries, mgr, prev, now, first_change, names, rank) -> list:
         """A query added since the last watermark emits every window that ended and holds
@@ -130,17 +188,18 @@ class WindowManager:
             keep = (has | (periodic & ~upd)) & ~(periodic & (s < 0))
         ok = (s >= start_at[pos]) & keep
         pos, s, e, upd, lo, hi, has = pos[ok], s[ok], e[ok], upd[ok], lo[ok], hi[ok], has[ok]
-        for i in rest:
-            if queries[i].context is not None:
-                m = pos == i
-                queries[i].emitted.update(dict.fromkeys(zip(s[m].tolist(), e[m].tolist())))
         qid = np.array([q.id for q in queries], object)[pos]
         measure = np.array([q.measure.value for q in queries], object)[pos]
         order = np.array([rank[q.id] for q in queries], np.int64)[pos]
         if self.scotty:          # context-free queries first, each in registration order
             order = order + len(rank) * np.array([q.context is not None for q in queries], np.int64)[pos]
-            return WindowResults(names, qid, measure, s, e, upd, with_empty(st.query(lo[has], hi[has]), has), order)
-        return WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi), order)
+            res = WindowResults(names, qid, measure, s, e, upd, with_empty(st.query(lo[has], hi[has]), has), order)
+        else:
+            res = WindowResults(names, qid, measure, s, e, upd, st.query(lo, hi), order)
+        for i in rest:
+            if queries[i].context is not None:
+                _remember(queries[i], res, np.flatnonzero(pos == i))
+        return res
 
     def _sliding_block(self, qs, mgr, prev, now, first_change, span, fresh=False):
         """Tumbling and sliding queries, all at once: (query index, starts, ends, update)."""
@@ -206,10 +265,12 @@ class WindowManager:
     # ------------------------------------------------------------------ eviction
     def _evict(self, horizon: int, time_mgr: SliceManager, count_mgr: CountSliceManager) -> None:
         if time_mgr.store.n:
+            for q in self.of_measure(TIME):     # windows starting before this are final
+                if q.emitted or q.retracted:
+                    open_ = self._open_start(q, time_mgr, horizon)
+                    q.emitted = {k: v for k, v in q.emitted.items() if k[0] >= open_}
+                    q.retracted = {k: None for k in q.retracted if k[1] > open_}   # later windows overlap it
             time_mgr.evict_before(self._cutoff(self.of_measure(TIME), time_mgr, horizon))
-            for q in self.of_measure(TIME):
-                if q.emitted:
-                    q.emitted = {k: None for k in q.emitted if k[1] >= horizon}  # sessions: final at end + 1
         if count_mgr.store.n:
             final = count_mgr.position_of_time(horizon)
             count_mgr.evict_before(self._cutoff(self.of_measure(COUNT), count_mgr, final))
@@ -235,14 +296,16 @@ class WindowManager:
     def get_state(self) -> dict:
         """Watermarks and every query: definition, coverage start, emitted windows, context."""
         return {"wm": self.watermark, "cf": self.count_frontier,
-                "q": [(i, q.spec, q.start_at, q.fresh, q.emitted, None if q.context is None else q.context.get_state())
+                "q": [(i, q.spec, q.start_at, q.fresh, q.emitted, None if q.context is None else q.context.get_state(),
+                       q.retracted)
                       for i, q in self.queries.items()]}
 
     def set_state(self, state: dict, compile_window) -> None:
         self.watermark, self.count_frontier = state["wm"], state["cf"]
         self.queries = {}
-        for i, spec, start_at, fresh, emitted, ctx in state["q"]:
+        for i, spec, start_at, fresh, emitted, ctx, *rest in state["q"]:
             q = self.queries[i] = Query.of(i, spec, compile_window(spec), start_at)
-            q.fresh, q.emitted = fresh, dict(emitted)
+            q.fresh, q.emitted = fresh, {k: (v if v is not None else ()) for k, v in emitted.items()}
+            q.retracted = dict(rest[0]) if rest else {}
             if q.context is not None:
                 q.context.set_state(ctx)

@@ -10,7 +10,9 @@ windows ``[previous p, p)`` with the first one opened at the first record; slide
 watermark a record more than the allowed lateness older than the newest earlier one is dropped.
 ``emission="scotty"`` (the default, as the engine's) adds empty tumbling and sliding windows,
 drops negative starts and orders rows per query; ``emission="compact"`` (the Spark stage's) reports
-windows with records only, ordered by (end, query, start).
+windows with records only, ordered by (end, query, start). An emitted context-aware window whose
+extent no longer exists is retracted first (a row with ``"retract"`` in the update slot and the
+values it was emitted with); a window overlapping a retracted one not yet replaced is an update.
 """
 
 from __future__ import annotations
@@ -130,6 +132,8 @@ class RefQuery:
     fresh: bool = False             # added since the last watermark: emits every older window as an update
     since: int = 0                  # count windows: positions among the records with seq >= since
     cfront: int | None = None       # count windows: positions below the watermark at the last one
+    shown: dict = None              # (start, end) -> values last emitted
+    retracted: set = None           # retracted extents no emitted window overlapped yet
 
 
 class Reference:
@@ -174,11 +178,19 @@ class Reference:
     def watermark(self, wm):
         wm = wm if self.wm is None else max(self.wm, wm)
         recs = sorted(self.recs, key=lambda r: (r[1], r[2]))
-        out = []
+        out, retractions = [], []
         for qid, q in self.queries.items():
             prev = self.wm
             count = _is_count(q.window)
             mine = [r for r in recs if r[2] >= (q.since if count else self.time_since)]
+            q.shown = {} if q.shown is None else q.shown
+            q.retracted = set() if q.retracted is None else q.retracted
+            if isinstance(q.window, CONTEXT_AWARE) and not q.fresh:
+                now = {(s, e) for s, e, _ in ref_windows(q.window, mine)}
+                for k in [k for k in q.emitted if k not in now]:
+                    del q.emitted[k]
+                    retractions.append((qid, k[0], k[1], "retract", q.shown.pop(k)))
+                    q.retracted.add(k)
             n_now = sum(1 for r in mine if r[1] < wm)
             cfront = q.cfront
             empty = self.scotty and not count and isinstance(q.window, (TumblingWindow, SlidingWindow)) and mine
@@ -203,13 +215,20 @@ class Reference:
                 if new or upd:
                     q.emitted[(s, e)] = ids
                     vals = tuple(ref_aggregate(a, mem) if mem else None for a in self.aggs)
+                    q.shown[(s, e)] = vals
                     out.append((qid, s, e, bool(upd), vals))
+            replaced = {k for k in q.retracted for r in out if r[0] == qid and r[1] < k[1] and r[2] > k[0]}
+            out = [r[:3] + (True,) + r[4:] if r[0] == qid and any(r[1] < k[1] and r[2] > k[0] for k in replaced)
+                   else r for r in out]
+            q.retracted -= replaced
             q.fresh, q.cfront = False, n_now
         self.wm, self.since = wm, set()
         if self.scotty:     # per query (context-free first, each in registration order), then by start
             rank = {qid: (isinstance(q.window, CONTEXT_AWARE), i) for i, (qid, q) in enumerate(self.queries.items())}
-            return sorted(out, key=lambda r: (rank[r[0]], r[1], r[2]))
-        return sorted(out, key=lambda r: (r[2], r[0], r[1]))
+            key = lambda r: (rank[r[0]], r[1], r[2])       # noqa: E731
+        else:
+            key = lambda r: (r[2], r[0], r[1])             # noqa: E731
+        return sorted(retractions, key=key) + sorted(out, key=key)
 
 
 CONTEXT_AWARE = (SessionWindow, PunctuationWindow, SlideByTupleWindow, ThresholdFrame)
@@ -239,13 +258,20 @@ def close(a, b) -> bool:
 
 
 def rows_of(results, qmap=None, keep_order=False):
-    """Row tuples of engine results, sorted by (end, query, start) unless ``keep_order``."""
+    """Row tuples ``(query, start, end, update, values)`` of engine results (``"retract"`` in the
+    update slot of a retraction), sorted by (end, query, start) unless ``keep_order``
+    (retractions first either way, as the engine emits them)."""
     out = []
     for r in results:
         qi = r.query_id if qmap is None else qmap[r.query_id]
-        out.append((qi, r.start, r.end, r.update, tuple(v.tolist() if isinstance(v, np.ndarray) else v
-                                                        for v in r.values)))
-    return out if keep_order else sorted(out, key=lambda r: (r[2], r[0], r[1]))
+        out.append((qi, r.start, r.end, "retract" if r.retraction else r.update,
+                    tuple(v.tolist() if isinstance(v, np.ndarray) else v for v in r.values)))
+    return out if keep_order else sorted(out, key=row_order)
+
+
+def row_order(r):
+    """The compact order of row tuples: retractions first, then by (end, query, start)."""
+    return (r[3] != "retract", r[2], r[0], r[1])
 
 
 def same_rows(a, b) -> bool:

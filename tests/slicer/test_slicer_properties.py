@@ -19,7 +19,7 @@ from slicer import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helper importable
-from slicer_reference import Concat, Reference, is_seven, rows_of, same_rows  # noqa: E402
+from slicer_reference import row_order, Concat, Reference, is_seven, rows_of, same_rows  # noqa: E402
 
 settings.register_profile("slicer-noshrink", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 if os.environ.get("SLICER_NO_SHRINK"):  # debugging aid: fail fast without shrinking
@@ -177,7 +177,7 @@ def test_shared_operator_equals_one_operator_per_query(windows, names, lateness,
         single, _ = operator([w], make_aggs(names), lateness, emission=emission)
         per_query.append([rows_of(r, {"0": ids[i]}) for r in run(single, events)])
     for k, rows in enumerate(got):
-        merged = sorted((r for p in per_query for r in p[k]), key=lambda r: (r[2], r[0], r[1]))
+        merged = sorted((r for p in per_query for r in p[k]), key=row_order)
         assert same_rows(rows, merged)
 
 

@@ -27,7 +27,7 @@ from slicer.windows import COUNT, TIME, measure_of
 from windowing import AddWindow, Count, Max, Mean, Min, RemoveWindow, parse_command
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
-from slicer_reference import Reference, rows_of, same_rows  # noqa: E402
+from slicer_reference import row_order, Reference, rows_of, same_rows  # noqa: E402
 from test_slicer_properties import (  # noqa: E402
     AGGS, EMISSIONS, at_origin, count_windows, make_aggs, streams, time_windows,
 )
@@ -62,7 +62,7 @@ def run_with_commands(op, ref, events, template):
             ref.records(ev[1], ev[2])
         elif ev[0] == "wm":
             got = rows_of(op.process_watermark(ev[1]))
-            want = sorted(ref.watermark(ev[1]), key=lambda r: (r[2], r[0], r[1]))
+            want = sorted(ref.watermark(ev[1]), key=row_order)
             assert same_rows(got, want), f"at watermark {ev[1]}:\n engine    {got}\n reference {want}"
         elif ev[0] == "add":
             held = op._time is not None and op._time.store.n > 0 and bool(op.windows.of_measure(TIME))

@@ -43,8 +43,9 @@ def test_a_late_punctuation_cuts_an_emitted_window_and_a_late_first_record_opens
     op = SlicingWindowOperator([PunctuationWindow(0)], [Sum()], allowed_lateness_ms=100)
     assert windows_of(op, [1, 2, 0], [10, 30, 50], 60) == [(10, 50, 3)]
     op.process_elements(np.array([0, 4]), np.array([20, 5]))   # punctuation at 20; a record at 5
-    got = [(r.start, r.end, r.value, r.update) for r in op.process_watermark(70)]
-    assert got == [(5, 20, 5, True), (20, 50, 2, True)]            # new extents, emitted as updates
+    got = [(r.start, r.end, r.value, r.update, r.retraction) for r in op.process_watermark(70)]
+    assert got == [(10, 50, 3, True, True),                        # the emitted extent is retracted first
+                   (5, 20, 5, True, False), (20, 50, 2, True, False)]   # new extents, emitted as updates
 
 
 def test_punctuation_on_an_in_order_stream_with_a_record_at_the_same_time():
@@ -209,7 +210,8 @@ def test_scotty_emission_matches_the_reference_in_scotty_order(windows, names, l
             op.process_elements(np.array(ev[1]), ts)
             ref.records(ev[1], ts.tolist())
         else:
-            got = [(r.query_id, r.start, r.end, r.update, r.values) for r in op.process_watermark(ev[1] + 200)]
+            got = [(r.query_id, r.start, r.end, "retract" if r.retraction else r.update, r.values)
+                   for r in op.process_watermark(ev[1] + 200)]
             want = ref.watermark(ev[1] + 200)
             assert same_rows([g[:4] + g[4] for g in got], [w[:4] + w[4] for w in want]), (got, want)
     assert op.dropped_late == ref.dropped

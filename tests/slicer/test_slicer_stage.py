@@ -97,7 +97,8 @@ def _reference(config: str, batches) -> list[list[tuple]]:
         if wm is not None:
             for k, op in engines.items():
                 for r in op.process_watermark(wm):
-                    rows.append(("window", k, r.query_id, r.start, r.end, r.update, *_flat(r.values)))
+                    rows.append(("window", k, r.query_id, r.start, r.end, r.update, r.retraction,
+                                 *_flat(r.values)))
         out.append(sorted(rows, key=repr))
     return out
 
@@ -111,7 +112,7 @@ def _rows(outs, config: str) -> list[list[tuple]]:
         rows = [("dropped", r["dropped_key"], r["dropped_reason"], r["dropped_count"])
                 for r in o[o["kind"] == "dropped"].to_dict("records")]
         rows += [("window", r["k"], r["query_id"], r["window_start_ms"], r["window_end_ms"], r["update"],
-                  *(r[c] for c in cols)) for r in o[o["kind"] == "data"].to_dict("records")]
+                  r["is_retraction"], *(r[c] for c in cols)) for r in o[o["kind"] == "data"].to_dict("records")]
         got.append(sorted(rows, key=repr))
     return got
 
