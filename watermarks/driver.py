@@ -28,6 +28,16 @@ element). So a late element cannot pull a pane's timestamp behind the watermark.
 output watermark over every key of a step; here it is per key, so how keys are grouped (key
 groups on Spark) does not change a timestamp.
 
+Merging windows (sessions) that change after they emitted say so in every accumulation mode
+(issue 22; the paper's retractions, §2.3): a window a merge replaces has its last pane retracted
+(an ``is_retraction`` copy; in ``discarding`` mode carrying the window's total, the sum of its
+panes) before the merged window's next pane, and in ``discarding`` mode that pane carries
+everything the merged window holds (a new window to a consumer summing panes per window). An
+element whose session would merge into a session already garbage collected (emitted and past its
+allowed lateness: its state is gone, so it cannot be retracted) is dropped as late and counted in
+``dropped_late``, whatever the allowed lateness: a late element never changes an emitted session
+without a retraction.
+
 A firing emits a pane only when the window received data (or merged) since its previous pane,
 except the first firing after the watermark passed the end of the window under
 ``OnTimeBehavior.FIRE_ALWAYS``. A trigger that finishes closes its window: later data for it
@@ -57,6 +67,7 @@ Example: fixed two-minute windows with the default trigger, one late datum (Figu
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 import zlib
 from collections.abc import Callable, Iterable
@@ -66,12 +77,15 @@ from watermarks import _codec
 from watermarks._trigger_runtime import Layout, build
 from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
-from watermarks.windows import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn
+from watermarks.windows import (
+    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
+)
 from windowing import AggregateFunction, ToList, Window
 
 __all__ = ["TriggerDriver", "LateDataDropped"]
 
-_FORMAT = 2  # 2: per-window watermark hold (Beam's element hold) instead of min/max event time
+_FORMAT = 3  # 2: per-window watermark hold (Beam's element hold); 3: + what a window showed, gone sessions
+_READS = (2, 3)
 _EARLY, _ON_TIME, _LATE = PaneTiming.EARLY, PaneTiming.ON_TIME, PaneTiming.LATE
 
 
@@ -90,13 +104,18 @@ class _WindowState:
     ``hold``: Beam's element hold, the output timestamp the next pane gets (None: no element
     since the last pane counts; the pane then gets ``end_ms - 1``). ``cand``: the current
     bundle's contribution, folded into ``hold`` when the bundle ends (empty between calls).
+    ``emitted``: panes to retract with the next pane (retracting mode: every pane not yet
+    retracted; merging windows in the other modes: the last pane of each extent, of which those
+    of another extent are retracted). ``shown``: discarding mode, merging windows: the
+    accumulator of everything emitted (a retraction's value; folded back into ``acc`` when the
+    window's extent changes).
     """
 
-    __slots__ = ("acc", "hold", "cand", "dirty", "after_end", "closed", "next_index", "trig", "emitted")
+    __slots__ = ("acc", "hold", "cand", "dirty", "after_end", "closed", "next_index", "trig", "emitted", "shown")
 
     def __init__(self, acc: Any, trig: list) -> None:
         self.acc, self.trig = acc, trig
-        self.hold = self.cand = None
+        self.hold = self.cand = self.shown = None
         self.dirty = self.after_end = self.closed = False
         self.next_index = 0
         self.emitted: list[Pane] = []
@@ -156,6 +175,9 @@ class TriggerDriver:
         self._root = build(trigger, self._layout)
         self._discarding = self.accumulation_mode is AccumulationMode.DISCARDING
         self._retracting = self.accumulation_mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+        self._merging = self.window_fn.is_merging
+        #: merging windows: per key, the latest end of a garbage-collected window (module docstring)
+        self._gone: dict[Any, int] = {}
         self._fire_always = self.on_time_behavior is OnTimeBehavior.FIRE_ALWAYS
         self._ctx = _Ctx()
         self._ctx.watermark = self._ctx.now = BEGINNING_OF_TIME_MS
@@ -221,7 +243,11 @@ class TriggerDriver:
         if watermark_ms <= self._ctx.watermark:
             return []
         self._ctx.watermark = watermark_ms
-        return self._check_all(gc=True)
+        out = self._check_all(gc=True)
+        if self._gone:      # an accepted element's window ends after watermark - lateness
+            reach = watermark_ms - self.allowed_lateness_ms - extent_ms(self.window_fn)
+            self._gone = {k: e for k, e in self._gone.items() if e > reach}
+        return out
 
     def advance_processing_time(self, now_ms: int) -> list[Pane]:
         """Move processing time forward; fire windows whose processing-time triggers are due."""
@@ -250,9 +276,10 @@ class TriggerDriver:
         renames: dict[IntervalWindow, IntervalWindow] = {}
         # late: the watermark is at or past min(end + allowed lateness, END_OF_TIME_MS) (_gc_time)
         bar, all_late = ctx.watermark - self.allowed_lateness_ms, ctx.watermark >= END_OF_TIME_MS
+        gone = self._gone.get(key, BEGINNING_OF_TIME_MS) if self._merging else BEGINNING_OF_TIME_MS
         for value, t in elements:
             for w in self.window_fn.assign_windows(t):
-                if bar >= w.end_ms or all_late:
+                if bar >= w.end_ms or all_late or w.start_ms < gone:    # gone: would merge into a collected session
                     self.dropped_late += 1
                     if not self._warned_late:
                         self._warn_late(key, w, t)
@@ -325,7 +352,13 @@ class TriggerDriver:
                 if new in group:
                     return None
                 continue  # closed windows are final; never merge them
-            states = [ws.pop(g) for g in group if g != new]
+            olds = [g for g in group if g != new]
+            states = [ws.pop(g) for g in olds]
+            if self._discarding:        # a window that changes extent is new to the consumer: all of it
+                for g, st in zip(olds, states):
+                    if g != result and st.shown is not None:
+                        st.acc = self.combiner.merge_accumulators([st.shown, st.acc])
+                        st.shown = None
             for g in group:
                 if g != result:
                     renames[g] = result
@@ -354,6 +387,7 @@ class TriggerDriver:
             merged.dirty = any(s.dirty for s in states)
             merged.next_index = max(s.next_index for s in states)
             merged.emitted = sorted((p for s in states for p in s.emitted), key=lambda p: (p.window, p.index))
+            merged.shown = next((s.shown for s in states if s.shown is not None), None)   # the one kept its extent
             merged.after_end = any(s.after_end for s in states)
         # it fired after the end of the *merged* window only if that end is behind the watermark
         # (every earlier firing happened at or before the current watermark)
@@ -386,6 +420,8 @@ class TriggerDriver:
                 out = self._emit(key, w, st, timing, last=finished or gc)
         if gc:
             del ws[w]
+            if self._merging:
+                self._gone[key] = max(self._gone.get(key, w.end_ms), w.end_ms)
         elif finished:
             st.closed, st.acc, st.emitted, st.dirty = True, None, [], False
         return out
@@ -401,6 +437,12 @@ class TriggerDriver:
         if self._retracting:
             out = [p.retraction() for p in st.emitted]
             st.emitted = [pane]
+        elif self._merging:        # retract the panes of extents this window replaced (module docstring)
+            out = [p.retraction() for p in st.emitted if p.window != w]
+            st.emitted = [pane]
+            if self._discarding:
+                st.shown = st.acc if st.shown is None else self.combiner.merge_accumulators([st.shown, st.acc])
+                st.emitted = [dataclasses.replace(pane, value=self.combiner.extract_output(st.shown))]
         out.append(pane)
         if self._discarding:
             st.acc = self.combiner.create_accumulator()
@@ -423,15 +465,15 @@ class TriggerDriver:
                 panes = [(p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
                           p.is_first, p.is_last) for p in st.emitted]
                 rows.append((w.start_ms, w.end_ms, st.acc, st.hold, flags,
-                             st.next_index, st.trig, panes))
+                             st.next_index, st.trig, panes, st.shown))
             keys.append((key, rows))
         return _codec.encode((_FORMAT, self._fingerprint(), self._ctx.watermark, self._ctx.now,
-                              self.dropped_late, self.dropped_closed, keys))
+                              self.dropped_late, self.dropped_closed, keys, list(self._gone.items())))
 
     def load_bytes(self, data: bytes) -> None:
         """Replace this driver's state with state written by ``to_bytes`` of an equal driver."""
-        fmt, fingerprint, wm, now, dropped_late, dropped_closed, keys = _codec.decode(data)
-        if fmt != _FORMAT or fingerprint != self._fingerprint():
+        fmt, fingerprint, wm, now, dropped_late, dropped_closed, keys, *gone = _codec.decode(data)
+        if fmt not in _READS or fingerprint != self._fingerprint():
             raise ValueError(f"driver state was written by a driver with a different format or configuration "
                              f"(state format {fmt}, this driver reads {_FORMAT}; or another window_fn, trigger, "
                              "mode, lateness, combiner)")
@@ -439,10 +481,12 @@ class TriggerDriver:
         self.dropped_late, self.dropped_closed = dropped_late, dropped_closed
         self._warned_late = dropped_late > 0
         self._keys = {}
+        self._gone = {k: e for k, e in gone[0]} if gone else {}
         for key, rows in keys:
             ws = self._keys[key] = {}
-            for start, end, acc, hold, flags, next_index, trig, panes in rows:
+            for start, end, acc, hold, flags, next_index, trig, panes, *shown in rows:
                 st = _WindowState(acc, trig)
+                st.shown = shown[0] if shown else None
                 st.hold, st.next_index = hold, next_index
                 st.dirty, st.after_end, st.closed = bool(flags & 1), bool(flags & 2), bool(flags & 4)
                 st.emitted = [Pane(key, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la)

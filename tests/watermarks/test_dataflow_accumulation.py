@@ -77,11 +77,21 @@ def test_session_merge_retracts_every_merged_windows_last_pane():
         (0, 10, 1, "EARLY", 0, "FR"), (0, 18, 5, "EARLY", 1, ""),  # [8,18) grew [0,10)
         (0, 18, 5, "EARLY", 1, "R"), (20, 30, 2, "EARLY", 0, "FR"), (0, 30, 15, "EARLY", 2, ""),
     ]
+    # Issue 22: the other modes retract a merged-away window's last pane too (discarding: with the
+    # window's total), and a discarding pane of a window that changed extent holds all of it.
+    for mode in ("accumulating", "discarding"):
+        d = make(Repeatedly(AfterCount(1)), mode, Sessions(10))
+        assert rows(d, steps) == [
+            (0, 10, 1, "EARLY", 0, "F"), (20, 30, 2, "EARLY", 0, "F"),
+            (0, 10, 1, "EARLY", 0, "FR"), (0, 18, 5, "EARLY", 1, ""),
+            (0, 18, 5, "EARLY", 1, "R"), (20, 30, 2, "EARLY", 0, "FR"), (0, 30, 15, "EARLY", 2, ""),
+        ], mode
+    # a window that keeps its extent: discarding panes stay deltas, nothing is retracted
     d = make(Repeatedly(AfterCount(1)), "discarding", Sessions(10))
-    assert rows(d, steps) == [
-        (0, 10, 1, "EARLY", 0, "F"), (20, 30, 2, "EARLY", 0, "F"), (0, 18, 4, "EARLY", 1, ""),
-        (0, 30, 8, "EARLY", 2, ""),
-    ]
+    assert rows(d, [("add", [(1, 0)]), ("add", [(2, 20)]), ("add", [(4, 2)]), ("add", [(1, 25)])]) == [
+        (0, 10, 1, "EARLY", 0, "F"), (20, 30, 2, "EARLY", 0, "F"),
+        (0, 10, 1, "EARLY", 0, "FR"), (0, 12, 5, "EARLY", 1, ""),        # [2,12) grew it: all of it
+        (20, 30, 2, "EARLY", 0, "FR"), (20, 35, 3, "EARLY", 1, "")]
 
 
 def test_a_merge_into_a_closed_session_drops_the_element():

@@ -222,7 +222,7 @@ def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_en
     assert _per_step(d, steps) == [
         [], [(0, 10, 1, "ON_TIME", 0, "F")],
         [],  # [8,18) merges into [0,18): its end is ahead of the watermark again
-        [], [(0, 18, 3, "ON_TIME", 1, "")],
+        [], [(0, 10, 1, "ON_TIME", 0, "FR"), (0, 18, 3, "ON_TIME", 1, "")],   # [0, 10) retracted first
     ]
 
 
@@ -232,7 +232,7 @@ def test_late_data_merging_into_a_session_behind_the_watermark_stay_in_the_late_
     assert _per_step(d, steps) == [
         [], [(0, 10, 1, "ON_TIME", 0, "F")],
         [],  # [0,15) is still behind the watermark: the late count (1 of 2) decides
-        [(0, 15, 7, "LATE", 1, "")],
+        [(0, 10, 1, "ON_TIME", 0, "FR"), (0, 15, 7, "LATE", 1, "")],      # [0, 10) retracted first
     ]
 
 
