@@ -82,12 +82,12 @@ def test_compile_refusals_name_the_vertex():
     dag.sink("out", dag.add_op(Diff(), 1, dag.add_op(Heartbeat(), 1, dag.source("s", 10, 1), name="hb")))
     with pytest.raises(TraceTypeError, match="vertex 'hb': OpStateless.on_marker emits"):
         compile_dag(dag)
-    fan = Dag()
-    s = fan.source("s", 10, 1)
-    fan.sink("out", fan.add_op(SumPerKey(), 1, fan.add_op(AddOne(), 1, s, name="l"),
-                               fan.add_op(AddOne(), 1, s, name="r"), name="j"))
-    with pytest.raises(TraceTypeError, match="linear DAGs: vertex 'r'"):
-        compile_dag(fan)
+    apart = Dag()                                   # two sources that never meet, of different periods
+    apart.sink("out_a", apart.add_op(SumPerKey(), 1, apart.source("a", 10, 1)))
+    apart.sink("out_b", apart.add_op(SumPerKey(), 1, apart.source("b", 20, 1)))
+    apart.check()
+    with pytest.raises(TraceTypeError, match=r"different periods \{'a': 10, 'b': 20\}.*fix: give every source"):
+        compile_dag(apart)
 
 
 def _linear_dag(rng: random.Random, ordering: str, library=None, most: int = 4) -> Dag:
@@ -97,7 +97,7 @@ def _linear_dag(rng: random.Random, ordering: str, library=None, most: int = 4) 
     prev = dag.source("src", period_ms=10, partitions=2)
     ops = [rng.choice(library or INT_OUTPUT) for _ in range(rng.randint(1, most))]
     if not any(issubclass(c, (Seq, SumPerKey)) for c in ops):
-        ops.append(rng.choice([Seq, SumPerKey]))        # to_spark needs a keyed vertex
+        ops.append(rng.choice([Seq, SumPerKey]))        # a keyed vertex in every random chain
     for i, cls in enumerate(ops):
         prev = dag.add_op(cls(), rng.randint(1, 4), prev, name=f"v{i}")
     dag.sink("out", prev)
@@ -131,7 +131,7 @@ _FUSION_LIBRARY = [AddOne, Rekey, DropEven, KeepDropEven, Seq, SumPerKey, KeepSu
 def _old_segments(dag: Dag) -> tuple[list[str], list[list[str]]]:
     """The rule compile_dag applied before it asked the planner (transcribed): the router prefix and
     the stages' vertex names."""
-    from traces.spark import _keeps_key
+    from traces.compile import _keeps_key
     from traces.templates import OpStateless
 
     prefix, segments, keeps = [], [], False

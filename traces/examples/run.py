@@ -40,15 +40,18 @@ def run_example(dag: Dag, produce: Callable[[], list[tuple[bytes | None, bytes]]
             .trigger(availableNow=True).start()
         q.awaitTermination()
         rows = got.rows()
-        sink = next(n for n, v in dag.vertices.items() if v.kind == "sink")
-        ordered = dag.check().out_types[sink].ordered
+        sinks = [n for n, v in dag.vertices.items() if v.kind == "sink"]
+        types = dag.check().out_types
         frames = source_batches(KafkaHelper(bs).consume_all(topic), ck, sorted(got.batches), topic=topic)
         ref = dag.run_local(messages_from_frames(frames))
         print(f"Spark: {len(got.batches)} micro-batches, {sum(r['kind'] == 'data' for r in rows)} output rows, "
               f"{sum(r['dropped_count'] or 0 for r in rows if r['kind'] == 'dropped')} late items dropped (counted after the stateless vertices of the router)")
-        for block, e in events_of_rows(rows)[-show:]:
-            print(f"  block {block}: {e.key!r} -> {e.value!r}")
-        same = canonical_rows(rows, ordered) == canonical_blocks(ref.outputs[sink], ordered)
-        print(f"run_local: {len(ref.events())} output items, {sum(map(len, ref.late.values()))} late records; "
-              f"Spark's blocks equal run_local's: {same}")
+        for block, e in events_of_rows(rows, sinks[0])[-show:]:
+            print(f"  {sinks[0]}, block {block}: {e.key!r} -> {e.value!r}")
+        for sink in sinks:
+            ordered = types[sink].ordered
+            same = canonical_rows(rows, ordered, sink) == canonical_blocks(ref.outputs[sink], ordered)
+            print(f"sink {sink!r}: Spark {len(events_of_rows(rows, sink))} items, run_local {len(ref.events(sink))} "
+                  f"items; Spark's blocks equal run_local's: {same}")
+        print(f"run_local: {sum(map(len, ref.late.values()))} late records")
         spark.stop()
