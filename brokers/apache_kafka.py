@@ -128,7 +128,8 @@ class Scram:
 
 def _cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what
-    ``kafka-storage random-uuid`` prints)."""
+    ``kafka-storage random-uuid`` prints; it may begin with ``-``, so it is passed as
+    ``--cluster-id=ID``)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -223,7 +224,7 @@ class KafkaNode:
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
         if (self.data_dir / "meta.properties").exists():
             return
-        cmd = self._java_cmd("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(),
+        cmd = self._java_cmd("kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={_cluster_id()}",
                              "-c", str(self.config_path))
         if self.scram:
             for user, password in {self.scram.admin: self.scram.admin_password, **self.scram.users}.items():

@@ -30,6 +30,9 @@ __all__ = ["DataLossError", "KafkaUnavailableError", "naming_servers", "consumer
            "MAX_EVENT_MS"]
 
 CHUNK = 20_000
+#: Polls of 0.5 s that return nothing before a read asks for the log's bounds (a busy machine or a
+#: broker just started can take a poll or two to answer; a range past the log's end gives EOF).
+_SLOW_POLLS = 3
 
 
 class DataLossError(RuntimeError):
@@ -42,17 +45,24 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
     suffix, as Spark's Kafka source. Every other ``kafka.*`` option (e.g. ``isolation.level``)
     reaches librdkafka as given.
 
-    ``fetch.queue.backoff.ms`` is 10 instead of librdkafka's 1000: a consumer whose prefetch
-    queue went over ``queued.min.messages`` postpones its partitions' next fetch by that much, and
-    the postponement outlives an ``unassign``, so a consumer reassigned to another range waited
-    about that long before its first fetch; 0 makes librdkafka poll its queue in a busy loop
-    (measurements: docs/source.md).
+    Two settings differ from librdkafka's defaults, both because a pooled consumer is reassigned
+    from range to range (``kafka.*`` options override them):
+
+    * ``fetch.queue.backoff.ms`` is 10 instead of 1000: a consumer whose prefetch queue went over
+      ``queued.min.messages`` postpones its partitions' next fetch by that much, and the
+      postponement outlives an ``unassign``, so a consumer reassigned to another range waited
+      about that long before its first fetch; 0 makes librdkafka poll its queue in a busy loop
+      (measurements: docs/source.md).
+    * ``fetch.wait.max.ms`` is 10 instead of 500: after a range that ends at the end of the log,
+      the consumer's last fetch waits that long at the broker for new records, and the first
+      fetch of the next range queues behind it (each read of a reassigned consumer took 0.5 s on
+      Apache Kafka). Fetch sizes stay librdkafka's (``fetch.max.bytes`` 50 MiB,
+      ``max.partition.fetch.bytes`` 1 MiB), which Kafka honours.
     """
     from confluent_kafka import Consumer
 
     conf = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
-            "enable.partition.eof": True, "fetch.max.bytes": 52428800,
-            "receive.message.max.bytes": 400_000_000, "fetch.queue.backoff.ms": 10, "log_level": 3}
+            "enable.partition.eof": True, "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "log_level": 3}
     conf.update(kafka_conf)
     conf["enable.auto.commit"] = False
     conf["enable.partition.eof"] = True
@@ -106,12 +116,21 @@ def close_pooled_consumers() -> None:
 
 
 def _transient(err) -> bool:
-    """A Kafka error a client should retry (broker restarting, leader moving)."""
+    """A Kafka error a client should retry (broker restarting, leader moving).
+
+    An unknown topic or partition counts: while the broker is down librdkafka forgets the
+    cluster's metadata and answers a watermark request with ``_UNKNOWN_PARTITION`` at once, and
+    Kafka's Java client treats ``UNKNOWN_TOPIC_OR_PARTITION`` as retriable too. A topic that is
+    really gone is reported when the retries run out (or by the metadata checks of
+    :func:`datasource.offsets.resolve_partitions`)."""
     from confluent_kafka import KafkaError
 
     return err.retriable() or err.code() in (
         KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._ALL_BROKERS_DOWN)
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 def _retrying(request, timeout_s: float):
@@ -130,7 +149,13 @@ def _retrying(request, timeout_s: float):
 
 
 class KafkaUnavailableError(ConnectionError):
-    """Kafka could not be reached (or kept failing) while reading: names the servers and what was read."""
+    """Kafka could not be reached (or kept failing) while reading: names the servers and what was
+    read. ``transient``: the cause is one a later attempt may not meet (a broker down or
+    restarting), as opposed to, e.g., a failed authentication."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @contextlib.contextmanager
@@ -145,9 +170,10 @@ def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
     except (KafkaException, TimeoutError) as e:
         err = e.args[0] if e.args else e
         cause = err.str() if hasattr(err, "str") else str(err)
+        transient = isinstance(e, TimeoutError) or _transient(err)
         raise KafkaUnavailableError(
             f"cannot read {what} from Kafka at kafka.bootstrap.servers={kafka_conf.get('bootstrap.servers')!r}: "
-            f"{cause} (is the broker up?)") from e
+            f"{cause} (is the broker up?)", transient) from e
 
 
 def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
@@ -192,7 +218,8 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
     ``fail_on_data_loss``; otherwise the chunk carries a note saying what was skipped.
 
     The log's start and end are asked for (a round trip to the broker) only when the read does
-    not begin with offset ``start`` itself: the consumer's ``auto.offset.reset`` is ``error``, so
+    not begin with offset ``start`` itself, or reaches the log's end, or gets nothing for
+    ``_SLOW_POLLS`` polls: the consumer's ``auto.offset.reset`` is ``error``, so
     a ``start`` outside the log comes back as an error instead of a silent jump, and a first
     record after ``start`` (compaction, transaction markers, or retention) is checked then.
     """
@@ -205,9 +232,11 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
     position = start
     checked = False  # whether the read is known to begin where the log holds ``start``
     deadline = time.monotonic() + poll_timeout_ms / 1000
+    empty_polls = 0   # consecutive polls that returned nothing at all (no record, no event)
     try:
         while position < end:
             msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
+            empty_polls = 0 if msgs else empty_polls + 1
             reached_eof = out_of_range = False
             if any(map(_message_cls().error, msgs)):
                 errors = [m.error() for m in msgs]
@@ -227,7 +256,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
             # gets no second EOF at the same offset), so an empty poll asks for the log's end too.
             if not good and not out_of_range and _position(c, topic, partition) >= end:
                 break  # the rest of the range was transaction markers or aborted records (read_committed)
-            if out_of_range or (not good and (reached_eof or not msgs)) or (
+            if out_of_range or (not good and (reached_eof or empty_polls >= _SLOW_POLLS)) or (
                     not checked and good and good[0].offset() > position):
                 # retried (a broker restarting) until the read's deadline, then the error names it
                 low, high = watermarks(c, topic, partition, max(0.5, deadline - time.monotonic()))

@@ -46,8 +46,9 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
     try:
         md = kafka_read.list_topics(c, None, min(30.0, opts.poll_timeout_ms / 1000))
     except KafkaException as e:
-        raise ConnectionError(f"cannot reach Kafka at kafka.bootstrap.servers="
-                              f"{opts.kafka.get('bootstrap.servers')!r} to read {describe_topics(opts)}: {e}") from None
+        raise kafka_read.KafkaUnavailableError(
+            f"cannot reach Kafka at kafka.bootstrap.servers={opts.kafka.get('bootstrap.servers')!r} to read "
+            f"{describe_topics(opts)}: {e}", kafka_read._transient(e.args[0])) from None
     topics = {name: t for name, t in md.topics.items() if t.error is None}
     if opts.assign is not None:
         missing = [f"{t}-{p}" for t, ps in opts.assign.items() for p in ps

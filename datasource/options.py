@@ -27,7 +27,8 @@ SPARK_SOURCE_OPTIONS = {
     "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "endingoffsets",
     "endingtimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger", "minoffsetspertrigger",
     "minpartitions", "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
-    "maxtriggerdelay", "maxrecordsperpartition", "groupidprefix",
+    "maxtriggerdelay", "maxrecordsperpartition", "groupidprefix", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
 }
 #: Options of this project (not in Spark's Kafka source).
 OWN_OPTIONS = {
@@ -156,6 +157,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
+    fetch_offset_retries: int = 3          # Spark's fetchOffset.numRetries
+    fetch_offset_retry_interval_ms: int = 10   # Spark's fetchOffset.retryIntervalMs
     event_time_field: str | None = None
     watermark_delay_ms: int = 0
     control_topic: str | None = None
@@ -262,6 +265,8 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         fail_on_data_loss=_bool(opts, "failondataloss", True),
         include_headers=_bool(opts, "includeheaders", False),
         poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", 120_000, minimum=1),
+        fetch_offset_retries=_int(opts, "fetchoffset.numretries", 3, minimum=0),
+        fetch_offset_retry_interval_ms=_int(opts, "fetchoffset.retryintervalms", 10, minimum=0),
         event_time_field=opts.get("eventtimefield") or None,
         watermark_delay_ms=delay, control_topic=opts.get("controltopic") or None,
         heartbeat_interval_ms=heartbeat,

@@ -324,9 +324,30 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _control_tps(self) -> list[TP]:
         return _control_partitions(self._consumer(), self.opts)
 
+    def _fetching_offsets(self, fetch):
+        """``fetch()`` (planning offsets on the driver), tried again up to ``fetchOffset.numRetries``
+        times, ``fetchOffset.retryIntervalMs`` apart, when Kafka is unavailable for a reason that
+        may pass (as Spark's Kafka source). Each attempt itself retries transient errors for up to
+        30 s per request, so a broker restart shorter than that costs only latency; a longer outage fails with the last attempt's error, naming the
+        servers and the topics."""
+        attempts = self.opts.fetch_offset_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                with kafka_read.naming_servers(self.opts.kafka, describe_topics(self.opts)):
+                    return fetch()
+            except kafka_read.KafkaUnavailableError as e:
+                if not e.transient or attempt == attempts:
+                    if attempts > 1 and e.transient:
+                        raise kafka_read.KafkaUnavailableError(
+                            f"{e} (after {attempts} attempts: fetchOffset.numRetries="
+                            f"{self.opts.fetch_offset_retries})", True) from e
+                    raise
+                logging.getLogger(__name__).warning("dataflow-kafka: %s; retrying (attempt %d of %d)", e,
+                                                    attempt + 1, attempts)
+                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
+
     def initialOffset(self) -> dict:
-        with kafka_read.naming_servers(self.opts.kafka, describe_topics(self.opts)):
-            return self._initial_offset()
+        return self._fetching_offsets(self._initial_offset)
 
     def _initial_offset(self) -> dict:
         c = self._consumer()
@@ -357,8 +378,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return to_json_partitions(self._latest)
 
     def latestOffset(self, start: dict, limit) -> dict:
-        with kafka_read.naming_servers(self.opts.kafka, describe_topics(self.opts)):
-            return self._latest_offset(start, limit)
+        return self._fetching_offsets(lambda: self._latest_offset(start, limit))
 
     def _latest_offset(self, start: dict, limit) -> dict:
         c = self._consumer()
