@@ -37,14 +37,25 @@ another order).
 
 Queries added while running (:meth:`KeyedSlicingOperator.add_window`, ``apply(command)``; time
 tumbling and sliding windows only) cover what the table still holds, from a **coverage start**
-``C`` on (windows starting before it are never reported), the same for every key of the group.
-The table keeps each slice's newest record time, not its records: ``C`` is the first window
-start of the new query after its last edge ``e`` with ``slice start < e <= newest record`` in a
-held slice (adding ``TumblingWindow(2000)`` next to ``TumblingWindow(1000)``: no such edge), and
-never before the slices evicted so far (every accepted record from there on is in the table).
-The new query's first watermark emits all its ended windows with records, those that ended by
-the previous watermark as updates. See :mod:`slicer.coverage` for the per-key operator's rule,
-which also uses the oldest record time of a slice (so it can cover more).
+``C_k`` per key on (windows of key ``k`` starting before it are never reported), decided so that
+which windows appear does not depend on which keys share a key group (issue 22). ``C_k`` is the
+latest of:
+
+* ``U``, the same in every key group: the highest eviction cut so far (the first start, over the
+  queries, of a window that can still change: it depends on the watermarks and the queries
+  only, which every key group sees alike). Every accepted record from ``U`` on is in the table,
+  except those the next bound names;
+* the key's own bound: past its records the table could not keep (an evicted slice that a query
+  added later had left coarser than the current edges; records that came while no query ran);
+* the first start of the new query after its last edge ``e`` with ``slice start < e <= newest
+  record`` in one of the key's held slices (the table keeps each slice's newest record time, not
+  its records; adding ``TumblingWindow(2000)`` next to ``TumblingWindow(1000)``: no such edge).
+
+:meth:`KeyedSlicingOperator.coverage_start` gives ``C_k`` (``key=``), or ``U`` at the add (a key
+first seen later). The new query's first watermark emits all its ended windows with records,
+those that ended by the previous watermark as updates. See :mod:`slicer.coverage` for the
+per-key operator's rule, which also uses the oldest record time of a slice and has no ``U`` (so
+it can cover more).
 """
 
 from __future__ import annotations
@@ -95,13 +106,14 @@ class KeyedSlicingOperator(WindowQueries):
         self.size = np.array([q.window.size for q in qs], np.int64)
         self.slide = np.array([q.window.slide for q in qs], np.int64)
         self.offset = np.array([q.window.offset for q in qs], np.int64)
-        self.start_at = np.full(len(qs), _NO_LIMIT, np.int64)   # coverage start per query
+        self.start_at = np.full(len(qs), _NO_LIMIT, np.int64)   # coverage start per query: U at the add
+        self.key_start: list[dict] = [{} for _ in qs]            # per query: key -> C_k beyond start_at
         self.fresh = np.zeros(len(qs), bool)                     # added since the last watermark
         #: Window commands (:meth:`apply`) that did nothing: unknown id to remove, id to add taken.
         self.ignored_commands = 0
         self._next_id = template._next_id
-        self._held_from = _NO_LIMIT          # every accepted record at or after this is in the table
-        self._max_ts: int | None = None
+        self._held_from = _NO_LIMIT          # U (module docstring)
+        self._held_key: dict = {}            # key -> its own bound beyond U
         self._rebuild()
         self.keys: list = []
         self._codes: dict = {}
@@ -130,9 +142,12 @@ class KeyedSlicingOperator(WindowQueries):
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
 
     # ------------------------------------------------------------------ queries at runtime
-    def coverage_start(self, query_id: str) -> int | None:
-        """Windows of the query starting before this are never reported (``None``: no limit)."""
-        start = int(self.start_at[self.query_ids.index(check_query_id(query_id))])
+    def coverage_start(self, query_id: str, key: Hashable = None) -> int | None:
+        """Windows of the query (of ``key``, if given) starting before this are never reported
+        (``None``: no limit); see the module docstring."""
+        i = self.query_ids.index(check_query_id(query_id))
+        own = self.key_start[i].get(key, _NO_LIMIT) if key is not None else _NO_LIMIT
+        start = max(int(self.start_at[i]), own)
         return None if start == _NO_LIMIT else start
 
     def add_window(self, window, query_id: str | None = None) -> str:
@@ -142,11 +157,11 @@ class KeyedSlicingOperator(WindowQueries):
             raise ValueError(f"KeyedSlicingOperator.add_window({window!r}): only time TumblingWindow / SlidingWindow "
                              "queries (use one SlicingWindowOperator per key for others)")
         qid, self._next_id = next_query_id(self.query_ids, query_id, self._next_id)
-        start = self._coverage(runtime)
+        self.key_start.append(self._coverage(runtime))
         self.query_ids.append(qid)
         self.specs.append(window)
         for name, v in (("size", runtime.size), ("slide", runtime.slide), ("offset", runtime.offset),
-                        ("start_at", start), ("fresh", True)):
+                        ("start_at", self._held_from), ("fresh", True)):
             setattr(self, name, np.append(getattr(self, name), v))
         self._rebuild()
         return qid
@@ -156,26 +171,46 @@ class KeyedSlicingOperator(WindowQueries):
         if query_id not in self.query_ids:
             raise KeyError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
         i = self.query_ids.index(query_id)
-        del self.query_ids[i], self.specs[i]
+        del self.query_ids[i], self.specs[i], self.key_start[i]
         for name in ("size", "slide", "offset", "start_at", "fresh"):
             setattr(self, name, np.delete(getattr(self, name), i))
         self._rebuild()
         if not self.query_ids:                   # nothing needs the table any more
+            self._hold_past(self.kc, self.tmax)
             self._empty_table()
-            self._held_from = _NO_LIMIT if self._max_ts is None else self._max_ts + 1
 
-    def _coverage(self, w: PeriodicWindow) -> int:
-        """First window start of ``w`` after its last edge that falls inside a held slice's
-        records (``(cell, tmax]``), and not before the evicted slices."""
+    def _hold_past(self, codes: np.ndarray, ts: np.ndarray) -> None:
+        """Records of these key codes up to these times are not in the table: each key's own
+        coverage bound moves past them (module docstring)."""
+        if codes.size == 0:
+            return
+        top = np.full(len(self.keys), _NO_LIMIT, np.int64)
+        np.maximum.at(top, codes, ts)
+        seen = np.zeros(len(self.keys), bool)
+        seen[codes] = True
+        for c in np.flatnonzero(seen & (top >= self._held_from)).tolist():
+            key = self.keys[c]
+            self._held_key[key] = max(self._held_key.get(key, _NO_LIMIT), int(top[c]) + 1)
+
+    def _coverage(self, w: PeriodicWindow) -> dict:
+        """Per key, its coverage start for the new query ``w`` where it is past ``U``: the key's
+        own bound, and the first window start of ``w`` after its last edge that falls inside one
+        of the key's held slices' records (``(cell, tmax]``)."""
+        out = {k: c for k, c in self._held_key.items() if c > self._held_from}
         if self.kc.size == 0 or not self.query_ids:
-            return self._held_from
+            return out
         ph = np.array([w.offset % w.slide, (w.offset + w.size) % w.slide], np.int64)
         inner = (self.tmax[None, :] - (self.tmax[None, :] - ph[:, None]) % w.slide).max(axis=0)
         cut = inner > self.cell                   # the latest new edge at or before tmax
         if not cut.any():
-            return self._held_from
-        m = int(inner[cut].max())
-        return max(self._held_from, m + 1 + (w.offset - m - 1) % w.slide)
+            return out
+        m = np.full(len(self.keys), _NO_LIMIT, np.int64)
+        np.maximum.at(m, self.kc[cut], inner[cut])
+        for c in np.flatnonzero(m != _NO_LIMIT).tolist():
+            first = int(m[c]) + 1 + (w.offset - int(m[c]) - 1) % w.slide
+            if first > self._held_from:
+                out[self.keys[c]] = max(out.get(self.keys[c], _NO_LIMIT), first)
+        return out
 
     # ------------------------------------------------------------------ table
     def _empty_table(self) -> None:
@@ -228,9 +263,8 @@ class KeyedSlicingOperator(WindowQueries):
                 codes, values, ts = codes[keep], values[keep], ts[keep]
         if ts.size == 0:
             return dropped
-        top = int(ts.max())
-        self._max_ts = top if self._max_ts is None else max(self._max_ts, top)
-        if not self.query_ids:
+        if not self.query_ids:                   # not kept: a query added later starts past them
+            self._hold_past(codes, ts)
             return dropped
         seq = np.arange(self._seq, self._seq + ts.size, dtype=np.int64)   # arrival order (M4 ties)
         self._seq += int(ts.size)
@@ -283,6 +317,7 @@ class KeyedSlicingOperator(WindowQueries):
         if self.kc.size == 0:
             self.watermark = wm
             self.fresh[:] = False
+            self._evict(wm - self.allowed_lateness_ms)       # U moves in every key group alike
             self._forget_idle_keys()
             return np.zeros(0, object), WindowResults.concat(names, [])
         lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
@@ -301,9 +336,10 @@ class KeyedSlicingOperator(WindowQueries):
         if (self.start_at != _NO_LIMIT).any():
             covered = s >= self.start_at[q]
             q, s, e, upd = q[covered], s[covered], e[covered], upd[covered]
+        own = self._own_starts()
         changed = upd & ~self.fresh[q]           # updates that need records since the last watermark
         self.fresh[:] = False
-        codes, results = self._windows(q, s, e, upd, names, changed)
+        codes, results = self._windows(q, s, e, upd, names, changed, own)
         keys = object_array(self.keys)[codes]
         self.watermark = wm
         self.dirty[:] = False
@@ -321,9 +357,22 @@ class KeyedSlicingOperator(WindowQueries):
         self.keys = [k for k, u in zip(self.keys, used.tolist()) if u]
         self._codes = {k: i for i, k in enumerate(self.keys)}
 
-    def _windows(self, q, s, e, upd, names, changed) -> tuple[np.ndarray, WindowResults]:
+    def _own_starts(self) -> np.ndarray | None:
+        """``[query, key code]`` -> the key's coverage start where it is past the query's (None: none is)."""
+        if not any(self.key_start):
+            return None
+        out = np.full((len(self.query_ids), len(self.keys)), _NO_LIMIT, np.int64)
+        for i, starts in enumerate(self.key_start):
+            for key, c in starts.items():
+                code = self._codes.get(key)
+                if code is not None:
+                    out[i, code] = c
+        return out
+
+    def _windows(self, q, s, e, upd, names, changed, own=None) -> tuple[np.ndarray, WindowResults]:
         """Aggregates of every (key, window) pair that holds records (``changed``: that got
-        records since the last watermark)."""
+        records since the last watermark), and, with ``own`` (:meth:`_own_starts`), that start at
+        or after the key's own coverage start."""
         keys = np.flatnonzero(np.bincount(self.kc, minlength=len(self.keys)))
         n_w = e.size
         if n_w == 0 or keys.size == 0:
@@ -345,6 +394,8 @@ class KeyedSlicingOperator(WindowQueries):
             lo = np.searchsorted(comp, (kk << shift) | (s[w] - base), "left")
             hi = np.searchsorted(comp, (kk << shift) | (e[w] - base), "left")
             ok = np.where(changed[w], cdirty[hi] > cdirty[lo], cum[hi] > cum[lo])
+            if own is not None:
+                ok &= s[w] >= own[q[w], kk]
             found.append((kk[ok], w[ok], lo[ok], hi[ok]))
         kk, w, lo, hi = (np.concatenate([f[i] for f in found]) for i in range(4))
         order = np.lexsort((s[w], q[w], e[w], kk))
@@ -388,11 +439,15 @@ class KeyedSlicingOperator(WindowQueries):
             return
         low = horizon - self.size
         cut = int((low + 1 + (self.offset - low - 1) % self.slide).min())
+        self._held_from = max(self._held_from, cut)      # U: the same in every key group
         keep = self.cell >= cut
         if not keep.all():     # a slice cut by a query added later may hold records past ``cut``
-            self._held_from = max(self._held_from, cut, int(self.tmax[~keep].max()) + 1)
+            self._hold_past(self.kc[~keep], self.tmax[~keep])
             for name in self._columns:
                 setattr(self, name, getattr(self, name)[keep])
+        u = self._held_from                              # per-key bounds U has overtaken: not needed
+        self._held_key = {k: c for k, c in self._held_key.items() if c > u}
+        self.key_start = [{k: c for k, c in ks.items() if c > u} for ks in self.key_start]
 
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:
@@ -400,8 +455,8 @@ class KeyedSlicingOperator(WindowQueries):
         template."""
         table = {n: getattr(self, n) for n in self._columns}
         queries = {"ids": self.query_ids, "specs": self.specs, "start_at": self.start_at, "fresh": self.fresh,
-                   "next": self._next_id, "held": self._held_from, "max": self._max_ts,
-                   "ignored": self.ignored_commands}
+                   "next": self._next_id, "held": self._held_from, "held_key": self._held_key,
+                   "key_start": self.key_start, "ignored": self.ignored_commands}
         return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "seq": self._seq, "table": table,
                                       "queries": queries}, protocol=5)
 
@@ -421,7 +476,9 @@ class KeyedSlicingOperator(WindowQueries):
         op.slide = np.array([w.slide for w in runtimes], np.int64)
         op.offset = np.array([w.offset for w in runtimes], np.int64)
         op.start_at, op.fresh = qs["start_at"].copy(), qs["fresh"].copy()
-        op._next_id, op._held_from, op._max_ts, op.ignored_commands = qs["next"], qs["held"], qs["max"], qs["ignored"]
+        op._next_id, op._held_from, op.ignored_commands = qs["next"], qs["held"], qs["ignored"]
+        op._held_key = dict(qs.get("held_key", {}))
+        op.key_start = [dict(d) for d in qs.get("key_start", [{} for _ in op.query_ids])]
         op._rebuild()
         for name, arr in st["table"].items():
             setattr(op, name, arr)

@@ -276,7 +276,7 @@ def keyed_scripts(draw):
 @given(st.lists(_KEYED_WINDOW, min_size=1, max_size=3), _KEYED_AGGS, st.integers(0, 60), keyed_scripts())
 def test_keyed_added_and_removed_queries_match_the_reference_per_key(windows, names, lateness, steps):
     """All keys at once; one reference per key (created when the key first shows up, at the
-    group's watermark); the group's coverage start applies to every key."""
+    group's watermark), each with the key's coverage start."""
     aggs = make_aggs(names)
     template = SlicingWindowOperator(windows, aggs, allowed_lateness_ms=lateness)
     op = KeyedSlicingOperator(template)          # compact, whatever the template's emission
@@ -285,8 +285,8 @@ def test_keyed_added_and_removed_queries_match_the_reference_per_key(windows, na
     for step in steps:
         if step[0] == "add":
             assert op.apply(AddWindow(step[1], step[2]))
-            for ref in refs.values():
-                ref.add_query(step[1], step[2], op.coverage_start(step[1]))
+            for k, ref in refs.items():
+                ref.add_query(step[1], step[2], op.coverage_start(step[1], key=k))
         elif step[0] == "remove":
             if op.query_ids:
                 qid = op.query_ids[step[1] % len(op.query_ids)]
@@ -301,7 +301,7 @@ def test_keyed_added_and_removed_queries_match_the_reference_per_key(windows, na
                 wm = max(wm, prev)
             for k in dict.fromkeys(r[0] for r in records):
                 if k not in refs:
-                    refs[k] = _new_reference(op, aggs, lateness, prev)
+                    refs[k] = _new_reference(op, k, aggs, lateness, prev)
             uniq = list(dict.fromkeys(r[0] for r in records))
             codes = op.codes_of(uniq)
             per_row = codes[[uniq.index(r[0]) for r in records]] if records else np.zeros(0, np.int64)
@@ -323,10 +323,10 @@ def test_keyed_added_and_removed_queries_match_the_reference_per_key(windows, na
             prev = wm
 
 
-def _new_reference(op, aggs, lateness, prev):
+def _new_reference(op, key, aggs, lateness, prev):
     ref = Reference({}, aggs, lateness, "compact", drop_before_watermark=False)   # the keyed table, as the stage
     for i, qid in enumerate(op.query_ids):
-        start = op.coverage_start(qid)
+        start = op.coverage_start(qid, key=key)
         if start is None and not op.fresh[i]:
             ref.queries[qid] = Reference({qid: op.specs[i]}, aggs, lateness, "compact").queries[qid]
         else:
@@ -344,8 +344,9 @@ def test_keyed_coverage_by_hand():
     op.process_elements(codes[[0, 1, 0, 1]], np.array([1.0, 2.0, 4.0, 8.0]), np.array([120, 180, 260, 390]))
     op.process_watermark(300)
     assert op.add_window(TumblingWindow(200)) == "1" and op.coverage_start("1") == 200
-    op.add_window(TumblingWindow(50), "half")        # 250 and 350 fall inside held slices
-    assert op.coverage_start("half") == 400
+    op.add_window(TumblingWindow(50), "half")        # 250 (a's 260) and 350 (b's 390) fall inside held slices
+    assert (op.coverage_start("half"), op.coverage_start("half", key="a"), op.coverage_start("half", key="b")) == (
+        200, 300, 400)
     keys, res = op.process_watermark(1000)
     rows = [(k, q, s, e, v) for k, q, s, e, v in zip(keys, res.query_id, res.start, res.end, res.values[0])]
     assert ("a", "1", 200, 400, 4.0) in rows and ("b", "1", 200, 400, 8.0) in rows
