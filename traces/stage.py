@@ -209,10 +209,11 @@ class TraceStage(Stage):
             for blob, block, edge, ts in zip(data["tev"].tolist(), data["tblock"].tolist(), data["tedge"].tolist(),
                                              data["event_time_ms"].tolist()):
                 key, value, pos = pickle.loads(blob)
+                edge, block = int(edge), int(block)
                 if edge == ANNOUNCE:
                     run.announce(key, value)
                     continue
-                e, closed = Event(key, value, ts, tuple(pos)), state["closed"]
+                e, closed = Event(key, value, int(ts), tuple(pos)), state["closed"]
                 if closed is not None and block <= closed:
                     late[repr(key)] = late.get(repr(key), 0) + 1
                 elif closed is not None and block == closed + 1:
