@@ -5,7 +5,8 @@
 - :mod:`traces.glue`: HASH, MRG, SORT and the optimistic edge (FlameStream's ``optimistic/``);
 - :mod:`traces.dag`: :class:`Dag` (``add_op(op, par, *upstreams)``), the type checker,
   ``run_local`` (the sequential reference) and ``run_parallel`` (the parallel deployment);
-- :mod:`traces.spark`: ``to_spark(dag, df)``, the DAG as stages of :mod:`keygroups` (Spark).
+- :mod:`traces.compile`: ``compile_dag(dag)``, any DAG (fan-out, fan-in, several sources) as stages
+  of :mod:`keygroups` (:mod:`traces.stage`); :mod:`traces.spark`: ``to_spark(dag, df)``, one query.
 
 >>> from traces import Dag, OpStateless, Record, Punctuation
 >>> class Double(OpStateless):

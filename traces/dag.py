@@ -312,7 +312,8 @@ class Dag:
                       {n: plan.out_types[n] for n in sinks})
 
     def to_spark(self, df, **options):
-        """This DAG as one streaming query on ``df`` (:func:`traces.spark.to_spark`)."""
+        """This DAG as one streaming query on ``df`` (one source) or ``{source: df}``
+        (:func:`traces.spark.to_spark`)."""
         from traces.spark import to_spark
 
         return to_spark(self, df, **options)

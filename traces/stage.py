@@ -274,7 +274,8 @@ class _Run:
             if any(s not in firsts for s in stage._waits_for()):
                 return
             state["closed"] = min(firsts[s] for s in stage._waits_for()) - 1
-            for b in sorted(b for b in state["pending"] if b <= state["closed"] + 1):   # the first block holds all below
+            first = state["closed"] + 1                       # the first block holds every block below it
+            for b in sorted(b for b in state["pending"] if b <= first):
                 for edge, e in state["pending"].pop(b):
                     self.deliver(edge, e)
         firsts = state["firsts"]

@@ -67,7 +67,8 @@ def _source_view(checkpoint: str, topic: str, into: Path) -> str:
     empty range without a punctuation (the source's punctuations did not move either)."""
     (into / "offsets").mkdir(parents=True)
     previous = None
-    for f in sorted((f for f in (Path(checkpoint) / "offsets").iterdir() if f.name.isdigit()), key=lambda f: int(f.name)):
+    logged = [f for f in (Path(checkpoint) / "offsets").iterdir() if f.name.isdigit()]
+    for f in sorted(logged, key=lambda f: int(f.name)):
         lines = f.read_text().splitlines()
         mine = next(ln for ln in lines[2:] if topic in json.loads(ln).get("partitions", {}))
         entry = json.loads(mine)
