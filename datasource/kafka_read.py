@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from datasource import kafka_security
 from datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
@@ -59,15 +60,73 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
       Apache Kafka). Fetch sizes stay librdkafka's (``fetch.max.bytes`` 50 MiB,
       ``max.partition.fetch.bytes`` 1 MiB), which Kafka honours.
     """
-    from confluent_kafka import Consumer
-
     conf = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
             "enable.partition.eof": True, "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "log_level": 3}
     conf.update(kafka_conf)
     conf["enable.auto.commit"] = False
     conf["enable.partition.eof"] = True
     conf["auto.offset.reset"] = "error"  # an offset outside the log is reported (fetch_range), never skipped
-    return Consumer(conf)
+    errors = _ClientErrors(conf)
+    c = _consumer_class()({**conf, "error_cb": errors})
+    c.client_errors = errors
+    return c
+
+
+class _ClientErrors:
+    """librdkafka's ``error_cb`` of a consumer: keeps the last authentication failure (reported
+    only through this callback, while requests time out as broker transport failures)."""
+
+    def __init__(self, conf: dict) -> None:
+        self.conf = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol", "sasl.mechanism",
+                                                             "sasl.mechanisms", "sasl.username")}
+        self.authentication: str | None = None
+
+    def __call__(self, err) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() == KafkaError._AUTHENTICATION:
+            self.authentication = err.str()
+
+    def raise_if_refused(self, c=None) -> None:
+        """Raise :class:`KafkaAuthenticationError` if the broker refused the login. ``c``: the
+        consumer, whose events are served first when it has no assignment (polling an assigned
+        consumer would take records)."""
+        if c is not None and self.authentication is None:
+            try:
+                if not c.assignment():
+                    c.poll(0)
+            except Exception:  # noqa: BLE001 - a closed consumer: nothing more to learn
+                pass
+        if self.authentication is not None:
+            raise kafka_security.authentication_error(self.conf, self.authentication)
+
+
+_CONSUMER_CLASS = []
+
+
+def _consumer_class():
+    """``confluent_kafka.Consumer`` with room for the consumer's :class:`_ClientErrors` (the C type
+    takes no attributes), created on first use (confluent_kafka is imported inside functions)."""
+    if not _CONSUMER_CLASS:
+        from confluent_kafka import Consumer
+
+        class DataflowKafkaConsumer(Consumer):
+            client_errors: _ClientErrors
+
+        _CONSUMER_CLASS.append(DataflowKafkaConsumer)
+    return _CONSUMER_CLASS[0]
+
+
+def _conf_of(c) -> dict:
+    """What a consumer of :func:`consumer` knows of its settings (servers, user), for messages."""
+    errors = getattr(c, "client_errors", None)
+    return errors.conf if errors is not None else {}
+
+
+def _raise_if_refused(c) -> None:
+    errors = getattr(c, "client_errors", None)
+    if errors is not None:
+        errors.raise_if_refused(c)
 
 
 _idle: dict[tuple, list] = {}  # Kafka configuration -> this process's idle pooled consumer(s)
@@ -133,16 +192,18 @@ def _transient(err) -> bool:
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
 
 
-def _retrying(request, timeout_s: float):
+def _retrying(request, timeout_s: float, c=None):
     """``request(remaining_s)``, retried on transient errors (a broker restarting, a leader
-    moving) until ``timeout_s`` have passed, as Kafka clients do."""
+    moving) until ``timeout_s`` have passed, as Kafka clients do. A refused login (reported by
+    consumer ``c``'s error callback) is raised at once, not retried."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return request(max(0.5, deadline - time.monotonic()))
+            return request(max(0.5, min(5.0, deadline - time.monotonic())))
         except KafkaException as e:
+            _raise_if_refused(c)
             if time.monotonic() >= deadline or not _transient(e.args[0]):
                 raise
             time.sleep(0.2)
@@ -181,12 +242,12 @@ def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[
     from confluent_kafka import TopicPartition
 
     tp = TopicPartition(topic, partition)
-    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s)
+    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c)
 
 
 def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):
     """Cluster metadata (of one topic, or all); transient errors are retried."""
-    return _retrying(lambda t: c.list_topics(topic, timeout=t), timeout_s)
+    return _retrying(lambda t: c.list_topics(topic, timeout=t), timeout_s, c)
 
 
 def _start_lost(topic: str, partition: int, start: int, end: int, low: int, high: int,
@@ -241,8 +302,11 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
             if any(map(_message_cls().error, msgs)):
                 errors = [m.error() for m in msgs]
                 for e in errors:
-                    if e is None or _transient(e):  # transient: keep polling until the deadline
-                        continue
+                    if e is None or _transient(e) or e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                        continue  # transient: keep polling until the deadline; the group is never used
+                    if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise kafka_security.authorization_error(_conf_of(c), "READ", f"topic {topic!r}",
+                                                                 f"reading partition {partition} at offset {position}")
                     if e.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                         out_of_range = True
                     elif e.code() == KafkaError._PARTITION_EOF:
@@ -292,6 +356,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                 yield good, note
                 note = None
             if time.monotonic() > deadline:
+                _raise_if_refused(c)
                 raise TimeoutError(f"no records from {topic}-{partition} at offset {position} within "
                                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms} (range ends at {end})")
         if note is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from datasource import kafka_read
+from datasource import kafka_read, kafka_security
 from datasource.options import OptionError, SourceOptions
 
 __all__ = ["TP", "describe_topics", "resolve_partitions", "starting_offsets", "rate_limit", "to_json_partitions",
@@ -41,7 +41,7 @@ def describe_topics(opts: SourceOptions) -> str:
 
 def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
     """The topic-partitions to read now, sorted; missing topics raise an error naming them."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
 
     try:
         md = kafka_read.list_topics(c, None, min(30.0, opts.poll_timeout_ms / 1000))
@@ -50,6 +50,14 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
             f"cannot reach Kafka at kafka.bootstrap.servers={opts.kafka.get('bootstrap.servers')!r} to read "
             f"{describe_topics(opts)}: {e}", kafka_read._transient(e.args[0])) from None
     topics = {name: t for name, t in md.topics.items() if t.error is None}
+    # A topic the principal may not DESCRIBE is left out of the list of all topics: ask for it by name.
+    unlisted = [t for t in (opts.subscribe or tuple(opts.assign or ())) if t not in topics]
+    named = {t: kafka_read.list_topics(c, t, 10.0).topics.get(t) for t in unlisted}
+    denied = sorted(t for t, md_t in named.items() if md_t is not None and md_t.error is not None
+                    and md_t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    if denied:
+        raise kafka_security.authorization_error(opts.kafka, "READ", f"topic {denied[0]!r}",
+                                                 "the source reads it; it may not even DESCRIBE the topic")
     if opts.assign is not None:
         missing = [f"{t}-{p}" for t, ps in opts.assign.items() for p in ps
                    if t not in topics or p not in topics[t].partitions]

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from datasource.kafka_security import librdkafka_conf
+
 __all__ = ["OptionError", "SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options",
            "GROUP_ID_CAUTION", "DEFAULT_MAX_EVENT_TIME_AHEAD_MS"]
 
@@ -81,7 +83,10 @@ def _kafka_conf(opts: dict[str, str], original: Mapping[str, str]) -> dict[str, 
             conf[str(k)[len("kafka."):]] = str(v)
     if "bootstrap.servers" not in {k.lower() for k in conf}:
         raise OptionError("option 'kafka.bootstrap.servers' is required (e.g. 'host1:9092,host2:9092')")
-    return conf
+    try:
+        return librdkafka_conf(conf)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
 
 
 def _int(opts: dict[str, str], name: str, default: int | None, minimum: int | None = None) -> int | None:

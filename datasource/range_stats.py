@@ -18,7 +18,7 @@ import json
 import logging
 from collections import OrderedDict
 
-from datasource import kafka_read
+from datasource import kafka_read, kafka_security
 from datasource.sink import ProducerCache, ensure_topic
 
 __all__ = ["DEFAULT_TOPIC", "range_key", "publish", "close_producers", "RangeStats"]
@@ -88,7 +88,9 @@ class RangeStats:
         try:
             ensure_topic(self.kafka_conf, self.topic)
             return None
-        except Exception as e:  # noqa: BLE001 - no permission, no broker support: fall back to scans
+        except kafka_security.KafkaAuthorizationError:
+            raise             # a missing ACL is the user's to fix (or rangeStatsTopic=''), not a silent slow path
+        except Exception as e:  # noqa: BLE001 - no broker support: fall back to scans
             return f"cannot use range stats topic {self.topic!r}: {e}"
 
     def get(self, key: bytes) -> tuple[bool, int | None]:

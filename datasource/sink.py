@@ -68,6 +68,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
+from datasource import kafka_security
 from datasource.options import OptionError, SinkOptions
 
 __all__ = ["DataflowKafkaStreamWriter", "DataflowKafkaBatchWriter", "WriteResult", "validate_write_schema",
@@ -83,6 +84,9 @@ DRAIN_TIMEOUT_S = 10.0       # a failed task waits this long for its other recor
 EXIT_FLUSH_TIMEOUT_S = 5.0   # per producer at process exit
 _MAX_ERRORS = 5              # distinct (topic, partition, error) quoted in a task's failure message
 _MSG_TIMED_OUT = -192        # confluent_kafka.KafkaError._MSG_TIMED_OUT (not imported at module level)
+_AUTHENTICATION = -169       # KafkaError._AUTHENTICATION
+_TOPIC_AUTHORIZATION_FAILED = 29   # KafkaError.TOPIC_AUTHORIZATION_FAILED
+_CLUSTER_AUTHORIZATION_FAILED = 31  # KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
 
 def validate_write_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -137,9 +141,10 @@ class WriteResult(WriterCommitMessage):
 
 
 class _Entry:
-    """A producer, the fatal error it reported, if any, and the last client-level error."""
+    """A producer, the fatal error it reported, if any, the last client-level error, and the last
+    refused login (librdkafka reports it only here, between "all brokers down" errors)."""
 
-    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at")
+    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at", "authentication")
 
     def __init__(self) -> None:
         self.producer = None
@@ -147,10 +152,13 @@ class _Entry:
         self.pid = os.getpid()
         self.last_error = None
         self.last_error_at = 0.0
+        self.authentication = None
 
     def on_error(self, err) -> None:   # librdkafka's error_cb: client-level errors, fatal ones included
         if err.fatal():
             self.fatal = err
+        if err.code() == _AUTHENTICATION:
+            self.authentication = err
         self.last_error, self.last_error_at = err, time.monotonic()
 
 
@@ -264,6 +272,10 @@ def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: f
                 if "TOPIC_ALREADY_EXISTS" not in str(e):
                     raise
     except Exception as e:  # noqa: BLE001
+        code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
+        if code in (_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED):
+            raise kafka_security.authorization_error(kafka_conf, "CREATE", f"topic {topic!r}",
+                                                     "it does not exist yet; create it, or grant CREATE") from None
         raise RuntimeError(f"dataflow-kafka: cannot create or check topic {topic!r} at {_servers(kafka_conf)}: "
                            f"{e}") from e
 
@@ -271,13 +283,14 @@ def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: f
 class _TaskDelivery:
     """Delivery reports of one task's records (the callbacks are bound to this object)."""
 
-    __slots__ = ("entry", "sent", "acked", "failed", "errors", "started", "timed_out")
+    __slots__ = ("entry", "sent", "acked", "failed", "errors", "started", "timed_out", "denied")
 
     def __init__(self, entry: _Entry) -> None:
         self.entry = entry
         self.sent = self.acked = self.failed = 0
         self.timed_out = False             # a record's delivery timed out (e.g. no broker reachable)
         self.errors: Counter = Counter()   # (topic, partition, error) -> records
+        self.denied: set[str] = set()      # topics an ACL keeps this producer from writing
         self.started = time.monotonic()
 
     def on_delivery(self, err, msg) -> None:
@@ -289,6 +302,8 @@ class _TaskDelivery:
             self.entry.fatal = err
         if err.code() == _MSG_TIMED_OUT:
             self.timed_out = True
+        if err.code() == _TOPIC_AUTHORIZATION_FAILED:
+            self.denied.add(msg.topic())
         what = (msg.topic(), msg.partition(), f"{err.str()} ({err.name()})")
         if what in self.errors or len(self.errors) < _MAX_ERRORS:
             self.errors[what] += 1
@@ -308,12 +323,18 @@ class _TaskDelivery:
                     f"new one ({self.acked} of {self.sent} records were acknowledged before)")
         if not self.failed and not self.pending:
             return None
+        if self.denied:
+            raise kafka_security.authorization_error(conf, "WRITE", f"topic {sorted(self.denied)[0]!r}",
+                                                     f"the sink writes to it ({self.failed} of {self.sent} "
+                                                     "records refused)")
+        if self.entry.authentication is not None:
+            raise kafka_security.authentication_error(conf, self.entry.authentication.str())
+        last = self.entry.last_error
         if self.failed:
             what = f"delivery failed for {self.failed} of {self.sent} records: " + "; ".join(
                 f"topic {t!r} partition {p}: {e}: {n} record{'s' if n > 1 else ''}" for (t, p, e), n in self.errors.items())
         else:
             what = f"{self.pending} of {self.sent} records not acknowledged within {timeout_s:.0f} s"
-        last = self.entry.last_error
         cause = (f"; last client error: {last.str()} ({last.name()})"
                  if last is not None and self.entry.last_error_at >= self.started else "")
         return (f"dataflow-kafka sink: {what} ({_servers(conf)}, kafka.delivery.timeout.ms="
@@ -544,6 +565,18 @@ def _task_identity() -> tuple[str, int, int]:
     return query_id, int(batch_id), tc.partitionId()
 
 
+def _check_access(opts: SinkOptions) -> None:
+    """On the driver, before any task writes: may the principal WRITE the ``topic`` option's topic
+    (and, with exactlyOnce, WRITE and READ the commit topic)?"""
+    needs, why = {}, {}
+    if opts.topic:
+        needs[opts.topic], why[opts.topic] = ["WRITE"], "the sink writes to it (option 'topic')"
+    if opts.exactly_once:
+        needs[opts.commit_topic] = ["WRITE", "READ"]
+        why[opts.commit_topic] = "the exactly-once sink's commit topic (option 'exactlyOnceCommitTopic')"
+    kafka_security.require_topic_operations(opts.kafka, needs, why)
+
+
 class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         validate_write_schema(schema, opts)
@@ -551,6 +584,7 @@ class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
         if opts.exactly_once:
             ensure_topic(opts.kafka, opts.commit_topic)
+        _check_access(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         if self.opts.exactly_once:
@@ -573,6 +607,7 @@ class DataflowKafkaBatchWriter(DataSourceArrowWriter):
             raise OptionError("option 'exactlyOnce' applies to writeStream only: a batch write (df.write) has no "
                               "batch id to mark its transactions with")
         self.opts = opts
+        _check_access(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         return _produce(self.opts, iterator)

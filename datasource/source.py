@@ -45,7 +45,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from datasource import kafka_read, range_stats
+from datasource import kafka_read, kafka_security, range_stats
 from datasource.offsets import (
     TP, describe_topics, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
 )
@@ -258,8 +258,14 @@ def _control_partitions(c, opts: SourceOptions) -> list[TP]:
     """The control topic's one partition. Modification punctuations need a total order (Enorm
     §6.2): commands are emitted in control-topic offset order (``control_offset``), which only a
     single partition gives, so a control topic with more partitions is an error."""
+    from confluent_kafka import KafkaError
+
     md = kafka_read.list_topics(c, opts.control_topic)
     t = md.topics.get(opts.control_topic)
+    if t is not None and t.error is not None and t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        raise kafka_security.authorization_error(opts.kafka, "READ", f"topic {opts.control_topic!r}",
+                                                 "the control topic (option 'controlTopic'); it may not even "
+                                                 "DESCRIBE the topic")
     if t is None or t.error is not None:
         raise OptionError(f"option 'controlTopic': topic {opts.control_topic!r} does not exist")
     if len(t.partitions) != 1:
@@ -267,6 +273,18 @@ def _control_partitions(c, opts: SourceOptions) -> list[TP]:
                           "partitions; a control topic must have exactly 1 (modification punctuations need "
                           "a total order)")
     return [(opts.control_topic, p) for p in sorted(t.partitions)]
+
+
+def _check_access(opts: SourceOptions) -> None:
+    """Before the first batch: may the principal READ the topics and the control topic? (A
+    missing ACL would otherwise fail a task later, with less to say.)"""
+    needs, why = {}, {}
+    for t in opts.subscribe or tuple(opts.assign or ()):
+        needs[t], why[t] = ["READ"], "the source reads it"
+    if opts.control_topic:
+        needs[opts.control_topic], why[opts.control_topic] = ["READ"], "the control topic (option 'controlTopic')"
+    with kafka_read.naming_servers(opts.kafka, describe_topics(opts)):
+        kafka_security.require_topic_operations(opts.kafka, needs, why)
 
 
 def _mods_and_notes(mods: list[dict]) -> tuple[list[dict], list[str]]:
@@ -289,6 +307,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._stats_error: str | None = None
         self._stats_missed = False
         self._published: set[tuple[TP, int, int]] = set()  # ranges whose tasks this reader told to publish
+        self._access_checked = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -303,6 +322,10 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             return False
         if self._stats is None:
             stats = range_stats.RangeStats(self.opts.kafka, self.opts.range_stats_topic, self.opts.poll_timeout_ms)
+            kafka_security.require_topic_operations(self.opts.kafka, {stats.topic: ["READ", "WRITE"]}, {
+                stats.topic: "the range-stats topic (option 'rangeStatsTopic'): the tasks write each range's newest "
+                             "event time and the driver reads it; grant both, or set rangeStatsTopic='' to have "
+                             "the driver read every range a second time instead"})
             self._stats_error = stats.ensure_topic()
             if self._stats_error is not None:
                 logging.getLogger(__name__).warning("dataflow-kafka: %s; the driver reads each range itself",
@@ -330,6 +353,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         may pass (as Spark's Kafka source). Each attempt itself retries transient errors for up to
         30 s per request, so a broker restart shorter than that costs only latency; a longer outage fails with the last attempt's error, naming the
         servers and the topics."""
+        self._ensure_access()
         attempts = self.opts.fetch_offset_retries + 1
         for attempt in range(1, attempts + 1):
             try:
@@ -345,6 +369,12 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 logging.getLogger(__name__).warning("dataflow-kafka: %s; retrying (attempt %d of %d)", e,
                                                     attempt + 1, attempts)
                 time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
+
+    def _ensure_access(self) -> None:
+        """The ACL check of :func:`_check_access`, once per reader (driver)."""
+        if not self._access_checked:
+            _check_access(self.opts)
+            self._access_checked = True
 
     def initialOffset(self) -> dict:
         return self._fetching_offsets(self._initial_offset)
@@ -368,6 +398,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ReadMaxRows(m) if m else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._ensure_access()
         c = self._consumer()
         self._available_now = self._high(resolve_partitions(c, self.opts))
         self._available_now_control = self._high(self._control_tps()) if self.opts.control_topic else {}
@@ -572,6 +603,7 @@ class DataflowKafkaBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[OffsetRange]:
+        _check_access(self.opts)
         c = kafka_read.consumer(self.opts.kafka, self.opts.group_id_prefix)
         notes: list[str] = []
         try:

@@ -56,14 +56,13 @@ class KafkaHelper:
     def consume_all(self, topic: str) -> list:
         """Every record of ``topic`` from offset 0 to the high watermark."""
         from datasource import kafka_read
-        from confluent_kafka import TopicPartition
 
         c = kafka_read.consumer({"bootstrap.servers": self.bootstrap})
         try:
             md = kafka_read.list_topics(c, topic).topics[topic]
             out = []
             for p in sorted(md.partitions):
-                low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                low, high = kafka_read.watermarks(c, topic, p)   # retried: a broker just restarted
                 for msgs, _ in kafka_read.fetch_range(c, topic, p, low, high, 30_000, True):
                     out += msgs
             return out
