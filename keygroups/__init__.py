@@ -16,6 +16,8 @@ state. This package is the one home of what every engine's Spark operator shares
   key group) as pure logic and as a ``transformWithStateInPandas`` processor;
 - :mod:`keygroups.pipeline`: :class:`Pipeline` (``stage_a.then(stage_b)``), fusion, the Spark plan
   and a local runner;
+- :mod:`keygroups.computed`: :class:`Computed` stage inputs (a Python function of the upstream
+  rows) that Spark and the local runner evaluate alike;
 - :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle;
 - :mod:`keygroups.slots`: routing by slot (a routing table in a router stage's state) so key
   groups can move between shuffle partitions at runtime (Enorm §4.4.2, §4.5).
@@ -27,6 +29,7 @@ True
 
 from __future__ import annotations
 
+from keygroups.computed import Computed, json_object
 from keygroups.contract import CONTROL_COLUMNS, Modification
 from keygroups.pipeline import Pipeline
 from keygroups.punctuation import PunctuationTracker
@@ -36,7 +39,7 @@ from keygroups.stage import Dropped, Stage, StageInput, StageOutput
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
     "PunctuationTracker", "CONTROL_COLUMNS", "Modification",
-    "Stage", "StageInput", "StageOutput", "Dropped", "Pipeline",
+    "Stage", "StageInput", "StageOutput", "Dropped", "Pipeline", "Computed", "json_object",
     "StageProcessor", "deferred",
 ]
 

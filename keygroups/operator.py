@@ -31,6 +31,7 @@ from keygroups.contract import (
     KIND_RESULT, Modification,
     conform, control_frame, split_rows,
 )
+from keygroups.computed import Computed, computed_inputs, evaluate
 from keygroups.punctuation import PunctuationTracker
 from keygroups.routing import KEY_GROUP_COLUMN
 from keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
@@ -63,6 +64,7 @@ class OperatorSpec:
     result_columns: tuple[tuple[str, str], ...] = ()  # their columns (and upstream operators')
     lead_group: int = 0                              # the key group that forwards modifications once
     claims: tuple | None = None                      # first operator: (stage name, ops it takes) of every stage
+    next_inputs: tuple = ()                          # (name, Computed) inputs of the next operator, computed here
 
     @property
     def name(self) -> str:
@@ -165,10 +167,11 @@ def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
     frame = prev.output_frame(prev_data)
     if frame is None:
         return None
-    renames = {name: expr for name, expr in stage.inputs().items() if name != expr}
+    inputs = stage.inputs()
+    renames = {name: expr for name, expr in inputs.items() if not isinstance(expr, Computed) and name != expr}
     if renames:
         frame = frame.assign(**{name: frame[expr] for name, expr in renames.items()})
-    return frame
+    return evaluate(frame, computed_inputs(inputs), data_only=False)
 
 
 def unclaimed_command(mod: Modification, claims: tuple) -> str | None:
@@ -223,7 +226,7 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
                 reports.append({"kind": KIND_DROPPED, "topic": stage.name, "partition": key_group,
                                 "processing_time_ms": pt, "dropped_key": _key_text(d.key),
                                 "dropped_reason": d.reason, "dropped_count": int(d.count)})
-        for text in out.errors:
+        for text in out.errors + (out.command_errors if key_group == spec.lead_group else []):
             reports.append({"kind": KIND_ERROR, "topic": stage.name, "partition": key_group,
                             "processing_time_ms": pt, "error": text})
         if i in spec.emit:
@@ -257,6 +260,8 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
             rows = rows.assign(**{KEY_GROUP_COLUMN: np.asarray(groups, np.int64)})
     else:
         rows = last.output_frame(data) if data is not None else None
+        if spec.next_inputs and rows is not None and len(rows):
+            rows = evaluate(rows, dict(spec.next_inputs), data_only=False)
     if rows is not None and len(rows):
         n = len(rows)
         rows = rows.assign(kind=KIND_DATA, topic=name, partition=key_group,

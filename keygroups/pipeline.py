@@ -44,13 +44,14 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from keygroups.computed import Computed, computed_inputs, evaluate
 from keygroups.contract import CONTROL_COLUMNS, CONTROL_NAMES, KIND_DATA, conform, schema_ddl
 from keygroups.fusion import plan_chain
 from keygroups.operator import OperatorSpec, run_key_group
 from keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
 from keygroups.stage import Stage
 
-__all__ = ["Pipeline", "plain_column", "stateful_operators"]
+__all__ = ["Pipeline", "plain_column", "stateful_operators", "frame_types"]
 
 _IDENT = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$")
 
@@ -140,7 +141,11 @@ class Pipeline:
         """Operator ``j`` running ``stages`` (bound or not), after the operator ``upstream``."""
         nxt = ops[j + 1][0] if j + 1 < len(ops) else None
         router = nxt.python_router() if nxt is not None else None
-        data_cols = nxt.routed_columns() if router is not None else stages[-1].output_columns()
+        data_cols = list(nxt.routed_columns() if router is not None else stages[-1].output_columns())
+        # the next operator's Computed inputs are computed here, on the rows this operator emits
+        next_inputs = tuple(computed_inputs(nxt.inputs()).items()) if nxt is not None and router is None else ()
+        for name, c in next_inputs:
+            data_cols = [col for col in data_cols if col[0] != name] + [(name, c.type)]
         last = nxt is None
         emit = tuple(i for i, s in enumerate(stages) if s.name in self._emit and not (last and i == len(stages) - 1))
         results = dict(upstream.result_columns) if upstream is not None else {}
@@ -149,14 +154,46 @@ class Pipeline:
                 if results.setdefault(c, t) != t:
                     raise ValueError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
                                      f"stage's is {results[c]}")
+        taken = dict(CONTROL_COLUMNS) | dict(data_cols)
+        for c, t in results.items():
+            if taken.get(c, t) != t:
+                raise ValueError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} outputs "
+                                 f"{c!r} as {taken[c]}: rename one of them (a key given as a dict names it)")
         ids = stages[0].key_group_ids()
         claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op) if j == 0 else None
         return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
-                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims)
+                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims, next_inputs)
 
-    def output_columns(self, fuse: bool = True) -> list[tuple[str, str]]:
-        """Columns of the pipeline's output rows (the contract's control columns, then data)."""
-        return self.specs(fuse)[-1].output_columns()
+    def bound_specs(self, source_types: dict[str, str], fuse: bool = True,
+                    idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
+        """:meth:`specs` with every stage bound to the types of its inputs (``Stage.bind``), as
+        :meth:`apply` binds them on Spark: ``source_types`` are the first operator's input rows'
+        types (``{column: DDL type}``; an input given as a SQL expression is looked up by its
+        name), later operators' come from the previous operator's output columns."""
+        ops = self.plan(fuse)
+        specs: list[OperatorSpec] = []
+        types = dict(source_types)
+        for j, stages in enumerate(ops):
+            first = stages[0]
+            if first.python_router() is not None:
+                in_types = dict(_ingest_columns(first)) if j == 0 else types
+            else:
+                in_types = {name: _type_of(expr, types, name) for name, expr in first.inputs().items()}
+            specs.append(self._spec(ops, j, _bind(stages, in_types), specs[-1] if specs else None, idle_timeout_ms))
+            types = dict(specs[-1].output_columns())
+        return specs
+
+    def output_columns(self, fuse: bool = True, input: Any = None) -> list[tuple[str, str]]:
+        """Columns of the pipeline's output rows (the contract's control columns, then data).
+
+        ``input``: the source DataFrame (Spark; the schema :meth:`apply` gives it) or the types of
+        the first operator's input columns (``{column: DDL type}``, as :meth:`bound_specs`), so
+        that key columns get their types; without it key columns of expressions are ``string``."""
+        if input is None:
+            return self.specs(fuse)[-1].output_columns()
+        if isinstance(input, dict):
+            return self.bound_specs(input, fuse)[-1].output_columns()
+        return [(f.name, f.dataType.simpleString()) for f in self.apply(input, fuse=fuse).schema.fields]
 
     # -- Spark ------------------------------------------------------------------------------------
     def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True):
@@ -192,13 +229,21 @@ class Pipeline:
                 else:
                     exprs = first.inputs()
                     df = _with_ms_columns(df)
-                    if exprs:
-                        df = df.withColumns({name: F.expr(expr) for name, expr in exprs.items()
-                                             if plain_column(expr) != name})
+                    if j == 0 and computed_inputs(exprs):
+                        df = _compute_spark(df, computed_inputs(exprs))
+                    sql = {name: e for name, e in exprs.items() if not isinstance(e, Computed) and plain_column(e) != name}
+                    if sql and j == 0:
+                        df = df.withColumns({name: F.expr(expr) for name, expr in sql.items()})
+                    elif sql:       # on data rows only: result rows keep their own columns (Pipeline.emit)
+                        is_data = F.col("kind") == KIND_DATA
+                        df = df.withColumns({name: F.when(is_data, F.expr(expr)).otherwise(
+                            F.col(name) if name in df.columns else F.lit(None)) for name, expr in sql.items()})
                     routed = with_key_groups(df, first.key_columns(), n)
                     inputs = list(exprs)
                 keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
-                slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs)
+                carry = [c for c, _ in (upstream.result_columns if upstream is not None else ())
+                         if c in routed.columns and c not in keep and c not in inputs]   # emitted stages' rows
+                slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs, *carry)
                 types = {f.name: f.dataType.simpleString() for f in slim.schema.fields}
                 if packed:
                     slim = pack_key_groups(slim, None, n)
@@ -209,23 +254,31 @@ class Pipeline:
 
     # -- without Spark ----------------------------------------------------------------------------
     def run_local(self, batches: Iterable[pd.DataFrame], *, fuse: bool = True,
-                  idle_timeout_ms: int | None = None) -> list[pd.DataFrame]:
+                  idle_timeout_ms: int | None = None, input_types: dict[str, str] | None = None
+                  ) -> list[pd.DataFrame]:
         """Run the pipeline on micro-batches without Spark; one output frame per batch.
 
         A batch is a frame of the row contract with epoch-ms columns (``event_time_ms``,
         ``punctuation_ms``, ``processing_time_ms``). When the first stage has column inputs, the
-        frame must already hold them under their names (:meth:`~keygroups.stage.Stage.inputs`;
-        SQL expressions are Spark's to evaluate). Rows are routed with
+        frame must already hold those given as SQL expressions under their names
+        (:meth:`~keygroups.stage.Stage.inputs`; SQL is Spark's to evaluate); plain columns are
+        read and :class:`~keygroups.computed.Computed` inputs computed, in every operator. Stages
+        are bound to their input types as on Spark (:meth:`bound_specs`): ``input_types``, or the
+        dtypes of the first batch with data rows (int64 -> bigint, int32 -> int, float64 -> double,
+        bool -> boolean, text -> string, bytes -> binary). Rows are routed with
         :func:`~keygroups.routing.key_groups_of` (the JVM's hash) and every key group runs
         :func:`~keygroups.operator.run_key_group`, its state kept as bytes between batches, as
         Spark keeps it.
         """
-        specs = self.specs(fuse, idle_timeout_ms)
-        states: list[dict[int, bytes]] = [{} for _ in specs]
+        unbound = self.specs(fuse, idle_timeout_ms)
+        bound = None if input_types is None else self.bound_specs(input_types, fuse, idle_timeout_ms)
+        states: list[dict[int, bytes]] = [{} for _ in unbound]
         outputs = []
         for batch in batches:
+            if bound is None and (batch["kind"] == KIND_DATA).any():
+                bound = self.bound_specs(frame_types(batch), fuse, idle_timeout_ms)
             df = batch
-            for j, spec in enumerate(specs):
+            for j, spec in enumerate(bound or unbound):
                 first = spec.stages[0]
                 n = first.num_key_groups
                 if first.python_router() is not None:
@@ -233,22 +286,7 @@ class Pipeline:
                         df = _ingest_frame(df, first)
                     groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
                 else:
-                    exprs = first.inputs()
-                    renames = {}
-                    for name, expr in exprs.items():
-                        col = plain_column(expr)
-                        if name in df.columns and (j == 0 or col == name):
-                            continue
-                        if not (df["kind"] == KIND_DATA).any():
-                            renames[name] = None          # no data rows: nothing to compute
-                            continue
-                        if col is None or col not in df.columns:
-                            raise ValueError(f"run_local: input {name!r} = {expr!r} of stage {first.name!r} "
-                                             "is not a column of its input rows (SQL expressions are "
-                                             "evaluated by Spark only: add the column to the batch)")
-                        renames[name] = df[col]
-                    if renames:
-                        df = df.assign(**renames)
+                    df = _local_inputs(df, first, j)
                     groups = _groups_of_columns(df, first.key_columns(), n)
                 outs = []
                 for kg, rows in _by_key_group(df, groups, n, first.key_group_ids()):
@@ -279,14 +317,96 @@ def _named(links: list[_Link]) -> list[_Link]:
 
 def _bind(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, ...]:
     """Stages of one operator bound to their input types: the first to the routed rows' types,
-    each fused one to the previous stage's output types through its plain-column inputs."""
+    each fused one to the previous stage's output types through its plain-column inputs (and
+    the declared types of its :class:`~keygroups.computed.Computed` ones)."""
     bound = [stages[0].bind(input_types)]
     for s in stages[1:]:
         produced = dict(bound[-1].output_columns()) | {"event_time_ms": "bigint"}
         types = {} if s.python_router() is not None else {
-            name: produced[plain_column(expr)] for name, expr in s.inputs().items() if plain_column(expr) in produced}
+            name: _type_of(expr, produced, None) for name, expr in s.inputs().items()
+            if isinstance(expr, Computed) or plain_column(expr) in produced}
         bound.append(s.bind(types))
     return tuple(bound)
+
+
+def _type_of(expr: Any, types: dict[str, str], name: str | None) -> str:
+    """The Spark type of an input: a Computed's declared type, a plain column's type in ``types``,
+    else (a SQL expression) the type ``types`` gives its ``name``, or ``string``."""
+    if isinstance(expr, Computed):
+        return expr.type
+    col = plain_column(expr)
+    if col is not None and col in types:
+        return types[col]
+    return types.get(name, "string") if name is not None else "string"
+
+
+_DTYPES = {"int64": "bigint", "Int64": "bigint", "int32": "int", "Int32": "int", "int16": "smallint",
+           "Int16": "smallint", "int8": "tinyint", "Int8": "tinyint", "float64": "double", "Float64": "double",
+           "float32": "float", "Float32": "float", "bool": "boolean", "boolean": "boolean", "string": "string"}
+
+
+def frame_types(frame: pd.DataFrame) -> dict[str, str]:
+    """``{column: Spark DDL type}`` of a frame's columns, from their dtypes (object columns from their
+    first non-null value: text -> string, bytes -> binary, bool -> boolean, int -> bigint, float -> double)."""
+    out = {}
+    for name, col in frame.items():
+        ddl = _DTYPES.get(str(col.dtype))
+        if ddl is None:
+            first = next((v for v in col.tolist() if v is not None and not (isinstance(v, float) and v != v)), None)
+            ddl = ("binary" if isinstance(first, (bytes, bytearray)) else "boolean" if isinstance(first, (bool, np.bool_))
+                   else "bigint" if isinstance(first, (int, np.integer)) else "double" if isinstance(first, float)
+                   else "string")
+        out[str(name)] = ddl
+    return out
+
+
+def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
+    """``df`` with ``stage``'s column inputs (:meth:`Pipeline.run_local`): plain columns copied, on
+    the data rows only after the first operator (other rows keep their own columns, as on Spark),
+    :class:`~keygroups.computed.Computed` ones computed; the first operator's SQL inputs must be
+    columns of the batch."""
+    renames: dict[str, Any] = {}
+    computed: dict[str, Computed] = {}
+    is_data = (df["kind"] == KIND_DATA).to_numpy(bool)
+    for name, expr in stage.inputs().items():
+        if isinstance(expr, Computed):
+            if not (j > 0 and name in df.columns):        # after the first operator: computed upstream
+                computed[name] = expr
+            continue
+        col = plain_column(expr)
+        if name in df.columns and (j == 0 or col == name):
+            continue
+        if not is_data.any():
+            renames[name] = None          # no data rows: nothing to compute
+            continue
+        if col is None or col not in df.columns:
+            raise ValueError(f"run_local: input {name!r} = {expr!r} of stage {stage.name!r} is not a column of "
+                             "its input rows (a SQL expression is evaluated by Spark only: give the input as "
+                             "keygroups.Computed(fn, type), which both runners evaluate, or add the column)")
+        if j == 0:
+            renames[name] = df[col]
+        else:
+            base = df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)
+            renames[name] = df[col].where(is_data, base) if base.dtype == df[col].dtype else \
+                pd.Series(np.where(is_data, df[col].astype(object), base.astype(object)), index=df.index)
+    if renames:
+        df = df.assign(**renames)
+    return evaluate(df, computed)
+
+
+def _compute_spark(df, computed: dict[str, Computed]):
+    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    fields = [f for f in df.schema.fields if f.name not in computed]
+    schema = StructType(fields + [StructField(n, _parse_datatype_string(c.type)) for n, c in computed.items()])
+    names = [f.name for f in schema.fields]
+
+    def compute(frames):
+        for pdf in frames:
+            yield evaluate(pdf, computed)[names]
+
+    return df.mapInPandas(compute, schema)
 
 
 def _configured(links: list[_Link]) -> list[_Link]:
@@ -338,7 +458,7 @@ def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
     exprs = stage.inputs()
     produced = {c for c, _ in prev.output_columns()} | {"event_time_ms"}
     plain = {name: plain_column(e) for name, e in exprs.items()}
-    all_plain = all(c is not None and c in produced for c in plain.values())
+    all_plain = all(isinstance(exprs[n], Computed) or (c is not None and c in produced) for n, c in plain.items())
     keys = stage.key_columns() or []
     same_key = bool(keys) and [plain.get(k) for k in keys] == list(prev.output_key_columns() or [])
     if fuse is True:

@@ -140,4 +140,4 @@ class SlotRouter(Stage):
             cols = ["event_time_ms"] + [c for c, _ in self.data_columns()]
             out = data[cols].assign(**{KEY_GROUP_OF_ROW: kg, SLOT_COLUMN: table.slot_ids_of(kg)})
         metrics = {"moves": [[m.key_group, m.to] for m in moves], "version": table.version} if moves else None
-        return StageOutput(out, watermark_ms=batch.watermark_ms, errors=errors, metrics=metrics)
+        return StageOutput(out, watermark_ms=batch.watermark_ms, command_errors=errors, metrics=metrics)

@@ -72,7 +72,11 @@ class StageOutput:
     watermark_ms: int | None = None         # output low watermark (hold) after this batch
     dropped: list[Dropped] = field(default_factory=list)
     metrics: dict | None = None             # counters for a ``metrics`` row (JSON-serialisable)
-    errors: list[str] = field(default_factory=list)   # input it could not use (e.g. a malformed command)
+    errors: list[str] = field(default_factory=list)   # input it could not use, reported by this key group
+    #: Control commands it could not use (malformed, or invalid for the stage's configuration):
+    #: every key group meets the same commands, so they are reported once per operator, by the key
+    #: group that forwards the modifications.
+    command_errors: list[str] = field(default_factory=list)
 
 
 class Stage:

@@ -186,7 +186,9 @@ class SlicerStage(Stage):
         return keys, np.asarray(codes, np.int64), values, ts, bad
 
     def _commands(self, state: Any, batch: StageInput) -> tuple[list[str], bool]:
-        """Apply the batch's window commands; ``(error messages, whether any was applied)``."""
+        """Apply the batch's window commands; ``(error messages, whether any was applied)``: a
+        command that is malformed or that the configuration cannot take (a session for the keyed
+        table) fails alike in every key group: reported once (``StageOutput.command_errors``)."""
         errors, applied = [], False
         for m in batch.modifications:
             cmd, err = window_command(m.text, self.name)
@@ -258,7 +260,7 @@ class SlicerStage(Stage):
         floor = output_watermark(self.output_watermark, prev_wm, self.allowed_lateness_ms)
         if self.output_watermark != "complete":
             floor = None                            # updates travel as late data
-        return StageOutput(self._frame(parts, hold, floor), hold, drops, errors=errors)
+        return StageOutput(self._frame(parts, hold, floor), hold, drops, command_errors=errors)
 
     def _frame(self, parts: list, hold: int | None, floor: int | None) -> pd.DataFrame:
         """Window rows of ``parts`` (``(key or per-row key array, WindowResults)``), column-wise."""

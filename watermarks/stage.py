@@ -183,7 +183,7 @@ class WindowingStage(Stage):
         hold = output_watermark(self.output_watermark, batch.watermark_ms, self.allowed_lateness_ms)
         floor = None if self.output_watermark != "complete" else output_watermark(
             self.output_watermark, batch.previous_watermark_ms, self.allowed_lateness_ms)
-        return StageOutput(self._frame(panes, floor), hold, dropped, errors=errors)
+        return StageOutput(self._frame(panes, floor), hold, dropped, command_errors=errors)
 
     def _elements(self, data: pd.DataFrame):
         """``(key, [(value, event_time_ms)], null count)`` per key, in order of first appearance."""

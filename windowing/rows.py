@@ -51,17 +51,21 @@ def output_watermark(mode: str, watermark_ms: int | None, allowed_lateness_ms: i
     return watermark_ms - allowed_lateness_ms if mode == "complete" else watermark_ms
 
 
-def key_specs(key: str | Sequence[str] | dict, reserved: Sequence[str] = ()) -> list[tuple[str, str]]:
-    """``(output column name, SQL expression)`` per key column: a plain column keeps its name, an
-    expression is ``key`` (``key_<i>`` with several); a dict ``{name: expression}`` names them."""
+def key_specs(key: Any, reserved: Sequence[str] = ()) -> list[tuple[str, Any]]:
+    """``(output column name, SQL expression or keygroups.Computed)`` per key column: a plain column
+    keeps its name, an expression (or a computed input) is ``key`` (``key_<i>`` with several); a
+    dict ``{name: expression}`` names them."""
+    def expr(e: Any) -> Any:
+        return e if callable(e) and not isinstance(e, str) else str(e)     # a Computed stays one
+
     if isinstance(key, dict):
-        specs = [(str(n), str(e)) for n, e in key.items()]
+        specs = [(str(n), expr(e)) for n, e in key.items()]
     else:
-        exprs = [key] if isinstance(key, str) else list(key)
+        exprs = [key] if isinstance(key, str) or callable(key) else list(key)
         specs = []
         for i, e in enumerate(exprs):
-            m = re.match(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$", str(e).strip())
-            specs.append((m.group(1) if m else ("key" if len(exprs) == 1 else f"key_{i}"), str(e)))
+            m = None if callable(e) else re.match(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$", str(e).strip())
+            specs.append((m.group(1) if m else ("key" if len(exprs) == 1 else f"key_{i}"), expr(e)))
     if not specs:
         raise ValueError("key must name at least one column or expression")
     names = [n for n, _ in specs]

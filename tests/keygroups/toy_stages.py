@@ -1,5 +1,6 @@
 """Small stages for testing the stage layer: a tumbling-window count keyed by columns, and a
-Python-routed running total. Deliberately simple, so expected results can be written by hand."""
+Python-routed running total (and Q5's ``Hottest`` aggregation). Deliberately simple, so expected results
+can be written by hand."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+from windowing import AggregateFunction
 
 
 @dataclass
@@ -131,3 +133,17 @@ class RunningTotal(Stage):
                 touched[g] = max(touched.get(g, int(t)), int(t))
         rows = [(g, state[g], t) for g, t in sorted(touched.items())]
         return StageOutput(pd.DataFrame(rows, columns=["group", "total", "event_time_ms"]), batch.watermark_ms)
+
+
+class Hottest(AggregateFunction):
+    """Q5's aggregate: the ``{"auction":..,"count":..}`` text with the highest count (ties: the lowest
+    auction)."""
+
+    spark_type = "string"
+
+    def lift(self, v):
+        return v
+
+    def combine(self, a, b):
+        ka, kb = json.loads(a), json.loads(b)
+        return a if (ka["count"], -ka["auction"]) >= (kb["count"], -kb["auction"]) else b
