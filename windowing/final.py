@@ -132,21 +132,31 @@ def current_windows(frames: pd.DataFrame | Iterable[pd.DataFrame], stage: Any = 
 
 
 class UpsertWindows:
-    """A ``foreachBatch`` function that keeps ``table`` (a Spark table) equal to the current result
-    per window of ``stage``'s rows: each micro-batch is folded in (the latest row per window
-    upserted, retracted windows deleted; :class:`WindowFold`); a replayed batch changes nothing.
+    """A ``foreachBatch`` function that keeps a table equal to the current result per window of
+    ``stage``'s rows: each micro-batch is folded in (the latest row per window upserted, retracted
+    windows deleted; :class:`WindowFold`); a replayed batch changes nothing.
 
-    The batch's window rows and the table go through the driver as pandas frames and the table is
-    rewritten (``saveAsTable``, mode ``overwrite``): meant for result tables of modest size (one
-    row per live or final window).
+    The table is a Spark table named ``table`` (``saveAsTable``) or Parquet files at ``path``.
+    The batch's window rows and the table go through the driver as pandas frames and the table
+    is rewritten each batch: meant for result tables of modest size (one row per live or final
+    window).
 
     >>> out.writeStream.foreachBatch(UpsertWindows("page_windows", stage)).start()   # doctest: +SKIP
     """
 
-    def __init__(self, table: str, stage: Any = None, *, key_columns: Sequence[str] | None = None,
-                 kind: str = "data") -> None:
-        self.table = table
+    def __init__(self, table: str | None = None, stage: Any = None, *, path: str | None = None,
+                 key_columns: Sequence[str] | None = None, kind: str = "data") -> None:
+        if (table is None) == (path is None):
+            raise ValueError("UpsertWindows: give a table name or a path, not both")
+        self.table, self.path = table, path
         self.fold = WindowFold.of(stage, key_columns=key_columns, kind=kind)
+
+    def _current(self, spark):
+        if self.table is not None:
+            return spark.table(self.table) if spark.catalog.tableExists(self.table) else None
+        from pathlib import Path
+
+        return spark.read.parquet(self.path) if Path(self.path).exists() else None
 
     def __call__(self, df, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -156,7 +166,7 @@ class UpsertWindows:
         if self.fold.topic is not None:
             mask &= F.col("topic") == self.fold.topic
         rows = df.where(mask)
-        current = spark.table(self.table) if spark.catalog.tableExists(self.table) else None
+        current = self._current(spark)
         keep = [c for c in rows.columns if c not in _NOT_RESULT]
         schema = current.schema if current is not None else rows.select(*keep).schema
         order = [c for c in ("partition", "offset") if c in rows.columns]
@@ -164,5 +174,9 @@ class UpsertWindows:
         new = self.fold.apply(current.toPandas() if current is not None else None,
                               batch.assign(kind=self.fold.kind, topic=self.fold.topic))
         sel = new[[f.name for f in schema.fields]]
-        rows_out = sel.astype(object).where(sel.notna(), None)
-        spark.createDataFrame(rows_out.values.tolist(), schema).write.mode("overwrite").saveAsTable(self.table)
+        out = spark.createDataFrame(sel.astype(object).where(sel.notna(), None).values.tolist(), schema)
+        writer = out.write.mode("overwrite")
+        if self.table is not None:
+            writer.saveAsTable(self.table)
+        else:
+            writer.parquet(self.path)
