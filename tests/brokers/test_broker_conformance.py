@@ -218,3 +218,30 @@ def test_group_offsets_commit_with_a_transaction(kafka):
             assert tp.offset == (offset if commit else offset - 1), (offset, commit, tp)
     finally:
         c.close()
+
+
+def test_fetch_size_limits_are_honoured(kafka):
+    """With the client's prefetch off, a read of a small offset range transfers about that range,
+    not the rest of the partition: the broker honours ``max.partition.fetch.bytes`` and
+    ``fetch.max.bytes`` (what bounds a micro-batch's network and memory cost on a long backlog)."""
+    import json as _json
+
+    from datasource import kafka_read
+
+    topic = kafka.topic(partitions=1)
+    # ~3 MB in record batches of at most 16 KB (a fetch returns whole batches, at least one)
+    kafka.produce(topic, [{"value": b"x" * 1000, "partition": 0} for _ in range(3000)], **{"batch.size": 16384})
+    stats: list[dict] = []
+    c = kafka_read.consumer({"bootstrap.servers": kafka.bootstrap, "max.partition.fetch.bytes": "16384",
+                             "fetch.max.bytes": "65536", "message.max.bytes": "65536", "statistics.interval.ms": "100",
+                             "queued.min.messages": "1", "queued.max.messages.kbytes": "1",   # no prefetch
+                             "stats_cb": lambda s: stats.append(_json.loads(s))})
+    try:
+        got = [m for msgs, _ in kafka_read.fetch_range(c, topic, 0, 0, 100, 10_000, True) for m in msgs]
+        for _ in range(5):                          # serve the next statistics event
+            c.poll(0.15)
+    finally:
+        c.close()
+    assert [m.offset() for m in got] == list(range(100))
+    received = max(sum(b["rxbytes"] for b in s["brokers"].values()) for s in stats)
+    assert received < 300_000, f"{received} bytes received for a 100 KB range of a 3 MB partition"
