@@ -20,7 +20,9 @@ emitted. This package is the pure engine (numpy, no Spark):
 
 Conventions: windows are ``[start, end)`` (start inclusive, end exclusive); times are
 integer milliseconds; a window is emitted by the first watermark at or after its end, and
-emitted again (``update=True``) when records within the allowed lateness change it. By
+emitted again (``update=True``) when records within the allowed lateness change it; an emitted
+window whose extent they change (sessions extended or fused, ...) is retracted first
+(``retraction=True``; :mod:`slicer.results`). By
 default windows come as Scotty reports them (``emission="scotty"``, docs/semantics.md): per
 query (context-free ones first, each in registration order), then by start; empty tumbling
 and sliding windows without a value, none of them starting before 0. ``emission="compact"`` (the

@@ -307,7 +307,8 @@ class SlicingWindowOperator(WindowQueries):
     def process_watermark(self, ts: int) -> list[WindowResult]:
         """Windows that ended since the last watermark plus updates of emitted windows changed
         by late records: per query, then by start (``emission="compact"``: by (end, query order,
-        start)); see the class."""
+        start)), after the retractions of emitted windows whose extent no longer exists
+        (:mod:`slicer.window_manager`); see the class."""
         return self.process_watermark_columns(ts).rows()
 
     # ------------------------------------------------------------------ state

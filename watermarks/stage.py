@@ -13,8 +13,10 @@ micro-batch and key group (Dataflow Model §2.3-2.4)::
 Output rows (one per pane; columns shared with the slicer, :mod:`windowing.rows`): the key
 column(s), ``query_id``, ``window_start_ms``, ``window_end_ms``, ``pane_index``, ``timing``
 (``EARLY``, ``ON_TIME``, ``LATE``), ``is_first``, ``is_last``, ``is_retraction`` (this row takes
-back an earlier pane: ACCUMULATING_AND_RETRACTING), and the aggregation's column (``sum``,
-``max``, ...; JSON text for non-numeric results). A pane's ``event_time_ms`` is its output
+back an earlier pane: every refinement in ACCUMULATING_AND_RETRACTING, and in every mode the last
+pane of a session a merge replaced), and the aggregation's column (``sum``, ``max``, ...; JSON
+text for non-numeric results). The current result per window is the latest row per window with
+retracted windows deleted (``accumulating`` modes; :func:`windowing.final.current_windows`). A pane's ``event_time_ms`` is its output
 timestamp (:class:`~watermarks.TimestampCombiner`; by default the window's last instant),
 raised to the stage's previous output watermark when a combiner would put it behind (Beam holds
 late panes' timestamps the same way), so the output watermark stays a promise.
@@ -26,7 +28,9 @@ bound. ``"input"``: the input watermark; late panes then reach the next stage as
 (:func:`windowing.rows.output_watermark`).
 
 Records the stage could not use are reported as ``dropped`` rows per key: ``late`` (window past
-the allowed lateness), ``closed`` (window's trigger finished), ``null`` (null value).
+the allowed lateness, or a session that would merge into one already garbage collected:
+:mod:`watermarks.driver`), ``closed`` (window's trigger finished), ``null`` (null value). A
+malformed window command is one ``error`` row (``StageOutput.command_errors``).
 """
 
 from __future__ import annotations

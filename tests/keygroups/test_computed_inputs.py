@@ -122,3 +122,12 @@ def test_an_emitted_column_whose_type_clashes_with_the_output_is_an_error():
     with pytest.raises(ValueError, match="emitted column 'count' is bigint, but operator 'counts' outputs 'count' "
                                          "as string"):
         clash.bound_specs({"auction": "bigint", "price": "double"})
+
+
+def test_docstring_examples():
+    import doctest
+
+    import keygroups.computed as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

@@ -106,7 +106,8 @@ def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> t
         if wm is not None:
             for k, op in engines.items():
                 for r in op.process_watermark(wm):
-                    rows.append(("window", k, r.query_id, r.start, r.end, r.update, *_flat(r.values)))
+                    rows.append(("window", k, r.query_id, r.start, r.end, r.update, r.retraction,
+                                 *_flat(r.values)))
         out[b] = sorted(rows, key=repr)
         marks[b] = wm
     return out, marks
@@ -127,7 +128,7 @@ def _spark_rows(collector: BatchCollector, aggs) -> dict:
             elif r["kind"] == "data":
                 assert r["event_time_ms"] >= r["window_end_ms"] - 1 and r["measure"] == "time"
                 conv.append(("window", r["key"], r["query_id"], r["window_start_ms"], r["window_end_ms"],
-                             r["update"], *(r[c] for c in cols)))
+                             r["update"], r["is_retraction"], *(r[c] for c in cols)))
         out[b] = sorted(conv, key=repr)
     return out
 
@@ -193,6 +194,8 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     windows = [r for b in batches for r in got[b] if r[0] == "window"]
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]
     assert any(r[5] for r in windows)                                      # updates from late records
+    # late records within the lateness extend and fuse emitted sessions: retracted (issue 22)
+    assert any(r[6] for r in windows) == (config == "per_key")
     assert {r[2] for r in windows} == {str(i) for i in range(len(CONFIGS[config][0]))}   # query ids: the index
     late = sum(r[3] for r in drops if r[2] == "late")
     assert late > 0 and sum(r[3] for r in drops if r[2] == "null") == len(range(0, 800, 151))

@@ -95,3 +95,12 @@ def test_upsert_windows_keeps_a_table_keyed_by_window(spark, tmp_path):
     assert sorted(got.columns) == sorted(["k", "query_id", "window_start_ms", "window_end_ms", "sum", "event_time_ms"])
     with pytest.raises(ValueError, match="a table name or a path"):
         UpsertWindows("t", stage, path=path)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import windowing.final as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
