@@ -231,7 +231,8 @@ class Pipeline:
                     df = _with_ms_columns(df)
                     if j == 0 and computed_inputs(exprs):
                         df = _compute_spark(df, computed_inputs(exprs))
-                    sql = {name: e for name, e in exprs.items() if not isinstance(e, Computed) and plain_column(e) != name}
+                    sql = {name: e for name, e in exprs.items()
+                           if not isinstance(e, Computed) and plain_column(e) != name}
                     if sql and j == 0:
                         df = df.withColumns({name: F.expr(expr) for name, expr in sql.items()})
                     elif sql:       # on data rows only: result rows keep their own columns (Pipeline.emit)
@@ -353,9 +354,10 @@ def frame_types(frame: pd.DataFrame) -> dict[str, str]:
         ddl = _DTYPES.get(str(col.dtype))
         if ddl is None:
             first = next((v for v in col.tolist() if v is not None and not (isinstance(v, float) and v != v)), None)
-            ddl = ("binary" if isinstance(first, (bytes, bytearray)) else "boolean" if isinstance(first, (bool, np.bool_))
-                   else "bigint" if isinstance(first, (int, np.integer)) else "double" if isinstance(first, float)
-                   else "string")
+            ddl = ("binary" if isinstance(first, (bytes, bytearray))
+                   else "boolean" if isinstance(first, (bool, np.bool_))
+                   else "bigint" if isinstance(first, (int, np.integer))
+                   else "double" if isinstance(first, float) else "string")
         out[str(name)] = ddl
     return out
 
