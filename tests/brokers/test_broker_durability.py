@@ -84,11 +84,13 @@ def _acked_then_lost(tmp_path, drained: bool, kill: bool = False) -> tuple[int, 
 
 def test_a_broker_stopped_after_producers_drained_keeps_every_acknowledged_record(tmp_path):
     acked, lost = _acked_then_lost(tmp_path, drained=True)
+    print(f"{_restartable_kind()}: stop after drain: {lost} of {acked} acknowledged records lost")
     assert acked > 1000 and lost == 0, (acked, lost)
 
 
 def test_a_broker_stopped_under_producer_load_keeps_every_acknowledged_record(tmp_path):
     acked, lost = _acked_then_lost(tmp_path, drained=False)
+    print(f"{_restartable_kind()}: SIGTERM under load: {lost} of {acked} acknowledged records lost")
     assert acked > 1000, acked
     if lost and _restartable_kind() == "noida-db":
         pytest.xfail(f"noida-db loses acknowledged records when stopped under load: {lost} of {acked} "
@@ -97,10 +99,11 @@ def test_a_broker_stopped_under_producer_load_keeps_every_acknowledged_record(tm
 
 
 def test_a_broker_killed_under_producer_load_keeps_every_acknowledged_record(tmp_path):
-    if _restartable_kind() != "kafka":
-        pytest.skip("measured on Apache Kafka (a development broker loses records on a plain stop)")
     acked, lost = _acked_then_lost(tmp_path, drained=False, kill=True)
+    print(f"{_restartable_kind()}: SIGKILL under load: {lost} of {acked} acknowledged records lost")
     assert acked > 1000, acked
+    if lost and _restartable_kind() == "noida-db":
+        pytest.xfail(f"noida-db loses acknowledged records when killed under load: {lost} of {acked}")
     assert lost == 0, (acked, lost)
 
 
