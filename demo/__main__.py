@@ -1,6 +1,6 @@
 """The main job: out-of-order clicks through three engines in one Spark query, back to Kafka.
 
-1. Starts a broker (``KAFKA_BOOTSTRAP_SERVERS`` if set, else the embedded noida-db).
+1. Starts a broker (``KAFKA_BOOTSTRAP_SERVERS`` if set, else the embedded Apache Kafka).
 2. Produces clicks ``{"user", "page", "ts"}`` to topic ``clicks`` (4 partitions, keyed by user)
    from a background thread: event times follow the wall clock, 15% arrive 0.5 to 3 s late, and
    partition 3 runs 1 s behind (its punctuations hold the low watermark back).
