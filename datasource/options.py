@@ -45,6 +45,9 @@ OWN_OPTIONS = {
     "maxeventtimeaheadms": "a data record whose event time is more than this ahead of the batch's processing "
                            "time is an error row and does not move the punctuation (default 86400000, one "
                            "day; -1: off)",
+    "endofinput": "'punctuate': at the end of a bounded run (Trigger.AvailableNow, or a batch read) every "
+                  "partition's last punctuation closes every window (9999-12-31), recorded in the offset log; "
+                  "'none' (default): punctuations follow the event times, the last windows stay open",
     "rangestatstopic": "topic where streaming tasks leave each offset range's newest event time for the driver "
                        "(default 'dataflow-kafka-range-stats', created if missing; empty: the driver reads "
                        "every range a second time instead)",
@@ -169,6 +172,7 @@ class SourceOptions:
     control_topic: str | None = None
     heartbeat_interval_ms: int | None = None
     range_stats_topic: str | None = "dataflow-kafka-range-stats"
+    end_of_input: bool = False             # endOfInput=punctuate
     extra: dict = field(default_factory=dict)
 
 
@@ -258,6 +262,9 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         raise OptionError(f"options 'minPartitions' ({min_parts}) and 'maxPartitions' ({max_parts}) conflict: "
                           "minPartitions must not exceed maxPartitions")
     heartbeat = _int(opts, "heartbeatintervalms", None, minimum=1)
+    end_of_input = opts.get("endofinput", "none").strip().lower()
+    if end_of_input not in ("none", "punctuate"):
+        raise OptionError(f"option 'endOfInput' must be 'none' or 'punctuate', got {opts['endofinput']!r}")
     return SourceOptions(
         kafka=kafka, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=starting, starting_timestamp_ms=_int(opts, "startingtimestamp", None, minimum=0),
@@ -276,6 +283,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         watermark_delay_ms=delay, control_topic=opts.get("controltopic") or None,
         heartbeat_interval_ms=heartbeat,
         range_stats_topic=opts.get("rangestatstopic", "dataflow-kafka-range-stats").strip() or None,
+        end_of_input=end_of_input == "punctuate",
     )
 
 

@@ -68,6 +68,7 @@ class OffsetRange(InputPartition):
     mods: list = field(default_factory=list)   # modification records to emit first
     publish_stats: bool = False                # streaming: leave the range's newest event time for the driver
     notes: list = field(default_factory=list)  # error rows to emit (e.g. malformed control records)
+    end_of_input: bool = False                 # endOfInput=punctuate, the run's last range: punctuate to the end
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
@@ -99,7 +100,8 @@ def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.Re
 def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Rows of one range: [modifications] [data / producer punctuations / errors] [punctuation].
 
-    The punctuation is ``max(newest_before_ms, newest data event time in the range) - watermarkDelayMs``.
+    The punctuation is ``max(newest_before_ms, newest data event time in the range) - watermarkDelayMs``,
+    or the end of time (``MAX_EVENT_MS``) for the last range of a bounded run with ``endOfInput=punctuate``.
     """
     hdr = opts.include_headers
     synthetic = []
@@ -136,9 +138,13 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                                         opts.kafka)
             range_stats.publish(opts.kafka, opts.range_stats_topic, key, in_range)
     newest = _newer(r.newest_before_ms, in_range)
+    if r.end_of_input:
+        punctuation = kafka_read.MAX_EVENT_MS   # endOfInput=punctuate: no record of the run follows
+    else:
+        punctuation = None if newest is None else newest - opts.watermark_delay_ms
     yield kafka_read.make_rows_batch(
         [{"topic": r.topic, "partition": r.partition, "offset": r.end, "kind": KIND_PUNCTUATION,
-          "punctuation": None if newest is None else newest - opts.watermark_delay_ms,
+          "punctuation": punctuation,
           "processing_time": r.processing_time_ms}], hdr)
 
 
@@ -171,7 +177,8 @@ def _split(r: OffsetRange, pieces: int) -> list[OffsetRange]:
     out = []
     for i in range(pieces):
         out.append(OffsetRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.newest_before_ms,
-                               r.processing_time_ms, r.mods if i == 0 else [], False, r.notes if i == 0 else []))
+                               r.processing_time_ms, r.mods if i == 0 else [], False, r.notes if i == 0 else [],
+                               r.end_of_input))
     return out
 
 
@@ -308,6 +315,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._stats_missed = False
         self._published: set[tuple[TP, int, int]] = set()  # ranges whose tasks this reader told to publish
         self._access_checked = False
+        self._warned_end_of_input = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -443,6 +451,11 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         mods += [{"error": n} for n in notes]
 
         moved = any(end[tp] != begin[tp] for tp in tps) or bool(new_tps) or bool(mods)
+        # endOfInput=punctuate: the run's last batch punctuates to the end of time, once (a batch of its
+        # own if the data ended in an earlier one), and the offset log says so for a replay.
+        end_of_input = self._end_of_input(end)
+        if end_of_input and not start.get("eoi"):
+            moved = True
         if moved and not new_tps and not mods and self._too_few(begin, latest, now - start["batchTimeMs"]):
             return start
         hb = self.opts.heartbeat_interval_ms
@@ -456,9 +469,27 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 entry["p"] = newest
             parts[tp] = entry
         self._scan_ahead(parts, end, now)
-        return {"v": 2, "batchTimeMs": now, "partitions": to_json_partitions(parts),
-                "control": to_json_partitions(control_end),
-                "mods": {str(i): m for i, m in enumerate(mods)}}
+        offset = {"v": 2, "batchTimeMs": now, "partitions": to_json_partitions(parts),
+                  "control": to_json_partitions(control_end),
+                  "mods": {str(i): m for i, m in enumerate(mods)}}
+        if end_of_input:
+            offset["eoi"] = True
+        return offset
+
+    def _end_of_input(self, end: dict[TP, int]) -> bool:
+        """Whether a batch ending at ``end`` closes a bounded run with ``endOfInput=punctuate``:
+        Trigger.AvailableNow's last batch (other triggers never end; the option is then ignored,
+        with a warning)."""
+        if not self.opts.end_of_input:
+            return False
+        if self._available_now is None:
+            if not self._warned_end_of_input:
+                logging.getLogger(__name__).warning(
+                    "dataflow-kafka: option 'endOfInput' applies to Trigger.AvailableNow and batch reads; this "
+                    "query's trigger never ends its input, so no final punctuation is written")
+                self._warned_end_of_input = True
+            return False
+        return self._last_available_now_batch(end)
 
     def _too_few(self, begin: dict[TP, int], latest: dict[TP, int], since_ms: int) -> bool:
         """``minOffsetsPerTrigger`` (Spark's meaning): wait for that many new records unless
@@ -571,7 +602,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 self._published.add((tp, s, e["o"]))
             ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
                                       end["batchTimeMs"], mods, publish_stats=publish,
-                                      notes=notes if i == 0 else []))
+                                      notes=notes if i == 0 else [], end_of_input=bool(end.get("eoi"))))
         return _tasks(ranges, self.opts)
 
     def read(self, partition: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
@@ -628,7 +659,7 @@ class DataflowKafkaBatchReader(DataSourceReader):
             c.close()
         now = _now_ms()
         ranges = [OffsetRange(t, p, start[(t, p)], max(start[(t, p)], end[(t, p)]), None, now, mods,
-                              notes=notes if i == 0 else [])
+                              notes=notes if i == 0 else [], end_of_input=self.opts.end_of_input)
                   for i, (t, p) in enumerate(tps)]
         return _tasks(ranges, self.opts)
 
