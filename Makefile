@@ -42,7 +42,15 @@ conformance: setup
 	    | grep -E "^(PASSED|FAILED|SKIPPED)|passed|failed"; \
 	done
 
-bench: setup
+# Spark's JVM Kafka connector and the JVM baselines (benchmarks only): bench/spark_kafka.py
+SPARK_KAFKA_SOURCES := bench/spark-kafka/pom.xml $(shell find bench/spark-kafka/java -name '*.java' | LC_ALL=C sort)
+SPARK_KAFKA_STAMP := .jvm/spark-kafka/.resolved-$(shell cat $(SPARK_KAFKA_SOURCES) | sha256sum | cut -c1-12)
+
+$(SPARK_KAFKA_STAMP): $(SPARK_KAFKA_SOURCES) | $(STAMP)
+	@command -v mvn >/dev/null && command -v javac >/dev/null || { echo "Maven and a JDK (javac) are required for the benchmarks' JVM baselines"; exit 1; }
+	$(PY) -m bench.spark_kafka
+
+bench: setup $(SPARK_KAFKA_STAMP)
 	$(PY) -m bench.source_throughput
 	$(PY) -m bench.source_batch_cost
 	$(PY) -m bench.slicer_engine --quick

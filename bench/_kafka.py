@@ -6,7 +6,7 @@ import json
 import random
 from typing import Callable
 
-__all__ = ["create_topics", "produce_json", "dataflow_kafka_source"]
+__all__ = ["create_topics", "produce_json", "dataflow_kafka_source", "stream_source"]
 
 
 def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
@@ -41,8 +41,15 @@ def produce_json(bootstrap: str, topic: str, n: int, partitions: int,
 
 
 def dataflow_kafka_source(spark, bootstrap: str, topic: str, max_offsets: int | None = None, **options: str):
-    """``readStream.format("dataflow-kafka")`` from the earliest offset, event time from ``ts``."""
-    reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
+    """``readStream.format("dataflow-kafka")`` from the earliest offset (``options``: e.g.
+    ``eventTimeField="ts"``)."""
+    return stream_source(spark, "dataflow-kafka", bootstrap, topic, max_offsets, **options)
+
+
+def stream_source(spark, fmt: str, bootstrap: str, topic: str, max_offsets: int | None = None, **options: str):
+    """``readStream.format(fmt)`` (``"dataflow-kafka"`` or Spark's ``"kafka"``) of ``topic`` from
+    the earliest offset, ``maxOffsetsPerTrigger`` and further ``options``."""
+    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest"))
     if max_offsets is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))

@@ -157,6 +157,15 @@ class Pipeline:
     source_options: dict[str, str] = field(default_factory=dict)
     rate: float = 10.0
     poisson: bool = True
+    source_format: str = "dataflow-kafka"     # or "kafka": Spark's JVM connector (bench.spark_kafka)
+
+
+def source_reader(spark, bootstrap: str, topic: str, pipeline: Pipeline):
+    """``readStream`` of ``topic`` from the earliest offset in ``pipeline.source_format``, with
+    ``pipeline.source_options``."""
+    from bench._kafka import stream_source
+
+    return stream_source(spark, pipeline.source_format, bootstrap, topic, None, **pipeline.source_options)
 
 
 def passthrough(rate: float = 20.0) -> Pipeline:
@@ -171,6 +180,17 @@ def passthrough(rate: float = 20.0) -> Pipeline:
         return {(s.partition, s.offset): {b"k%d" % s.i} for s in sent}
 
     return Pipeline("passthrough", build, record, expected, {"eventTimeField": "ts"}, rate, poisson=False)
+
+
+def passthrough_kafka(rate: float = 20.0) -> Pipeline:
+    """:func:`passthrough` read through Spark's JVM connector (``format("kafka")``): key, value."""
+    base = passthrough(rate)
+
+    def build(src, out_topic):
+        return src.selectExpr("key", "value")
+
+    return Pipeline("passthrough, format(kafka)", build, base.record, base.expected, {}, rate, poisson=False,
+                    source_format="kafka")
 
 
 def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rate: float = 10.0,
@@ -341,7 +361,7 @@ def run_pipeline(spark, bootstrap: str, pipeline: Pipeline, sink: str = "kafka",
                  checkpoint_base: str | None = None, latency: bool = False, cooldown_s: float = 3.0,
                  drain_s: float = 20.0, sink_format: str = "dataflow-kafka",
                  sink_options: dict[str, str] | None = None) -> dict:
-    """One streaming query: a fresh input topic read from ``earliest`` by ``format("dataflow-kafka")``
+    """One streaming query: a fresh input topic read from ``earliest`` in ``pipeline.source_format``
     (with ``pipeline.source_options``), ``pipeline.build``, then ``sink``: ``"kafka"`` (the
     project's sink, or ``sink_format`` with ``sink_options``, to a fresh output topic) or ``"noop"``. A :class:`Trickle` feeds the input at
     ``pipeline.rate`` from just before the start to the end. Measured: the micro-batches that start
@@ -354,11 +374,7 @@ def run_pipeline(spark, bootstrap: str, pipeline: Pipeline, sink: str = "kafka",
     ``incomplete``, ``checkpoint``."""
     in_topic = create_topic(bootstrap, partitions, "in")
     out_topic = create_topic(bootstrap, output_partitions, "out")
-    reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", in_topic).option("startingOffsets", "earliest"))
-    for k, v in pipeline.source_options.items():
-        reader = reader.option(k, v)
-    df = pipeline.build(reader.load(), out_topic)
+    df = pipeline.build(source_reader(spark, bootstrap, in_topic, pipeline), out_topic)
     ck = checkpoint_dir("bench-ck-", checkpoint_base)
     watcher = OutputWatcher(bootstrap, out_topic) if latency and sink == "kafka" else None
     trickle = Trickle(bootstrap, in_topic, partitions, pipeline.rate, pipeline.record, pipeline.poisson)
@@ -434,11 +450,7 @@ def interleaved(spark, bootstrap: str, arms: list[Arm], cycles: int = 3, phase_s
         for arm in arms:
             in_topic = create_topic(bootstrap, partitions, "in")
             out_topic = create_topic(bootstrap, 2, "out")
-            reader = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-                      .option("subscribe", in_topic).option("startingOffsets", "earliest"))
-            for k, v in arm.pipeline.source_options.items():
-                reader = reader.option(k, v)
-            df = arm.pipeline.build(reader.load(), out_topic)
+            df = arm.pipeline.build(source_reader(spark, bootstrap, in_topic, arm.pipeline), out_topic)
             w = df.writeStream.option("checkpointLocation", checkpoint_dir("bench-ck-", arm.checkpoint_base))
             if arm.sink == "noop":
                 w = w.format("noop")
@@ -497,6 +509,23 @@ def interleaved(spark, bootstrap: str, arms: list[Arm], cycles: int = 3, phase_s
         out.append({"cycle": c, "arm": arms[j].name, "window": (lo, hi),
                     "progress": [p for p in with_data(every[j]) if lo <= _epoch(p["timestamp"]) < hi]})
     return out
+
+
+def add_interleave_arguments(ap, what: str = "arm") -> None:
+    """The command-line options of a benchmark built on :func:`interleaved`: ``--quick``,
+    ``--cycles``, ``--phase``, ``--warmup``, ``--rate``, ``--partitions`` (read them back with
+    :func:`cycles_and_phase`)."""
+    ap.add_argument("--quick", action="store_true", help="2 cycles of 6 s phases")
+    ap.add_argument("--cycles", type=int, default=None, help="alternation cycles (default 3)")
+    ap.add_argument("--phase", type=float, default=None, help=f"seconds of input per {what} and cycle (default 12)")
+    ap.add_argument("--warmup", type=float, default=4.0)
+    ap.add_argument("--rate", type=float, default=20.0, help="input records/s")
+    ap.add_argument("--partitions", type=int, default=2)
+
+
+def cycles_and_phase(args) -> tuple[int, float]:
+    """``(cycles, phase seconds)`` from :func:`add_interleave_arguments`' options."""
+    return args.cycles or (2 if args.quick else 3), args.phase or (6.0 if args.quick else 12.0)
 
 
 def _settle(queries, timeout_s: float = 20.0) -> None:

@@ -22,9 +22,25 @@ Variants (one Spark streaming query each, ``optimistic.spark.build_pipeline``):
   milestones) in one operator (``fuse_same_key``, the stage layer's fusion), which Spark's native
   plan cannot do: one shuffle, state round trip and commit fewer per micro-batch.
 - ``buffered``: a sort buffer before each order-sensitive stage, released by the same punctuations.
-- ``native``: what a Spark user writes today: ``withWatermark("event_time", delay)`` and
-  event-time timers in each stage (``timeMode="EventTime"``); ``delay`` = ``(P-1) * skew + 200``
-  ms, the smallest that covers the disorder (rows Spark drops are counted and reported).
+- ``native``: Spark's ``withWatermark("event_time", delay)`` and event-time timers in each stage
+  (``timeMode="EventTime"``, ``transformWithStateInPandas``) on our source and sink, with the same
+  stage objects; ``delay`` = ``(P-1) * skew + 200`` ms, the smallest that covers the disorder
+  (rows Spark drops are counted and reported).
+- ``spark-jvm``: what a Spark user would run instead of this project (2 stages only):
+  ``format("kafka")`` (Spark's JVM connector, :mod:`bench.spark_kafka`), the document split in
+  Spark SQL, ``withWatermark`` with the same ``delay``, posting lists and milestones by word in
+  one Java ``transformWithState`` with event-time timers, ``format("kafka")`` sink: no Python
+  anywhere (:func:`bench.jvm_baseline.milestones_jvm`).
+- ``spark-py``: the same with the stateful step in PySpark's Row-based ``transformWithState``
+  (what a Python user writes; :func:`bench.jvm_baseline.milestones_py`).
+- ``fused-jvm``: ``fused`` with Spark's connector on both ends: ``format("kafka")`` rows through
+  :func:`jvm_ingest.punctuate` (per-partition punctuations derived from the rows), the same stages,
+  ``format("kafka")`` sink.
+
+Correctness: every output record is checked against the in-order reference: ``wrong_values``
+(a key of the reference with another value), ``missing_outputs`` (outputs of measured documents
+never seen: dropped), ``extra_outputs`` (keys the reference does not have), and Spark's
+``numRowsDroppedByWatermark``.
 
 Triggers: Spark's default (the next micro-batch starts as soon as the previous one ends) and
 processing-time triggers (``--trigger-ms``). Spark applies its event-time watermark one micro-batch
@@ -93,7 +109,9 @@ from bench._stream import create_topic  # noqa: E402
 from bench.native_baseline import build_native  # noqa: E402
 from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages  # noqa: E402
 
-VARIANTS = ("optimistic", "fused", "buffered", "native")
+VARIANTS = ("optimistic", "fused", "buffered", "native", "spark-jvm", "spark-py", "fused-jvm")
+JVM_VARIANTS = ("spark-jvm", "spark-py")     # Spark's operators, format("kafka") in and out; 2 stages only
+JVM_IO = JVM_VARIANTS + ("fused-jvm",)       # format("kafka") in and out
 
 
 def decode_doc(value: bytes):
@@ -129,6 +147,9 @@ class Result:
     plan_ms_mean: float = float("nan")
     add_batch_ms_mean: float = float("nan")
     no_data_batches: int = 0
+    missing_outputs: int = 0       # outputs of measured documents never seen (dropped)
+    extra_outputs: int = 0         # output keys the in-order reference does not have
+    expected_outputs: int = 0      # outputs the reference gives the measured documents
 
 
 class OutputWatcher(threading.Thread):
@@ -208,7 +229,24 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
            .load())
-    if variant == "native":
+    if variant in JVM_VARIANTS:
+        from bench import jvm_baseline
+
+        if stages_n != 2:
+            raise ValueError(f"{variant} runs 2 order-sensitive stages only, not {stages_n}")
+        jsrc = jvm_baseline.kafka_source(spark, bootstrap, topic)
+        build = jvm_baseline.milestones_jvm if variant == "spark-jvm" else jvm_baseline.milestones_py
+        out = build(jsrc, delay)
+    elif variant == "fused-jvm":
+        from bench import jvm_baseline
+        from jvm_ingest import punctuate
+
+        rows = punctuate(jvm_baseline.kafka_source(spark, bootstrap, topic), partitions={topic: partitions},
+                         event_time_field="ts")
+        out = build_pipeline(rows, stages, output_topic=out_topic, mode="optimistic", key_groups=key_groups,
+                             decode=decode_doc, metrics_topic=metrics_topic, output_partitions=shuffle,
+                             fuse_same_key=inverted_index_same_key(stages_n))
+    elif variant == "native":
         out = build_native(src, stages, output_topic=out_topic, key_groups=key_groups, decode=decode_doc,
                            output_partitions=shuffle, native_delay_ms=delay)
     else:
@@ -220,8 +258,10 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
     ck = tempfile.mkdtemp(prefix="latency-ck-")
     watcher = OutputWatcher(bootstrap, out_topic)
     watcher.start()
-    writer = (out.writeStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("checkpointLocation", ck))
+    writer = (out.writeStream.format("kafka" if variant in JVM_IO else "dataflow-kafka")
+              .option("kafka.bootstrap.servers", bootstrap).option("checkpointLocation", ck))
+    if variant in JVM_VARIANTS:
+        writer = writer.option("topic", out_topic)
     if trigger_ms:
         writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
     q = writer.start()
@@ -260,7 +300,9 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         q.stop()
         watcher.stop_flag.set()
         watcher.join(10)
-    lat, incomplete, wrong = [], 0, 0
+    lat, incomplete, wrong, missing_n = [], 0, 0, 0
+    reference = {k: v for outs in expected.values() for k, v in outs.items()}
+    extra = sum(1 for k in watcher.seen if k not in reference)
     for s, part, off in measured:
         keys = expected[(part, off)]
         times = []
@@ -272,6 +314,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
                 times.append(got[0])
                 wrong += got[1] != v
         incomplete += any(k not in watcher.seen for k in keys)
+        missing_n += sum(1 for k in keys if k not in watcher.seen)
         lat.append((max(times) - s) * 1000)
     lat.sort()
 
@@ -279,7 +322,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         return lat[min(len(lat) - 1, int(math.ceil(q_ / 100 * len(lat))) - 1)] if lat else float("nan")
 
     m = None
-    if variant in ("optimistic", "fused"):
+    if variant in ("optimistic", "fused", "fused-jvm"):
         from tests.support import KafkaHelper
 
         m = read_metrics(KafkaHelper(bootstrap).consume_all(metrics_topic))
@@ -305,7 +348,8 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
                  len(in_window) / args.duration, out_in_window / args.duration,
                  sum(batch_ms) / len(batch_ms) if batch_ms else float("nan"), len(progress), dropped, wrong,
                  mean_of("queryPlanning"), mean_of("addBatch"),
-                 sum(1 for p in progress if not p.get("numInputRows")))
+                 sum(1 for p in progress if not p.get("numInputRows")),
+                 missing_n, extra, sum(len(expected[(part, off)]) for _, part, off in measured))
     return res, lat
 
 
@@ -403,7 +447,8 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-COLORS = {"optimistic": "tab:blue", "fused": "tab:purple", "buffered": "tab:green", "native": "tab:red"}
+COLORS = {"optimistic": "tab:blue", "fused": "tab:purple", "buffered": "tab:green", "native": "tab:red",
+          "spark-jvm": "tab:brown", "spark-py": "tab:orange", "fused-jvm": "tab:pink"}
 
 
 def _by(results: list[Result]) -> dict[tuple[str, Point], Result]:
@@ -419,7 +464,7 @@ def _decorate(ax, factor: str, pts: list[Point], ylabel: str, legend_size: int) 
     ax.legend(fontsize=legend_size)
 
 
-def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
+def plot(results: list[Result], lats: dict, img_dir: Path, prefix: str = "latency") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -456,17 +501,20 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
                 ax.plot([x], [r.p95_ms / 1000], "k_", ms=8)
                 ax.plot([x], [r.p75_ms / 1000], "k.", ms=4)
         _decorate(ax, f, pts, "end-to-end latency, s", 7)
-    paths.append(_save(fig, img_dir / "latency_percentiles.png"))
+    paths.append(_save(fig, img_dir / f"{prefix}_percentiles.png"))
     # the target: optimistic / native, p50 and p99, against 0.5
     fig, axes = axes_for(len(pans))
-    fig.suptitle("latency relative to the Spark-native baseline (target: optimistic p50 and p99 <= 0.5)",
-                 fontsize=10)
+    base = "native" if "native" in variants else "spark-jvm"
+    fig.suptitle(f"latency relative to {base} (target: p50 and p99 <= 0.5)", fontsize=10)
     for ax, (f, pts) in zip(axes, pans):
         xs = range(len(pts))
-        for v, mk in (("optimistic", "o"), ("fused", "s"), ("buffered", "x")):
-            p50 = [by[(v, p)].p50_ms / by[("native", p)].p50_ms if (v, p) in by and ("native", p) in by
+        for v, mk in (("optimistic", "o"), ("fused", "s"), ("buffered", "x"), ("spark-jvm", "v"), ("spark-py", "^"),
+                      ("fused-jvm", "P")):
+            if v == base or v not in variants:
+                continue
+            p50 = [by[(v, p)].p50_ms / by[(base, p)].p50_ms if (v, p) in by and (base, p) in by
                    else float("nan") for p in pts]
-            p99 = [by[(v, p)].p99_ms / by[("native", p)].p99_ms if (v, p) in by and ("native", p) in by
+            p99 = [by[(v, p)].p99_ms / by[(base, p)].p99_ms if (v, p) in by and (base, p) in by
                    else float("nan") for p in pts]
             ax.plot(xs, p50, mk + "-", color=COLORS[v], label=f"{v} p50")
             ax.plot(xs, p99, mk + "--", color=COLORS[v], alpha=0.6, label=f"{v} p99")
@@ -474,9 +522,9 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
                  if ("optimistic", p) in by and ("native", p) in by else float("nan") for p in pts]
         ax.plot(xs, model, "d", mfc="none", color="black", label="model p50 (batch durations)")
         ax.axhline(0.5, color="grey", ls=":", lw=1)
-        ax.set_ylim(0, 1.3)
-        _decorate(ax, f, pts, "latency / native latency", 6)
-    paths.append(_save(fig, img_dir / "latency_ratio.png"))
+        ax.set_ylim(bottom=0)
+        _decorate(ax, f, pts, f"latency / {base} latency", 6)
+    paths.append(_save(fig, img_dir / f"{prefix}_ratio.png"))
     # Figure 9: replay ratio
     fig, axes = axes_for(len(pans), h=3.6)
     for ax, (f, pts) in zip(axes, pans):
@@ -486,7 +534,7 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
         ax.axhline(1.1, color="grey", ls="--", lw=1, label="target 1.1")
         ax.set_ylim(0.98, max(1.15, max((y for y in ys if y == y), default=1.0) + 0.02))
         _decorate(ax, f, pts, "replay ratio (arrived at barrier / released)", 7)
-    paths.append(_save(fig, img_dir / "latency_replay_ratio.png"))
+    paths.append(_save(fig, img_dir / f"{prefix}_replay_ratio.png"))
     # latency CDFs, one panel per point
     fig, axes = axes_for(len(points), h=3.4)
     for ax, p in zip(axes, points):
@@ -500,7 +548,7 @@ def plot(results: list[Result], lats: dict, img_dir: Path) -> list[Path]:
                      fontsize=8)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("fraction of documents")
-    paths.append(_save(fig, img_dir / "latency_cdf.png"))
+    paths.append(_save(fig, img_dir / f"{prefix}_cdf.png"))
     return paths
 
 
@@ -549,7 +597,8 @@ def main(argv=None) -> int:
     levels = [tuple(int(x) for x in lv.split(":")) for lv in args.levels]
     points = grid(args.stages, args.rates, levels, args.trigger_ms, args.design)
     runs = [(p, v) for p in points for v in args.variants
-            if not (v == "fused" and p.stages == 1)]           # one stage: nothing to fuse
+            if not (v in ("fused", "fused-jvm") and p.stages == 1)    # one stage: nothing to fuse
+            and not (v in JVM_VARIANTS and p.stages != 2)]     # the JVM baselines have 2 stages
     estimate = sum(_estimate_s(p, args) for p, _ in runs) + (0 if args.no_session_warmup else 25 * len(args.variants))
     print(f"{len(points)} points x {len(args.variants)} variants = {len(runs)} runs, about "
           f"{estimate / 60:.0f} min on an idle 2-core machine", flush=True)
@@ -561,8 +610,12 @@ def main(argv=None) -> int:
     from brokers import kafka_broker
     from datasource.session import spark_session
 
+    from bench import spark_kafka
+
     results, lats = [], {}
-    extra = dict(kv.split("=", 1) for kv in args.spark_conf)
+    if set(args.variants) & set(JVM_IO) and spark_kafka.connector_jars() is None:
+        raise SystemExit(spark_kafka.missing_message())
+    extra = {**spark_kafka.session_extra(), **dict(kv.split("=", 1) for kv in args.spark_conf)}
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="latency-broker-")) as broker:
         spark = spark_session(master="local[2]", app_name="latency-experiment",
                               shuffle_partitions=points[0].shuffle_partitions, extra=extra)
@@ -572,7 +625,9 @@ def main(argv=None) -> int:
             # point ran 40% longer batches than when it ran last. One short query per variant first.
             t0 = time.time()
             p = points[0]
-            for v in args.variants:
+            for v in dict.fromkeys(args.variants):
+                if v in JVM_VARIANTS and p.stages != 2 or v in ("fused", "fused-jvm") and p.stages == 1:
+                    continue
                 run_one(spark, broker.bootstrap_servers, v, p.stages, p.rate, p.kafka_partitions,
                         p.shuffle_partitions, 0,
                         argparse.Namespace(**{**vars(args), "warmup": 2, "duration": 4, "cooldown": 2, "drain": 10}))
@@ -589,9 +644,16 @@ def main(argv=None) -> int:
                   f"n={r.docs_measured} incomplete={r.incomplete} replay={r.replay_ratio} "
                   f"batch={r.batch_ms_mean:.0f}ms (plan {r.plan_ms_mean:.0f}, addBatch {r.add_batch_ms_mean:.0f}, "
                   f"{r.no_data_batches} of {r.batches} without data) dropped={r.dropped_by_watermark} "
-                  f"wrong={r.wrong_values} ({time.time() - t0:.0f}s)", flush=True)
+                  f"wrong={r.wrong_values} missing={r.missing_outputs}/{r.expected_outputs} "
+                  f"extra={r.extra_outputs} load={_stream_load()} ({time.time() - t0:.0f}s)", flush=True)
         spark.stop()
     return report(results, lats, args)
+
+
+def _stream_load() -> str:
+    from bench._stream import loadavg
+
+    return loadavg().replace(" ", "/")
 
 
 def _estimate_s(p: Point, args) -> float:
@@ -636,7 +698,7 @@ def _read(out: Path) -> tuple[list[Result], dict]:
 def report(results: list[Result], lats: dict, args) -> int:
     _write(results, lats, Path(args.out))
     print(f"wrote {args.out}")
-    for path in plot(results, lats, Path(args.img_dir)):
+    for path in plot(results, lats, Path(args.img_dir), Path(args.out).stem):
         print(f"wrote {path}")
     by = _by(results)
     print("point: optimistic/native p50, p99 (model p50 from batch durations) | replay ratio | "
@@ -650,6 +712,19 @@ def report(results: list[Result], lats: dict, args) -> int:
             print(f"  {p.stages} stages, {p.rate:g} docs/s, {p.level}, trigger {_trigger_name(p.trigger_ms)}: "
                   f"{o.p50_ms / n.p50_ms:.2f}, {o.p99_ms / n.p99_ms:.2f} (model {model_ratio(o, n):.2f}) | "
                   f"{o.replay_ratio} | {o.batch_ms_mean / 1000:.2f}, {n.batch_ms_mean / 1000:.2f}{fused}")
+    if any(r.variant == "spark-jvm" for r in results):
+        print("against spark-jvm (format(\"kafka\") -> withWatermark -> Java transformWithState -> format(\"kafka\")), "
+              "per run in order: p50, p99 ratio to the spark-jvm run of the same point and pass | correctness")
+        for p in dict.fromkeys(point_of(r) for r in results):
+            runs = [r for r in results if point_of(r) == p]
+            base = [r for r in runs if r.variant == "spark-jvm"]
+            for r in runs:
+                ratios = " ".join(f"{r.p50_ms / b.p50_ms:.2f}, {r.p99_ms / b.p99_ms:.2f}" for b in base)
+                print(f"  {p.stages} stages, {p.rate:g} docs/s, {p.level}, trigger {_trigger_name(p.trigger_ms)}: "
+                      f"{r.variant:10s} p50 {r.p50_ms / 1000:.2f} s p99 {r.p99_ms / 1000:.2f} s batch "
+                      f"{r.batch_ms_mean / 1000:.2f} s | / spark-jvm {ratios} | wrong {r.wrong_values}, missing "
+                      f"{r.missing_outputs} of {r.expected_outputs}, extra {r.extra_outputs}, dropped by watermark "
+                      f"{r.dropped_by_watermark}")
     return 0
 
 

@@ -109,20 +109,15 @@ def _arm(name: str, pipeline) -> "object":
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 cycles of 6 s phases (about 4 minutes)")
-    ap.add_argument("--cycles", type=int, default=None, help="alternation cycles per variant (default 3)")
-    ap.add_argument("--phase", type=float, default=None, help="seconds of input per arm and cycle (default 12)")
-    ap.add_argument("--warmup", type=float, default=4.0)
-    ap.add_argument("--rate", type=float, default=20.0, help="input records/s")
-    ap.add_argument("--partitions", type=int, default=2)
+    from bench import _stream
+
+    _stream.add_interleave_arguments(ap)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS + ASYNC_VARIANTS)
     ap.add_argument("--csv", default=None, help="default bench/out/sink_cost[-quick].csv")
     args = ap.parse_args(argv)
-    cycles = args.cycles or (2 if args.quick else 3)
-    phase = args.phase or (6.0 if args.quick else 12.0)
+    cycles, phase = _stream.cycles_and_phase(args)
     out_csv = args.csv or str(Path(__file__).resolve().parent / "out" / f"sink_cost{'-quick' if args.quick else ''}.csv")
 
-    from bench import _stream
     from bench import sink_cost as this   # classes by reference: Spark's Python workers import bench.sink_cost
     from brokers import kafka_broker
     from datasource.session import spark_session

@@ -1,15 +1,20 @@
-"""Rows/s of the slicing Spark operator (``slicer.spark.slice_windows``) against Spark's native
-``groupBy(key, window(...)).agg(sum)`` for 1, 20 and 100 concurrent sliding windows.
+"""Rows/s and state size of the slicing Spark operator (``slicer.spark.slice_windows``) against
+Spark's native ``groupBy(key, window(...)).agg(sum)`` for 1, 10 and 100 concurrent sliding windows.
 
-Input (the same for both, same run): one Kafka topic (embedded broker unless
+Input (the same for every side, same run): one Kafka topic (embedded broker unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set), ``--records`` JSON records ``{"ts", "v"}`` over 4 partitions,
-``--keys`` keys, event times 1 ms apart per record with 10 % of records delayed by 0-1 s.
-Both sides read it with ``format("dataflow-kafka")``, ``Trigger.AvailableNow`` and the same
-``maxOffsetsPerTrigger``, on ``local[2]`` with 2 shuffle partitions, into the ``noop`` sink; each
-run is timed from ``start()`` to the end of ``awaitTermination()`` (micro-batch planning, Kafka
-reads, state store commits and everything else included). rows/s = input records / seconds.
-Also printed per side: micro-batches run and seconds of query planning (``recentProgress``); with
-``--repeat R`` each pair runs R times, alternating, and the median run of each side is shown.
+``--keys`` keys, event times 1 ms apart per record with 10 % of records delayed by 0-1 s. Sides
+(``--sides``): ``slicer`` reads it with ``format("dataflow-kafka")``; ``spark-jvm`` (the baseline
+when Spark's JVM connector is resolved, :mod:`bench.spark_kafka`) with ``format("kafka")``, the
+event time parsed from the JSON in Spark SQL: what a Spark user runs with no Python at all;
+``spark`` is the same native plan on ``format("dataflow-kafka")`` (the baseline before). All use
+``Trigger.AvailableNow`` and the same ``maxOffsetsPerTrigger``, on ``local[2]`` with 2 shuffle
+partitions, into the ``noop`` sink; each run is timed from ``start()`` to the end of
+``awaitTermination()`` (micro-batch planning, Kafka reads, state store commits and everything else
+included). rows/s = input records / seconds. Also printed per side: micro-batches run, seconds of
+query planning (``recentProgress``) and the state at the end (rows and memory of every stateful
+operator, bytes of the checkpoint's ``state/`` folder); with ``--repeat R`` each side runs R times,
+alternating, and the median run of each side is shown.
 
 Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size ``k_i * s_i``,
 ``k_i`` in 2..5 (seeded); the first ``W`` queries run. Aggregation: sum of ``v``.
@@ -37,8 +42,8 @@ first window count. It is what this plan costs before any stage work; it does no
 number of windows. ``floor/spark`` is the best ratio any stage in this plan could reach against
 Spark's native aggregation.
 
-Run: ``.venv/bin/python bench/slicer_spark.py [--quick] [--records N] [--keys K] [--windows 1,20,100]
-[--max-offsets M] [--repeat R] [--no-floor]``
+Run: ``.venv/bin/python -m bench.slicer_spark [--quick] [--records N] [--keys K] [--windows 1,10,100]
+[--max-offsets M] [--repeat R] [--sides slicer,spark-jvm,spark,floor] [--no-floor]``
 """
 
 from __future__ import annotations
@@ -136,12 +141,18 @@ def slicer_query(src, specs, floor: bool = False):
     return Pipeline([stage]).apply(src, idle_timeout_ms=d["idle_timeout_ms"], pack_source=d["pack_source"])
 
 
-def spark_query(src, specs):
+def spark_query(src, specs, jvm_source: bool = False):
+    """Spark's native plan: one ``groupBy(key, window(...)).agg(sum)`` per window, unioned;
+    ``jvm_source``: ``src`` is ``format("kafka")`` (event time parsed from the JSON ``ts``)."""
     from pyspark.sql import functions as F
 
-    parsed = (src.where("kind = 'data'")
-              .select(F.expr("CAST(key AS STRING)").alias("key"), "event_time",
-                      F.expr(VALUE).cast("double").alias("v"))
+    if jvm_source:
+        src = src.withColumn("event_time", F.expr(
+            "timestamp_millis(CAST(get_json_object(CAST(value AS STRING), '$.ts') AS BIGINT))"))
+    else:
+        src = src.where("kind = 'data'")
+    parsed = (src.select(F.expr("CAST(key AS STRING)").alias("key"), "event_time",
+                         F.expr(VALUE).cast("double").alias("v"))
               .withWatermark("event_time", f"{LATENESS_MS} milliseconds"))
     out = None
     for i, (size, slide) in enumerate(specs):
@@ -153,11 +164,27 @@ def spark_query(src, specs):
     return out
 
 
+def _du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs
+               if os.path.exists(os.path.join(d, f)))
+
+
+def _state_bytes(ck: str) -> int:
+    import shutil
+
+    size = _du(os.path.join(ck, "state"))
+    shutil.rmtree(ck, ignore_errors=True)
+    return size
+
+
 def run(df) -> dict:
     """Seconds from ``start()`` to the end, input rows of the first source, output rows, micro-batches,
-    and seconds of query planning summed over the batches (from ``recentProgress``)."""
+    seconds of query planning summed over the batches (from ``recentProgress``), and the state at
+    the end: rows and memory over every stateful operator (the last batch's ``stateOperators``) and
+    the bytes of the checkpoint's ``state/`` folder."""
     t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp(prefix="slicer-bench-"))
+    ck = tempfile.mkdtemp(prefix="slicer-bench-")
+    q = (df.writeStream.format("noop").option("checkpointLocation", ck)
          .outputMode("append").trigger(availableNow=True).start())
     q.awaitTermination()
     dt = time.perf_counter() - t0
@@ -167,7 +194,10 @@ def run(df) -> dict:
     return {"s": dt, "rows_in": sum(p["sources"][0]["numInputRows"] for p in progress),
             "rows_out": sum(p["sink"].get("numOutputRows", 0) or 0 for p in progress),
             "batches": len(progress),
-            "planning_s": sum(p["durationMs"].get("queryPlanning", 0) for p in progress) / 1000}
+            "planning_s": sum(p["durationMs"].get("queryPlanning", 0) for p in progress) / 1000,
+            "state_rows": sum(op.get("numRowsTotal", 0) for op in progress[-1].get("stateOperators", [])),
+            "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in progress[-1].get("stateOperators", [])),
+            "state_disk_bytes": _state_bytes(ck)}
 
 
 def _median(runs: list[dict]) -> dict:
@@ -175,85 +205,107 @@ def _median(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["s"])[(len(runs) - 1) // 2]
 
 
+SIDES = ("slicer", "spark-jvm", "spark", "floor")
+SIDE_NAMES = {"slicer": "slice_windows (our source)", "spark-jvm": "groupBy(window) on format(kafka)",
+              "spark": "groupBy(window) on our source", "floor": "the slicer's plan computing nothing"}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="30k records in one micro-batch, windows 1,20 (Spark's 100-window union alone takes "
+                    help="30k records in one micro-batch, windows 1,10 (Spark's 100-window union alone takes "
                          "minutes: ~500 s for 30k records on a loaded 2-core machine)")
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--keys", type=int, default=100)
-    ap.add_argument("--windows", default=None, help="comma-separated window counts (default 1,20,100; quick: 1,20)")
+    ap.add_argument("--windows", default=None, help="comma-separated window counts (default 1,10,100; quick: 1,10)")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run each pair (slicer, Spark) this often, alternating; report the median run of each")
+                    help="run each side this often, alternating; report the median run of each")
     ap.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: records/2)")
-    ap.add_argument("--no-floor", dest="floor", action="store_false",
-                    help="skip the floor run (the slicer's plan with a stage that computes nothing)")
+    ap.add_argument("--sides", default=None,
+                    help="comma-separated, from " + ", ".join(SIDES) + " (default: slicer, spark-jvm and floor when "
+                    "Spark's connector is resolved, else slicer, spark and floor); floor runs at the first window "
+                    "count only")
+    ap.add_argument("--no-floor", dest="floor", action="store_false", help="skip the floor side")
+    ap.add_argument("--json", default=None, help="write the results here (default bench/out/slicer_spark[_quick].json)")
     args = ap.parse_args(argv)
     n = args.records or (30_000 if args.quick else 200_000)
     max_offsets = args.max_offsets or (n if args.quick else max(1, n // 2))
-    counts = [int(x) for x in (args.windows or ("1,20" if args.quick else "1,20,100")).split(",")]
+    counts = [int(x) for x in (args.windows or ("1,10" if args.quick else "1,10,100")).split(",")]
 
-
+    from bench import spark_kafka
     from brokers import kafka_broker
     from datasource.session import spark_session
 
+    jvm = spark_kafka.connector_jars() is not None
+    sides = (args.sides.split(",") if args.sides else ["slicer", "spark-jvm" if jvm else "spark", "floor"])
+    sides = [x for x in sides if x != "floor" or args.floor]
+    if "spark-jvm" in sides and not jvm:
+        raise SystemExit(spark_kafka.missing_message())
+    base = "spark-jvm" if "spark-jvm" in sides else "spark"
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
         create_topics(bs, {"slicer-bench": PARTITIONS, "slicer-warmup": PARTITIONS})
         produce(bs, "slicer-warmup", 5_000, args.keys, seed=2)
         produce(bs, "slicer-bench", n, args.keys)
-        spark = spark_session(shuffle_partitions=2)
+        spark = spark_session(shuffle_partitions=2, extra=spark_kafka.session_extra())
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         specs = window_specs(max(counts))
-        # Warm-up (JVM, Python workers, codegen) on another topic, both operators.
-        run(slicer_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]))
-        run(spark_query(_source(spark, bs, "slicer-warmup", 5_000), specs[:2]))
 
+        def query(side: str, topic: str, m: int, w: int):
+            if side == "spark-jvm":
+                from bench.jvm_baseline import kafka_source
+
+                return spark_query(kafka_source(spark, bs, topic, m), specs[:w], jvm_source=True)
+            src = _source(spark, bs, topic, m)
+            return spark_query(src, specs[:w]) if side == "spark" else slicer_query(src, specs[:w], side == "floor")
+
+        for side in sides:   # warm-up (JVM, Python workers, codegen) on another topic
+            run(query(side, "slicer-warmup", 5_000, 2))
+        load0 = os.getloadavg()
         print(f"broker: {broker.kind}; {n} records, {args.keys} keys, {PARTITIONS} partitions, "
               f"maxOffsetsPerTrigger {max_offsets}; Spark local[2], 2 shuffle partitions; cores: {os.cpu_count()}; "
-              f"load avg {os.getloadavg()[0]:.1f}", flush=True)
-        print(f"{'windows':>7} {'slicer rows/s':>14} {'spark rows/s':>13} {'ratio':>7} "
-              f"{'slicer s':>9} {'spark s':>8} {'batches':>8} {'planning s':>11} {'slicer out':>11} {'spark out':>10}",
-              flush=True)
+              f"load avg {load0[0]:.1f}; baseline {base}: {SIDE_NAMES[base]}"
+              + (f" (Spark's connector {spark_kafka.CONNECTOR_VERSION} in pyspark {spark.version})"
+                 if base == "spark-jvm" else ""), flush=True)
         results = []
         floor = None
         for w in counts:
-            src = lambda: _source(spark, bs, "slicer-bench", max_offsets)  # noqa: E731
-            with_floor = args.floor and floor is None
-            runs = [(run(slicer_query(src(), specs[:w])), run(spark_query(src(), specs[:w])),
-                     run(slicer_query(src(), specs[:w], floor=True)) if with_floor else None)
-                    for _ in range(args.repeat)]
-            sl = _median([r[0] for r in runs])
-            na = _median([r[1] for r in runs])
-            if with_floor:
-                fl = _median([r[2] for r in runs])
-                floor = {"windows": w, "floor_rows_s": n / fl["s"], "floor_s": fl["s"],
-                         "floor_planning_s": fl["planning_s"], "spark_s": na["s"],
-                         "floor_over_spark": na["s"] / fl["s"], "slicer_over_floor": fl["s"] / sl["s"]}
-            assert sl["rows_in"] >= n, f"slicer query read {sl['rows_in']} rows (with punctuations), expected >= {n}"
-            rs, rn = n / sl["s"], n / na["s"]
-            results.append({"windows": w, "slicer_rows_s": rs, "spark_rows_s": rn, "ratio": rs / rn,
-                            "slicer_s": sl["s"], "spark_s": na["s"], "slicer_out": sl["rows_out"],
-                            "spark_out": na["rows_out"], "slicer_batches": sl["batches"],
-                            "spark_batches": na["batches"], "slicer_planning_s": sl["planning_s"],
-                            "spark_planning_s": na["planning_s"]})
-            print(f"{w:>7} {rs:>14,.0f} {rn:>13,.0f} {rs / rn:>7.2f} {sl['s']:>9.1f} {na['s']:>8.1f} "
-                  f"{sl['batches']:>4}/{na['batches']:<3} {sl['planning_s']:>5.1f}/{na['planning_s']:<5.1f} "
-                  f"{sl['rows_out']:>11,} {na['rows_out']:>10,}", flush=True)
-            if args.repeat > 1:
-                print("        runs (s, in order): slicer " + " ".join(f"{r[0]['s']:.1f}" for r in runs)
-                      + "; spark " + " ".join(f"{r[1]['s']:.1f}" for r in runs)
-                      + ("; floor " + " ".join(f"{r[2]['s']:.1f}" for r in runs) if with_floor else ""), flush=True)
+            now = [x for x in sides if x != "floor" or floor is None]
+            runs = {x: [] for x in now}
+            for _ in range(args.repeat):
+                for x in now:
+                    runs[x].append(run(query(x, "slicer-bench", max_offsets, w)))
+            med = {x: _median(rs) for x, rs in runs.items()}
+            assert med["slicer"]["rows_in"] >= n, f"slicer query read {med['slicer']['rows_in']} rows, expected >= {n}"
+            row = {"windows": w, "records": n, "keys": args.keys, "loadavg": round(os.getloadavg()[0], 1)}
+            for x, r in med.items():
+                row.update({f"{x}_rows_s": n / r["s"], f"{x}_s": r["s"], f"{x}_out": r["rows_out"],
+                            f"{x}_batches": r["batches"], f"{x}_planning_s": r["planning_s"],
+                            f"{x}_state_rows": r["state_rows"], f"{x}_state_memory_bytes": r["state_memory_bytes"],
+                            f"{x}_state_disk_bytes": r["state_disk_bytes"],
+                            f"{x}_runs_s": " ".join(f"{q['s']:.1f}" for q in runs[x])})
+            row["ratio"] = med[base]["s"] / med["slicer"]["s"]
+            if "floor" in med:
+                floor = {"windows": w, "floor_rows_s": n / med["floor"]["s"],
+                         "floor_over_base": med[base]["s"] / med["floor"]["s"]}
+            results.append(row)
+            print(f"windows {w}: slicer / {base} rows/s {row['ratio']:.2f}", flush=True)
+            for x, r in med.items():
+                print(f"  {x:10s} {n / r['s']:>10,.0f} rows/s {r['s']:7.1f} s  batches {r['batches']}  planning "
+                      f"{r['planning_s']:5.1f} s  out {r['rows_out']:>9,}  state: {r['state_rows']:>9,} rows, "
+                      f"{r['state_memory_bytes'] / 1e6:7.1f} MB in memory, {r['state_disk_bytes'] / 1e6:7.1f} MB on disk"
+                      + (f"  runs {row[x + '_runs_s']}" if args.repeat > 1 else ""), flush=True)
         if floor is not None:
-            print(f"floor (the slicer's plan, stage computing nothing; {floor['windows']} window runs): "
-                  f"{floor['floor_rows_s']:,.0f} rows/s, {floor['floor_s']:.1f} s, planning {floor['floor_planning_s']:.1f} s; "
-                  f"floor/spark {floor['floor_over_spark']:.2f}, slicer/floor {floor['slicer_over_floor']:.2f}", flush=True)
-        print(f"load avg after: {os.getloadavg()[0]:.1f}")
-        out_dir = Path(__file__).resolve().parent / "out"
-        out_dir.mkdir(exist_ok=True)
-        (out_dir / ("slicer_spark_quick.json" if args.quick else "slicer_spark.json")).write_text(
-            json.dumps({"records": n, "keys": args.keys, "max_offsets": max_offsets, "results": results,
-                        "floor": floor}, indent=1))
+            print(f"floor ({floor['windows']} window runs): {floor['floor_rows_s']:,.0f} rows/s; "
+                  f"floor / {base} {floor['floor_over_base']:.2f}", flush=True)
+        print(f"load avg {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+        out = Path(args.json) if args.json else (Path(__file__).resolve().parent / "out" /
+                                                 ("slicer_spark_quick.json" if args.quick else "slicer_spark.json"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "broker": broker.kind, "baseline": base,
+                                   "records": n, "keys": args.keys, "max_offsets": max_offsets, "results": results,
+                                   "floor": floor}, indent=1))
+        print(f"wrote {out}")
         spark.stop()
 
 

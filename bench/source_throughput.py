@@ -1,14 +1,19 @@
-"""Source throughput: rows/s of ``format("dataflow-kafka")`` into Spark's no-op sink, against the
-raw confluent-kafka consume rate on the same broker and data, and against the platform's floor,
-measured in the same run.
+"""Source throughput: rows/s of ``format("dataflow-kafka")`` into Spark's no-op sink, against
+Spark's JVM Kafka connector (``format("kafka")``), the raw confluent-kafka consume rate on the same
+broker and data, and the platform's floor, measured in the same run.
 
     python -m bench.source_throughput [--records 1000000] [--partitions 4] [--value-bytes 100]
                                       [--repeat 3] [--variants ...] [--csv docs/data/source_throughput.csv]
 
-**Baseline (ratio 1.00)**: one Python process consuming every partition with
+**Spark's connector** (``spark-1``, ``spark-10``, ``spark-100``, ``spark-batch``): the same query
+shapes over ``format("kafka")`` (:mod:`bench.spark_kafka`; skipped with a message when not
+resolved); every ``dataflow-kafka`` variant is also printed as a ratio to its twin of the same
+repeat (``SPARK_TWIN``: ``ts-1 / spark-1``, ...).
+
+**Raw consumer (ratio 1.00)**: one Python process consuming every partition with
 ``Consumer.consume(10000)`` and touching each record's key, value, offset and timestamp (what any
-consumer must do), measured before and after each repeat's Spark runs; the better of the two is
-the repeat's baseline (so the ratio errs against the source).
+consumer must do; settings ``RAW_CONSUMER``), measured before and after each repeat's Spark runs;
+the better of the two is the repeat's baseline (so the ratio errs against the source).
 
 **CPU bounds**: the raw consumer's CPU seconds (its process, librdkafka's threads included) and
 the broker's while it serves it, and the same for the source's own range reader
@@ -30,9 +35,10 @@ target means the target is out of reach for any Python data source on this machi
 
 Everything runs once first, on the same topic (a long-running query has a JIT-compiled JVM and
 started Python workers; the first query of a JVM reads several times slower). Each repeat runs
-every variant once, in the same order (``--ab`` pairs swap places in even repeats), each after
-the broker has gone idle (noida-db works for seconds after any produce, such as the source's
-range stats, in proportion to all the records it stores); every run is printed (and written to
+every variant once, in the listed order in odd repeats and in reverse in even ones (``--ab``
+pairs instead swap places in even repeats); on noida-db each run starts after the broker has gone
+idle (it works for seconds after any produce, such as the source's range stats, in proportion to
+all the records it stores; Apache Kafka does not); every run is printed (and written to
 ``--csv``) with the CPU seconds the Spark processes (JVM and Python workers) and the broker used,
 then the median, min and max ratio per variant. ``/proc/loadavg`` is printed at the start and
 end of every repeat: the machine is shared, so compare ratios within a run, not rates across runs.
@@ -198,16 +204,24 @@ def _produce(bootstrap: str, topic: str, n: int, partitions: int, value_bytes: i
                  timestamp=lambda i: now + i // 100)
 
 
-def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[float, float]:
+#: The raw consumer's settings per broker kind, spelled out so that changing the source's settings
+#: does not move the baseline. Apache Kafka: librdkafka's defaults but ``fetch.queue.backoff.ms``
+#: 10 (the default 1000 postpones a partition's next fetch by a second whenever its prefetch queue
+#: is full: 130-180k rec/s with the defaults, 0.9-1.3M with 10, measured 2026-11-27). noida-db:
+#: the settings of the noida-db figures (it ignores fetch limits: ``receive.message.max.bytes``
+#: must hold a whole partition).
+RAW_CONSUMER = {
+    "kafka": {"fetch.queue.backoff.ms": 10},
+    "noida-db": {"enable.partition.eof": True, "fetch.max.bytes": 52428800, "receive.message.max.bytes": 400_000_000},
+}
+
+
+def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int, kind: str = "kafka") -> tuple[float, float]:
     """``(records/s, CPU seconds of this process, librdkafka's threads included)``."""
     from confluent_kafka import Consumer, TopicPartition
 
-    # The consumer settings of the source before this benchmark's changes, spelled out so that
-    # changing the source's settings does not move the baseline (noida-db ignores fetch limits:
-    # receive.message.max.bytes must hold a whole partition).
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": True, "fetch.max.bytes": 52428800,
-                  "receive.message.max.bytes": 400_000_000, "log_level": 3})
+                  "enable.auto.commit": False, "log_level": 3, **RAW_CONSUMER.get(kind, RAW_CONSUMER["kafka"])})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     cpu0 = os.times()
     t0 = time.perf_counter()
@@ -224,10 +238,11 @@ def _raw_consume(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[f
     return n / dt, (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
 
 
-def _served(broker_pids: list[int], read, *args):
-    """``read(*args)`` once the broker is idle, and the broker's CPU seconds meanwhile (None
-    without /proc)."""
-    _settle(broker_pids)
+def _served(broker_pids: list[int], read, *args, settle: bool = True):
+    """``read(*args)`` (once the broker is idle, with ``settle``: noida-db only), and the broker's
+    CPU seconds meanwhile (None without /proc)."""
+    if settle:
+        _settle(broker_pids)
     b0 = _cpu_seconds(broker_pids)
     out = read(*args)
     return out, (None if b0 is None else _cpu_seconds(broker_pids) - b0)
@@ -293,14 +308,23 @@ def _variants(n: int, ab: bool) -> dict[str, tuple[str, dict]]:
         ("ts-100-mp2", "stream", {**m100, "maxPartitions": "2"}),
         ("floor-batch", "floor-batch", {}),
         ("batch", "batch", {}),
+        ("spark-1", "kafka-stream", {}),
+        ("spark-10", "kafka-stream", m10),
+        ("spark-100", "kafka-stream", m100),
+        ("spark-batch", "kafka-batch", {}),
     ]:
-        if ab and not kind.startswith("floor"):
+        if ab and kind in ("stream", "batch"):
             out["ab-" + name] = ("ab-" + kind, options)
         out[name] = (kind, options)
     return out
 
 
-DEFAULT_VARIANTS = "floor-1,ts-1,json-1,floor-10,ts-10,json-10,ts-10-mp2,floor-batch,batch"
+DEFAULT_VARIANTS = "floor-1,spark-1,ts-1,json-1,floor-10,spark-10,ts-10,json-10,ts-10-mp2,floor-batch,batch"
+#: variant -> Spark's connector variant it is compared with (``dataflow-kafka / Spark``)
+SPARK_TWIN = {"floor-1": "spark-1", "ts-1": "spark-1", "json-1": "spark-1", "ts-1-mp1": "spark-1",
+              "floor-10": "spark-10", "ts-10": "spark-10", "json-10": "spark-10", "ts-10-mp2": "spark-10",
+              "floor-100": "spark-100", "ts-100": "spark-100", "ts-100-mp2": "spark-100",
+              "floor-batch": "spark-batch", "batch": "spark-batch"}
 AB_FORMAT = "dataflow-kafka-ab"
 
 
@@ -360,9 +384,10 @@ def _cpu_seconds(root_pids: list[int]) -> float | None:
 def _settle(broker_pids: list[int], idle_share: float = 0.1, step_s: float = 0.5, limit_s: float = 20.0,
             quiet_steps: int = 4) -> float:
     """Wait until the broker has used less than ``idle_share`` of a core for ``quiet_steps``
-    consecutive steps (noida-db keeps working for seconds after any produce, e.g. the source's
-    range stats, in proportion to all the records it stores, and starts about a second after the
-    produce: that work must not land on the next run); returns the seconds waited."""
+    consecutive steps; returns the seconds waited. For noida-db only: it keeps working for
+    seconds after any produce (e.g. the source's range stats), in proportion to all the records it
+    stores, and starts about a second after the produce, so that work must not land on the next
+    run. Apache Kafka does no such work (a run's broker CPU is its fetches)."""
     t0 = time.perf_counter()
     if not broker_pids or _cpu_seconds(broker_pids) is None:
         return 0.0
@@ -379,6 +404,8 @@ def _run(spark, kind: str, options: dict, bootstrap: str, topic: str, n: int, pa
     """One timed query: seconds from start to end, rows/s, the rate inside micro-batches."""
     if kind.startswith("floor"):
         fmt, base = "dataflow-floor", {"records": str(n), "partitions": str(partitions), "valueBytes": str(value_bytes)}
+    elif kind.startswith("kafka-"):     # Spark's JVM connector
+        fmt, base = "kafka", {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
     else:
         fmt = AB_FORMAT if kind.startswith("ab-") else "dataflow-kafka"
         base = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
@@ -448,9 +475,16 @@ def main(argv: list[str] | None = None) -> None:
         bs = broker.bootstrap_servers
         # One topic only: noida-db spends CPU after every produce (the source's range stats)
         # in proportion to all the records it stores (measured: 1.85 CPU-s per million).
+        # (Apache Kafka does not; one topic keeps the runs alike.)
         create_topics(bs, {"bench": args.partitions})
         _produce(bs, "bench", n, args.partitions, args.value_bytes)
-        spark = spark_session(shuffle_partitions=2)
+        from bench import spark_kafka
+
+        if any(every[v][0].startswith("kafka-") for v in names) and spark_kafka.connector_jars() is None:
+            print(f"skipping {[v for v in names if every[v][0].startswith('kafka-')]}: {spark_kafka.missing_message()}",
+                  flush=True)
+            names = [v for v in names if not every[v][0].startswith("kafka-")]
+        spark = spark_session(shuffle_partitions=2, extra=spark_kafka.session_extra())
         from bench import source_throughput  # not __main__: workers import the floor and keep its batches
 
         spark.dataSource.register(source_throughput.FloorSource)
@@ -463,6 +497,7 @@ def main(argv: list[str] | None = None) -> None:
         spark_pids = [proc.pid] if proc is not None else []
         broker_proc = getattr(broker, "_proc", None)
         broker_pids = [broker_proc.pid] if broker_proc is not None else []
+        settle = broker.kind == "noida-db"      # _settle: noida-db's post-produce work
         shape = (n, args.partitions, args.value_bytes)
         print(f"broker: {broker.kind}; {n} records x ~{args.value_bytes} B over {args.partitions} partitions; "
               f"Spark local[2]; cores: {os.cpu_count()}; started {started}"
@@ -473,9 +508,10 @@ def main(argv: list[str] | None = None) -> None:
                 _run(spark, *every[name], bs, "bench", *shape)
         for rep in range(1, args.repeat + 1):
             load_start = _loadavg()
-            raw_reads = [_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n)]
+            raw_reads = [_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n, broker.kind,
+                                 settle=settle)]
             runs = {}
-            order = names
+            order = names if rep % 2 or args.ab else names[::-1]
             if args.ab and rep % 2 == 0:  # ab-X before X in odd repeats, after it in even ones
                 order = []
                 for name in names:
@@ -484,17 +520,20 @@ def main(argv: list[str] | None = None) -> None:
                     else:
                         order.append(name)
             for name in order:
-                _settle(broker_pids)
+                if settle:
+                    _settle(broker_pids)
                 cpu0 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
                 runs[name] = _run(spark, *every[name], bs, "bench", *shape)
                 cpu1 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
                 runs[name]["spark_cpu_s"], runs[name]["broker_cpu_s"] = (
                     None if a is None or b is None or not pids else round(b - a, 2)
                     for a, b, pids in zip(cpu0, cpu1, (spark_pids, broker_pids)))
-            raw_reads.append(_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n))
+            raw_reads.append(_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n, broker.kind,
+                                     settle=settle))
             (raw_before, _), (raw_after, _) = (r for r, _ in raw_reads)
             (raw, consumer_cpu), broker_cpu = max(raw_reads, key=lambda r: r[0][0])   # the faster one
-            (own_s, own_cpu), own_broker = _served(broker_pids, _own_read, bs, "bench", args.partitions, n)
+            (own_s, own_cpu), own_broker = _served(broker_pids, _own_read, bs, "bench", args.partitions, n,
+                                                   settle=settle)
             load_end = _loadavg()
             print(f"repeat {rep}: loadavg {load_start} -> {load_end}; raw confluent-kafka consume "
                   f"{raw_before:,.0f} / {raw_after:,.0f} rec/s (baseline {raw:,.0f}; cpu s: consumer "
@@ -507,8 +546,11 @@ def main(argv: list[str] | None = None) -> None:
             for name in names:
                 r = runs[name]
                 inb = r["in_batch_rows_per_s"]
+                twin = runs.get(SPARK_TWIN.get(name, ""))
+                to_spark = r["rows_per_s"] / twin["rows_per_s"] if twin else None
                 print(f"  {name:14s} {r['rows_per_s']:10,.0f} rows/s  ratio {r['rows_per_s'] / raw:.2f}  "
-                      f"{r['seconds']:6.2f} s  {r['batches']:3d} batch(es)"
+                      + (f"/ {SPARK_TWIN[name]} {to_spark:.2f}  " if twin else "")
+                      + f"{r['seconds']:6.2f} s  {r['batches']:3d} batch(es)"
                       + (f"  in batches {inb:10,.0f} rows/s ratio {inb / raw:.2f}" if inb else "")
                       + (f"  cpu s: spark {r['spark_cpu_s']}, broker {r['broker_cpu_s']}"
                          if r["spark_cpu_s"] is not None else ""), flush=True)
@@ -516,6 +558,8 @@ def main(argv: list[str] | None = None) -> None:
                              "batches": r["batches"], "seconds": round(r["seconds"], 3),
                              "rows_per_s": round(r["rows_per_s"]), "raw_rec_per_s": round(raw),
                              "ratio": round(r["rows_per_s"] / raw, 3),
+                             "spark_twin": SPARK_TWIN.get(name, "") if twin else "",
+                             "ratio_to_spark": round(to_spark, 3) if twin else "",
                              "in_batch_rows_per_s": round(inb) if inb else "",
                              "in_batch_ratio": round(inb / raw, 3) if inb else "",
                              "spark_cpu_s": r["spark_cpu_s"], "broker_cpu_s": r["broker_cpu_s"],
@@ -530,6 +574,13 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         ratios = [r["ratio"] for r in rows if r["variant"] == name]
         print(f"  {name:14s} {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]")
+    if any(r["ratio_to_spark"] != "" for r in rows):
+        print("dataflow-kafka / Spark's Kafka connector (format(\"kafka\")), rows/s of the same repeat: median [min, max]")
+        for name in names:
+            ratios = [r["ratio_to_spark"] for r in rows if r["variant"] == name and r["ratio_to_spark"] != ""]
+            if ratios:
+                print(f"  {name:14s} / {SPARK_TWIN[name]:11s} {statistics.median(ratios):.2f} "
+                      f"[{min(ratios):.2f}, {max(ratios):.2f}]")
     if args.ab:
         print("after / before, time of the same repeat (below 1: faster now)")
         for name in names:
