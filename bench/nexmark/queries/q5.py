@@ -1,0 +1,87 @@
+"""NEXMark Q5, hot items: per sliding window (10 s, every 2 s, as the Flink nexmark form; Beam's
+suite slides by 5 s), the auctions with the most bids, ties kept (the public SQL joins the
+counts with their maximum on ``num >= maxn``).
+
+This project's form, two stages: bids counted per auction and window (the slicer's keyed table,
+or the Dataflow stage in accumulating mode with a late pane per late bid), then re-keyed by the
+window's end, the entries with the highest count (:class:`~bench.nexmark.aggregations.ArgMax`
+in a Dataflow stage). The counting stage holds its output watermark until its windows are past
+the allowed lateness (``output_watermark="complete"``), so the second stage sees every update
+on time and fires once per window. Result rows: ``(window_start_ms, window_end_ms, auction,
+num)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+from keygroups import Pipeline, json_object
+from slicer.stage import SlicerStage
+from watermarks import AfterCount, AfterWatermark
+from watermarks.stage import WindowingStage
+from windowing import Count, FixedWindows, SlidingWindow
+
+from bench.nexmark.aggregations import ArgMax
+from bench.nexmark.query import Query, Settings, field, window_rows
+
+__all__ = ["Q5"]
+
+SIZE_MS, SLIDE_MS = 10_000, 2_000
+
+
+class Q5(Query):
+    name = "q5"
+    title = "hot items"
+    columns = ("window_start_ms", "window_end_ms", "auction", "num")
+    variants = ("slicer", "dataflow")
+
+    def reference(self, bids, variant=None):
+        counts: dict[int, Counter] = defaultdict(Counter)
+        for b in bids:
+            last = b["dateTime"] // SLIDE_MS * SLIDE_MS
+            for start in range(last - SIZE_MS + SLIDE_MS, last + 1, SLIDE_MS):
+                counts[start][b["auction"]] += 1
+        out = []
+        for start, c in counts.items():
+            top = max(c.values())
+            out += [(start, start + SIZE_MS, a, n) for a, n in c.items() if n == top]
+        return sorted(out)
+
+    def pipeline(self, variant, settings=Settings()):
+        self._check(variant)
+        key, n, late = {"auction": field("auction")}, settings.key_groups, settings.lateness_ms
+        if variant == "slicer":
+            counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
+                                 aggregations=[Count()], allowed_lateness_ms=late, num_key_groups=n, name="q5_counts")
+        else:
+            counts = WindowingStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
+                                    aggregation=Count(), trigger=AfterWatermark(late=AfterCount(1)),
+                                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
+                                    name="q5_counts")
+        hot = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"),
+                             windows=FixedWindows(SLIDE_MS), aggregation=ArgMax("count", key=("auction",)),
+                             accumulation_mode="accumulating", num_key_groups=n, name="q5_hot")
+        return Pipeline([counts, hot])
+
+    def results(self, variant, frames, settings=Settings()):
+        table = window_rows(frames, self.last_stage(variant, settings))
+        out = []
+        for end, top in zip(table.get("w", []), table.get("top", [])):
+            out += [(int(end) - SIZE_MS, int(end), e["auction"], e["count"]) for e in json.loads(top)]
+        return sorted(out)
+
+    def native(self, bids, delay):
+        from pyspark.sql import functions as F
+
+        counts = (bids.withWatermark("dateTime", delay)
+                  .groupBy(F.window("dateTime", f"{SIZE_MS // 1000} seconds", f"{SLIDE_MS // 1000} seconds"),
+                           "auction")
+                  .agg(F.count("*").alias("num")))
+        # the second aggregation: per window (its end as event time), every auction at the top count
+        per_window = (counts.groupBy(F.window(F.window_time("window"), f"{SLIDE_MS // 1000} seconds").alias("w"))
+                      .agg(F.max("num").alias("maxn"), F.collect_list(F.struct("auction", "num")).alias("all")))
+        top = per_window.select(F.col("w"), F.explode(F.filter("all", lambda x: x["num"] == F.col("maxn"))).alias("t"))
+        end = F.unix_millis(F.col("w.end"))
+        return top.select((end - SIZE_MS).alias("window_start_ms"), end.alias("window_end_ms"),
+                          F.col("t.auction").alias("auction"), F.col("t.num").alias("num"))

@@ -1,0 +1,101 @@
+"""NEXMark Q7, highest bid: per tumbling window of 10 s, the bids with the highest price (all of
+them on a tie: the public SQL joins the bids with the window's maximum on ``price = maxprice``).
+
+This project's forms, two stages each (per auction, then re-keyed by the window's end):
+
+* ``dataflow``: the bids at the highest price per auction and window (the whole bid, JSON text,
+  :class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage, accumulating, a late pane per
+  late bid), then the highest of those per window;
+* ``slicer``: the highest price per (auction, bidder) and window (``Max`` in the slicer's keyed
+  table), then the highest of those per window. The slicer aggregates numbers, so this form
+  names the bid by auction and bidder and loses its ``dateTime`` and ``extra``: its rows are
+  the reference's projected on ``(window, auction, bidder, price)``.
+
+Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price, dateTime, extra)``
+(``dateTime`` and ``extra`` None in the slicer form).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from keygroups import Pipeline, json_object
+from slicer.stage import SlicerStage
+from watermarks import AfterCount, AfterWatermark
+from watermarks.stage import WindowingStage
+from windowing import FixedWindows, Max, TumblingWindow
+
+from bench.nexmark.aggregations import ArgMax
+from bench.nexmark.query import Query, Settings, field, raw_value, window_rows
+
+__all__ = ["Q7"]
+
+SIZE_MS = 10_000
+
+
+class Q7(Query):
+    name = "q7"
+    title = "highest bid"
+    columns = ("window_start_ms", "window_end_ms", "auction", "bidder", "price", "dateTime", "extra")
+    variants = ("slicer", "dataflow")
+    notes = "slicer form: the slicer aggregates numbers; rows name the bid by (auction, bidder), no dateTime/extra"
+
+    def reference(self, bids, variant=None):
+        windows: dict[int, list] = defaultdict(list)
+        for b in bids:
+            windows[b["dateTime"] // SIZE_MS * SIZE_MS].append(b)
+        out = set()
+        for start, bs in windows.items():
+            top = max(b["price"] for b in bs)
+            for b in bs:
+                if b["price"] == top:
+                    full = (b["dateTime"], b["extra"]) if variant != "slicer" else (None, None)
+                    out.add((start, start + SIZE_MS, b["auction"], b["bidder"], b["price"], *full))
+        return sorted(out, key=repr)
+
+    def pipeline(self, variant, settings=Settings()):
+        self._check(variant)
+        n, late = settings.key_groups, settings.lateness_ms
+        if variant == "slicer":
+            first = SlicerStage(key={"auction": field("auction"), "bidder": field("bidder")},
+                                value=field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
+                                aggregations=[Max()], allowed_lateness_ms=late, num_key_groups=n, name="q7_max")
+            value, top = json_object("auction", "bidder", "max"), ArgMax("max", key=("auction", "bidder"))
+        else:
+            first = WindowingStage(key={"auction": field("auction")}, value=raw_value, windows=FixedWindows(SIZE_MS),
+                                   aggregation=ArgMax("price", name="bids"), trigger=AfterWatermark(late=AfterCount(1)),
+                                   accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
+                                   name="q7_max")
+            value, top = "bids", ArgMax("price")
+        highest = WindowingStage(key={"w": "window_end_ms"}, value=value, windows=FixedWindows(SIZE_MS),
+                                 aggregation=top, accumulation_mode="accumulating", num_key_groups=n, name="q7_highest")
+        return Pipeline([first, highest])
+
+    def results(self, variant, frames, settings=Settings()):
+        table = window_rows(frames, self.last_stage(variant, settings))
+        out = set()
+        for end, top in zip(table.get("w", []), table.get("top", [])):
+            for e in json.loads(top):
+                if variant == "slicer":
+                    out.add((int(end) - SIZE_MS, int(end), e["auction"], e["bidder"], int(e["max"]), None, None))
+                else:
+                    out.add((int(end) - SIZE_MS, int(end), e["auction"], e["bidder"], e["price"], e["dateTime"],
+                             e["extra"]))
+        return sorted(out, key=repr)
+
+    def native(self, bids, delay):
+        from pyspark.sql import functions as F
+
+        per_window = (bids.withWatermark("dateTime", delay)
+                      .groupBy(F.window("dateTime", f"{SIZE_MS // 1000} seconds"))
+                      .agg(F.max("price").alias("maxprice"),
+                           F.collect_list(F.struct("auction", "bidder", "price", "ts_ms", "extra")).alias("all")))
+        top = per_window.select("window", F.explode(F.filter("all", lambda b: b["price"] == F.col("maxprice"))).alias("b"))
+        start = F.unix_millis(F.col("window.start"))
+        return top.select(start.alias("window_start_ms"), (start + SIZE_MS).alias("window_end_ms"),
+                          *(F.col(f"b.{c}").alias(c) for c in ("auction", "bidder", "price")),
+                          F.col("b.ts_ms").alias("dateTime"), F.col("b.extra").alias("extra"))
+
+    def native_results(self, frame):
+        return sorted(set(super().native_results(frame)), key=repr)
