@@ -8,14 +8,17 @@ state. This package is the one home of what every engine's Spark operator shares
   the JVM with :func:`with_key_groups` or in Python with :func:`key_group_of`), and the one marker
   fan-out (punctuation and modification rows to every key group; data-trace types §4);
 - :mod:`keygroups.punctuation`: :class:`PunctuationTracker`, a low watermark as the minimum over
-  senders' punctuations (Enorm §6.2);
+  senders' punctuations (Enorm §6.2), and :class:`InputWatermarks`, one per input of a stage
+  with several inputs;
 - :mod:`keygroups.contract`: the inter-stage row contract (data, punctuation, modification,
   error, dropped and metrics rows);
 - :mod:`keygroups.stage`: the :class:`Stage` protocol an engine adapter implements once;
 - :mod:`keygroups.operator` / :mod:`keygroups.processor`: a stage operator (fused stages of one
   key group) as pure logic and as a ``transformWithStateInPandas`` processor;
-- :mod:`keygroups.pipeline`: :class:`Pipeline` (``stage_a.then(stage_b)``), fusion, the Spark plan
-  and a local runner;
+- :mod:`keygroups.pipeline`: :class:`Pipeline` (``stage_a.then(stage_b)``,
+  ``Pipeline.join(stage, left=..., right=...)``), fusion, the Spark plan and a local runner;
+- :mod:`keygroups.fan_in`: stages with several inputs (:class:`Input`): inputs tagged, unioned
+  and routed by the one routing function, a watermark per input; fan-out of one upstream;
 - :mod:`keygroups.computed`: :class:`Computed` stage inputs (a Python function of the upstream
   rows) that Spark and the local runner evaluate alike;
 - :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle;
@@ -32,14 +35,14 @@ from __future__ import annotations
 from keygroups.computed import Computed, json_object
 from keygroups.contract import CONTROL_COLUMNS, Modification
 from keygroups.pipeline import Pipeline
-from keygroups.punctuation import PunctuationTracker
+from keygroups.punctuation import InputWatermarks, PunctuationTracker
 from keygroups.routing import KEY_GROUP_COLUMN, hash_key, key_group_of, key_groups_of, with_key_groups
-from keygroups.stage import Dropped, Stage, StageInput, StageOutput
+from keygroups.stage import Dropped, Input, Stage, StageInput, StageOutput
 
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
-    "PunctuationTracker", "CONTROL_COLUMNS", "Modification",
-    "Stage", "StageInput", "StageOutput", "Dropped", "Pipeline", "Computed", "json_object",
+    "PunctuationTracker", "InputWatermarks", "CONTROL_COLUMNS", "Modification",
+    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "Pipeline", "Computed", "json_object",
     "StageProcessor", "deferred",
 ]
 

@@ -6,8 +6,10 @@ local runner (:func:`keygroups.pipeline.Pipeline.run_local`) both call it, so a 
 the same on Spark and without it.
 
 Per call: split the rows by kind (:func:`keygroups.contract.split_rows`); drop modifications
-already applied (by ``control_offset``); fold the punctuation rows into the key group's
-:class:`~keygroups.punctuation.PunctuationTracker` (min over senders); then run the stages in
+already applied (by ``control_offset``: an operator with several inputs meets each command once
+per input reading it, and applies it once); fold the punctuation rows into the key group's
+:class:`~keygroups.punctuation.PunctuationTracker` (min over senders; with several inputs one
+tracker per input, :class:`~keygroups.punctuation.InputWatermarks`); then run the stages in
 order, each one's output (data and output low watermark) being the next one's input; emit the
 new modifications (key group 0 only: the next operator's routing copies them to every key group),
 the last stage's data rows, the pass-on rows (errors, reports), the stages' ``dropped`` and
@@ -32,9 +34,9 @@ from keygroups.contract import (
     conform, control_frame, split_rows,
 )
 from keygroups.computed import Computed, computed_inputs, evaluate
-from keygroups.punctuation import PunctuationTracker
+from keygroups.punctuation import InputWatermarks, PunctuationTracker
 from keygroups.routing import KEY_GROUP_COLUMN
-from keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
+from keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput
 
 __all__ = ["OperatorSpec", "OperatorState", "run_key_group", "FusionError"]
 
@@ -65,6 +67,8 @@ class OperatorSpec:
     lead_group: int = 0                              # the key group that forwards modifications once
     claims: tuple | None = None                      # first operator: (stage name, ops it takes) of every stage
     next_inputs: tuple = ()                          # (name, Computed) inputs of the next operator, computed here
+    inputs: tuple[str, ...] = ()                     # a multi-input first stage: its inputs' names
+    expected: tuple = ()                             # ... and (input, senders known in advance) pairs
 
     @property
     def name(self) -> str:
@@ -84,7 +88,7 @@ class OperatorSpec:
 class OperatorState:
     """A key group's state: tracker, one state per stage, output watermarks, counters."""
 
-    tracker: PunctuationTracker
+    tracker: PunctuationTracker | InputWatermarks      # InputWatermarks: a multi-input first stage
     states: list
     out_watermarks: list = field(default_factory=list)
     last_control_offset: int | None = None
@@ -92,9 +96,14 @@ class OperatorState:
     emitted: int = 0             # data rows emitted (offset of the next data row)
 
 
+def _new_tracker(spec: OperatorSpec) -> PunctuationTracker | InputWatermarks:
+    if spec.inputs:
+        return InputWatermarks(spec.inputs, spec.idle_timeout_ms, dict(spec.expected))
+    return PunctuationTracker(spec.idle_timeout_ms)
+
+
 def _new_state(spec: OperatorSpec) -> OperatorState:
-    return OperatorState(PunctuationTracker(spec.idle_timeout_ms), [s.new_state() for s in spec.stages],
-                         [None] * len(spec.stages))
+    return OperatorState(_new_tracker(spec), [s.new_state() for s in spec.stages], [None] * len(spec.stages))
 
 
 def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
@@ -116,7 +125,8 @@ def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
         raise ValueError(f"stage operator {spec.name!r}: the checkpoint holds {len(stage_blobs)} stage "
                          f"states, the pipeline has {len(spec.stages)} stages here (pipeline changed?)")
     states = [s.load_state(b) for s, b in zip(spec.stages, stage_blobs)]
-    return OperatorState(PunctuationTracker.from_bytes(tracker), states, list(out_wms), last, seq, emitted)
+    tracker = (InputWatermarks if spec.inputs else PunctuationTracker).from_bytes(tracker)
+    return OperatorState(tracker, states, list(out_wms), last, seq, emitted)
 
 
 def _dump(spec: OperatorSpec, st: OperatorState) -> bytes:
@@ -129,11 +139,17 @@ def _dump(spec: OperatorSpec, st: OperatorState) -> bytes:
     return _MAGIC + token + payload
 
 
-def _fold_punctuations(tracker: PunctuationTracker, puncts: pd.DataFrame, pt: int | None) -> None:
-    for topic, part, value, offset in zip(puncts["topic"], puncts["partition"], puncts["punctuation_ms"],
-                                          puncts["offset"]):
-        tracker.update(f"{topic}-{part}", None if pd.isna(value) else int(value),
-                       None if pd.isna(offset) else int(offset), pt or 0)
+def _fold_punctuations(tracker: PunctuationTracker | InputWatermarks, puncts: pd.DataFrame, pt: int | None) -> None:
+    several = isinstance(tracker, InputWatermarks)
+    inputs = puncts[INPUT_COLUMN] if several else [None] * len(puncts)
+    for topic, part, value, offset, inp in zip(puncts["topic"], puncts["partition"], puncts["punctuation_ms"],
+                                               puncts["offset"], inputs):
+        args = (f"{topic}-{part}", None if pd.isna(value) else int(value), None if pd.isna(offset) else int(offset),
+                pt or 0)
+        if several:
+            tracker.update(inp, *args)
+        else:
+            tracker.update(*args)
 
 
 def _monotone(prev: int | None, new: int | None) -> int | None:
@@ -214,10 +230,12 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
     reports: list[dict] = []
     results: list[pd.DataFrame] = []
     prev_stage: Stage | None = None
+    per_input = st.tracker.per_input() if spec.inputs else None
     for i, stage in enumerate(spec.stages):
         if prev_stage is not None:
             data = _handoff(prev_stage, data, stage, key_group)
-        out: StageOutput = stage.process(st.states[i], StageInput(key_group, data, mods, wm, prev_wm, pt))
+        out: StageOutput = stage.process(st.states[i], StageInput(key_group, data, mods, wm, prev_wm, pt,
+                                                                  per_input if i == 0 else None))
         before = st.out_watermarks[i]
         st.out_watermarks[i] = _monotone(before, out.watermark_ms)
         wm, prev_wm = st.out_watermarks[i], before

@@ -49,7 +49,7 @@ from keygroups.contract import CONTROL_COLUMNS, CONTROL_NAMES, KIND_DATA, confor
 from keygroups.fusion import plan_chain
 from keygroups.operator import OperatorSpec, run_key_group
 from keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
-from keygroups.stage import Stage
+from keygroups.stage import INPUT_COLUMN, Stage
 
 __all__ = ["Pipeline", "plain_column", "stateful_operators", "frame_types"]
 
@@ -71,54 +71,163 @@ class _Link:
 
 
 class Pipeline:
-    """A chain of stages; see the module docstring."""
+    """A chain of stages, the first of which may take several inputs (:meth:`join`); see the
+    module docstring."""
 
     def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[_Link] | None = None,
-                 _emit: Sequence[str] = ()) -> None:
+                 _emit: Sequence[str] = (), _upstreams: "dict[str, Pipeline | None] | None" = None) -> None:
         links = list(_links) if _links is not None else [_Link(s, None) for s in stages]
         for link in links:
             if not isinstance(link.stage, Stage):
                 raise TypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
-        self._links = _configured(_named(links))
+        taken = {s.name for u in _distinct(_upstreams) for s in u.all_stages()}
+        links = _named(links, taken)
+        cut = max((i for i, lk in enumerate(links) if lk.stage.stage_inputs()), default=None)
+        if cut:               # a multi-input stage inside the chain: the stages before it feed every input
+            head_names = {lk.stage.name for lk in links[:cut]}
+            head = Pipeline(_links=links[:cut], _emit=[e for e in _emit if e in head_names], _upstreams=_upstreams)
+            _upstreams = {i.name: head for i in links[cut].stage.stage_inputs()}
+            links, _emit = links[cut:], [e for e in _emit if e not in head_names]
+        elif cut == 0 and _upstreams is None:
+            _upstreams = {i.name: None for i in links[0].stage.stage_inputs()}
+        self._links = _configured(links)
+        self._upstreams = _upstreams
         names = [lk.stage.name for lk in self._links]
         unknown = [n for n in _emit if n not in names]
         if unknown:
-            raise ValueError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names})")
+            raise ValueError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names}; emit an "
+                             "upstream stage on its own pipeline, before Pipeline.join)")
         self._emit = tuple(_emit)
+
+    @classmethod
+    def join(cls, stage: Stage, /, **upstreams: "Pipeline | Stage | None") -> "Pipeline":
+        """A pipeline starting with the multi-input ``stage`` (e.g. a join), each of whose inputs
+        reads the output of ``upstreams[input name]`` (a pipeline or a stage); an input not named
+        reads the source (:meth:`apply` and :meth:`run_local` take ``{input name: source}`` when
+        the inputs read different sources). The same upstream given to several inputs runs once
+        and feeds each (fan-out). Continue with :meth:`then`::
+
+            Pipeline.join(q8, persons=parse_persons, auctions=parse_auctions).then(top_sellers)
+        """
+        inputs = stage.stage_inputs() if isinstance(stage, Stage) else None
+        if not inputs:
+            raise ValueError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
+                             "chain a one-input stage with then()")
+        names = [i.name for i in inputs]
+        unknown = sorted(set(upstreams) - set(names))
+        if unknown:
+            raise ValueError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
+        taken: set = set()
+        memo: dict = {}
+        ups: dict[str, Pipeline | None] = {}
+        for n in names:
+            u = upstreams.get(n)
+            if u is not None and not isinstance(u, (Pipeline, Stage)):
+                raise TypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
+            ups[n] = None if u is None else (u if isinstance(u, Pipeline) else _as_pipeline(u, memo))._renamed(taken, memo)
+        return cls([stage], _upstreams=ups)
 
     def emit(self, *stage_names: str) -> "Pipeline":
         """This pipeline with the output of the named earlier stages kept in its output, as rows of
         kind ``result`` (``topic`` = the stage; their columns are added to the output schema).
         The last stage's output is the ``data`` rows anyway."""
-        return Pipeline(_links=self._links, _emit=tuple(dict.fromkeys(self._emit + stage_names)))
+        return Pipeline(_links=self._links, _emit=tuple(dict.fromkeys(self._emit + stage_names)),
+                        _upstreams=self._upstreams)
 
     @property
     def stages(self) -> list[Stage]:
+        """This pipeline's own chain (after its multi-input stage's upstreams, :attr:`upstreams`)."""
         return [link.stage for link in self._links]
 
+    @property
+    def upstreams(self) -> "dict[str, Pipeline | None] | None":
+        """A pipeline starting with a multi-input stage: ``{input: upstream pipeline or None (the
+        source)}``; else None."""
+        return None if self._upstreams is None else dict(self._upstreams)
+
+    def all_stages(self) -> list[Stage]:
+        """Every stage of the query: the upstreams' (each once), then this chain's."""
+        return [s for node in self.nodes() for s in node.stages]
+
+    def nodes(self) -> "list[Pipeline]":
+        """The pipelines of the query, upstreams first, each once (by identity), this one last."""
+        out: list[Pipeline] = []
+
+        def visit(p: Pipeline) -> None:
+            if any(p is q for q in out):
+                return
+            for u in _distinct(p._upstreams):
+                visit(u)
+            out.append(p)
+
+        visit(self)
+        return out
+
     def then(self, stage: "Stage | Pipeline", fuse: bool | None = None) -> "Pipeline":
-        """This pipeline followed by ``stage`` (or by every stage of a pipeline)."""
+        """This pipeline followed by ``stage`` (or by every stage of a pipeline). A multi-input
+        stage after it reads this pipeline's output on every input (each takes its rows by its
+        ``select``/``where``)."""
         if isinstance(stage, Pipeline):
+            if stage._upstreams is not None and any(u is not None for u in stage._upstreams.values()):
+                raise ValueError(f"then: {stage!r} starts with a multi-input stage whose inputs have upstreams; "
+                                 "name this pipeline as one of them: Pipeline.join(stage, <input>=this, ...)")
+            if stage._upstreams is not None:
+                head = Pipeline.join(stage.stages[0], **{n: self for n in stage._upstreams})
+                return Pipeline(_links=head._links + list(stage._links[1:]), _emit=stage._emit,
+                                _upstreams=head._upstreams)
             return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links),
-                            _emit=self._emit + stage._emit)
+                            _emit=self._emit + stage._emit, _upstreams=self._upstreams)
         if fuse not in (None, True, False):
             raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
+        if isinstance(stage, Stage) and stage.stage_inputs():
+            return Pipeline.join(stage, **{i.name: self for i in stage.stage_inputs()})
         return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)],
-                        _emit=self._emit)
+                        _emit=self._emit, _upstreams=self._upstreams)
 
     __rshift__ = then
 
     def __repr__(self) -> str:
-        return " >> ".join(f"{type(s).__name__}({s.name})" for s in self.stages)
+        chain = " >> ".join(f"{type(s).__name__}({s.name})" for s in self.stages)
+        if self._upstreams is None:
+            return chain
+        ups = ", ".join(f"{n}={u!r}" if u is not None else f"{n}=<source>" for n, u in self._upstreams.items())
+        return f"join({ups}) >> {chain}"
+
+    def _renamed(self, taken: set, memo: dict) -> "Pipeline":
+        """This pipeline with stages renamed where ``taken`` holds their names (copies; names
+        added to ``taken``); an upstream met twice (fan-out) is renamed once (``memo``)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        ups = None if self._upstreams is None else {
+            n: (u._renamed(taken, memo) if u is not None else None) for n, u in self._upstreams.items()}
+        links, emit = [], list(self._emit)
+        for lk in self._links:
+            name = _unused(lk.stage.name, taken)
+            taken.add(name)
+            s = lk.stage
+            if name != s.name:
+                emit = [name if e == s.name else e for e in emit]
+                s = copy.copy(s)
+                object.__setattr__(s, "name", name)
+            links.append(_Link(s, lk.fuse))
+        same = all(a.stage is b.stage for a, b in zip(links, self._links)) and ups == self._upstreams
+        out = self if same else Pipeline(_links=links, _emit=emit, _upstreams=ups)
+        memo[id(self)] = out
+        return out
 
     # -- planning ---------------------------------------------------------------------------------
     def plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
         """The operators: groups of consecutive stages run fused (``fuse=False``: one per stage), as
         :func:`~keygroups.fusion.plan_chain` decides them (module docstring; Enorm Algorithm 1).
+        With upstreams (:meth:`join`): theirs first (each pipeline once), then this chain's; a
+        multi-input stage always starts an operator.
 
-        ``rates``: the rate of each link ``stage i -> stage i+1`` (e.g. rows per batch measured
-        on a trial run; numbers > 0), default 1 each: the highest-rate link fuses first.
+        ``rates``: the rate of each link ``stage i -> stage i+1`` of this chain (e.g. rows per
+        batch measured on a trial run; numbers > 0), default 1 each: the highest-rate link fuses first.
         """
+        return [op for node in self.nodes()[:-1] for op in node._own_plan(fuse)] + self._own_plan(fuse, rates)
+
+    def _own_plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
         if not self._links:
             raise ValueError("an empty pipeline has nothing to run")
         stages = self.stages
@@ -129,16 +238,47 @@ class Pipeline:
         return [tuple(stages[i] for i in run) for run in plan_chain(attributes, links)]
 
     def specs(self, fuse: bool = True, idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
-        """One :class:`~keygroups.operator.OperatorSpec` per operator of :meth:`plan`."""
-        ops = self.plan(fuse)
+        """One :class:`~keygroups.operator.OperatorSpec` per operator of this chain (:meth:`plan`
+        without the upstreams'; :func:`keygroups.fan_in.dag_specs` gives every pipeline's)."""
+        if self._upstreams is not None:
+            from keygroups.fan_in import dag_specs
+
+            return dag_specs(self, fuse, idle_timeout_ms, None)[id(self)]
+        return self._chain_specs(fuse, idle_timeout_ms)
+
+    def _chain_specs(self, fuse: bool, idle_timeout_ms: int | None, types: dict[str, str] | None = None, *,
+                     head: "Head | None" = None, claims: Any = "own") -> list[OperatorSpec]:
+        """This chain's specs, bound to ``types`` (the first operator's input types; None: unbound).
+        ``head``: a multi-input first operator (its inputs, expected senders, upstream result
+        columns); ``claims``: the stages whose commands the first operator checks ("own": this
+        chain's; None: no check, another operator of the query does it)."""
+        ops = self._own_plan(fuse)
+        if claims == "own":
+            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
         specs: list[OperatorSpec] = []
+        results = head.results if head is not None else ()
         for j, stages in enumerate(ops):
-            specs.append(self._spec(ops, j, stages, specs[-1] if specs else None, idle_timeout_ms))
+            if types is not None:
+                first = stages[0]
+                if j == 0 and head is not None:
+                    in_types = types
+                elif first.python_router() is not None:
+                    in_types = dict(_ingest_columns(first)) if j == 0 else types
+                else:
+                    in_types = {name: _type_of(expr, types, name) for name, expr in first.inputs().items()}
+                stages = _bind(stages, in_types)
+            spec = self._spec(ops, j, stages, results, idle_timeout_ms, claims if j == 0 else None,
+                              head if j == 0 else None)
+            specs.append(spec)
+            results = spec.result_columns
+            if types is not None:
+                types = dict(spec.output_columns())
         return specs
 
-    def _spec(self, ops, j: int, stages: tuple[Stage, ...], upstream: OperatorSpec | None,
-              idle_timeout_ms: int | None) -> OperatorSpec:
-        """Operator ``j`` running ``stages`` (bound or not), after the operator ``upstream``."""
+    def _spec(self, ops, j: int, stages: tuple[Stage, ...], results_in: tuple, idle_timeout_ms: int | None,
+              claims: tuple | None, head: "Head | None") -> OperatorSpec:
+        """Operator ``j`` running ``stages`` (bound or not), after operators that carry the emitted
+        columns ``results_in``."""
         nxt = ops[j + 1][0] if j + 1 < len(ops) else None
         router = nxt.python_router() if nxt is not None else None
         data_cols = list(nxt.routed_columns() if router is not None else stages[-1].output_columns())
@@ -148,7 +288,7 @@ class Pipeline:
             data_cols = [col for col in data_cols if col[0] != name] + [(name, c.type)]
         last = nxt is None
         emit = tuple(i for i, s in enumerate(stages) if s.name in self._emit and not (last and i == len(stages) - 1))
-        results = dict(upstream.result_columns) if upstream is not None else {}
+        results = dict(results_in)
         for i in emit:
             for c, t in stages[i].output_columns() + [("event_time_ms", "bigint")]:
                 if results.setdefault(c, t) != t:
@@ -160,38 +300,33 @@ class Pipeline:
                 raise ValueError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} outputs "
                                  f"{c!r} as {taken[c]}: rename one of them (a key given as a dict names it)")
         ids = stages[0].key_group_ids()
-        claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op) if j == 0 else None
         return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
-                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims, next_inputs)
+                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims, next_inputs,
+                            head.inputs if head is not None else (), head.expected if head is not None else ())
 
     def bound_specs(self, source_types: dict[str, str], fuse: bool = True,
                     idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
         """:meth:`specs` with every stage bound to the types of its inputs (``Stage.bind``), as
         :meth:`apply` binds them on Spark: ``source_types`` are the first operator's input rows'
         types (``{column: DDL type}``; an input given as a SQL expression is looked up by its
-        name), later operators' come from the previous operator's output columns."""
-        ops = self.plan(fuse)
-        specs: list[OperatorSpec] = []
-        types = dict(source_types)
-        for j, stages in enumerate(ops):
-            first = stages[0]
-            if first.python_router() is not None:
-                in_types = dict(_ingest_columns(first)) if j == 0 else types
-            else:
-                in_types = {name: _type_of(expr, types, name) for name, expr in first.inputs().items()}
-            specs.append(self._spec(ops, j, _bind(stages, in_types), specs[-1] if specs else None, idle_timeout_ms))
-            types = dict(specs[-1].output_columns())
-        return specs
+        name; with several sources ``{source: {column: type}}``), later operators' come from the
+        previous operator's output columns."""
+        if self._upstreams is not None:
+            from keygroups.fan_in import dag_specs
+
+            return dag_specs(self, fuse, idle_timeout_ms, source_types)[id(self)]
+        return self._chain_specs(fuse, idle_timeout_ms, dict(source_types))
 
     def output_columns(self, fuse: bool = True, input: Any = None) -> list[tuple[str, str]]:
         """Columns of the pipeline's output rows (the contract's control columns, then data).
 
-        ``input``: the source DataFrame (Spark; the schema :meth:`apply` gives it) or the types of
-        the first operator's input columns (``{column: DDL type}``, as :meth:`bound_specs`), so
-        that key columns get their types; without it key columns of expressions are ``string``."""
+        ``input``: the source DataFrame (Spark; the schema :meth:`apply` gives it; or ``{source:
+        DataFrame}``) or the types of the first operator's input columns (``{column: DDL type}``,
+        as :meth:`bound_specs`), so that key columns get their types; without it key columns of
+        expressions are ``string``."""
         if input is None:
             return self.specs(fuse)[-1].output_columns()
-        if isinstance(input, dict):
+        if isinstance(input, dict) and all(isinstance(v, (str, dict)) for v in input.values()):
             return self.bound_specs(input, fuse)[-1].output_columns()
         return [(f.name, f.dataType.simpleString()) for f in self.apply(input, fuse=fuse).schema.fields]
 
@@ -199,25 +334,43 @@ class Pipeline:
     def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True):
         """The streaming DataFrame of the pipeline's output rows (contract + last stage's data).
 
-        ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``.
+        ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``;
+        with a multi-input stage whose inputs read different sources, ``{input name: DataFrame}``
+        (an upstream pipeline reads the source of the input it feeds).
         ``idle_timeout_ms``: the first operator's idle-partition policy
         (:class:`~keygroups.punctuation.PunctuationTracker`). ``pack_source``: pack the first
         operator's input rows per task and key group into Arrow blobs before the shuffle
         (:mod:`keygroups.packed`; few shuffle rows per key group instead of one per record).
         """
+        if self._upstreams is not None:
+            from keygroups.fan_in import apply_dag
+
+            return apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
+        return self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
+
+    def _apply_chain(self, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
+                     head: "Head | None" = None, claims: Any = "own"):
+        """Spark: this chain's operators on ``df`` (with ``head``: ``df`` is the multi-input first
+        operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``."""
         from pyspark.sql import functions as F
 
-        from keygroups.packed import pack_key_groups
         from keygroups.processor import StageProcessor, deferred
         from keygroups.routing import with_key_groups
 
-        ops = self.plan(fuse)
-        upstream = None
+        ops = self._own_plan(fuse)
+        if claims == "own":
+            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
+        results: tuple = head.results if head is not None else ()
+        specs: list[OperatorSpec] = []
         for j, stages in enumerate(ops):
             first = stages[0]
             n = first.num_key_groups
             packed = pack_source and j == 0
-            if packed and first.python_router() is not None and _packable(first):
+            if j == 0 and head is not None:
+                routed = with_key_groups(df, first.key_columns(), n)
+                inputs = [INPUT_COLUMN] + [c for c in head.columns if c != INPUT_COLUMN]
+                slim, types = _slim(routed, inputs, results, packed, n)
+            elif packed and first.python_router() is not None and _packable(first):
                 # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
                 slim, types = _ingest_packed(df, first, n, first.key_group_ids())
             else:
@@ -241,17 +394,14 @@ class Pipeline:
                             F.col(name) if name in df.columns else F.lit(None)) for name, expr in sql.items()})
                     routed = with_key_groups(df, first.key_columns(), n)
                     inputs = list(exprs)
-                keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
-                carry = [c for c, _ in (upstream.result_columns if upstream is not None else ())
-                         if c in routed.columns and c not in keep and c not in inputs]   # emitted stages' rows
-                slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs, *carry)
-                types = {f.name: f.dataType.simpleString() for f in slim.schema.fields}
-                if packed:
-                    slim = pack_key_groups(slim, None, n)
-            spec = upstream = self._spec(ops, j, _bind(stages, types), upstream, idle_timeout_ms)
+                slim, types = _slim(routed, inputs, results, packed, n)
+            spec = self._spec(ops, j, _bind(stages, types), results, idle_timeout_ms, claims if j == 0 else None,
+                              head if j == 0 else None)
+            specs.append(spec)
+            results = spec.result_columns
             df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
                 deferred(StageProcessor(spec, packed)), schema_ddl(spec.output_columns()), "Append", "None")
-        return df
+        return df, specs
 
     # -- without Spark ----------------------------------------------------------------------------
     def run_local(self, batches: Iterable[pd.DataFrame], *, fuse: bool = True,
@@ -269,51 +419,111 @@ class Pipeline:
         bool -> boolean, text -> string, bytes -> binary). Rows are routed with
         :func:`~keygroups.routing.key_groups_of` (the JVM's hash) and every key group runs
         :func:`~keygroups.operator.run_key_group`, its state kept as bytes between batches, as
-        Spark keeps it.
+        Spark keeps it. With a multi-input stage whose inputs read different sources, ``batches``
+        is ``{input name: frames}`` (the same number of micro-batches each, as one query's).
         """
-        unbound = self.specs(fuse, idle_timeout_ms)
-        bound = None if input_types is None else self.bound_specs(input_types, fuse, idle_timeout_ms)
+        if self._upstreams is not None:
+            from keygroups.fan_in import run_dag_local
+
+            return run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms, input_types=input_types)
+        unbound = self._chain_specs(fuse, idle_timeout_ms)
+        bound = None if input_types is None else self._chain_specs(fuse, idle_timeout_ms, dict(input_types))
         states: list[dict[int, bytes]] = [{} for _ in unbound]
         outputs = []
         for batch in batches:
             if bound is None and (batch["kind"] == KIND_DATA).any():
-                bound = self.bound_specs(frame_types(batch), fuse, idle_timeout_ms)
-            df = batch
-            for j, spec in enumerate(bound or unbound):
-                first = spec.stages[0]
-                n = first.num_key_groups
-                if first.python_router() is not None:
-                    if j == 0:
-                        df = _ingest_frame(df, first)
-                    groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
-                else:
-                    df = _local_inputs(df, first, j)
-                    groups = _groups_of_columns(df, first.key_columns(), n)
-                outs = []
-                for kg, rows in _by_key_group(df, groups, n, first.key_group_ids()):
-                    out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
-                    if out is not None and len(out):
-                        outs.append(out)
-                df = conform(outs, spec.output_columns())
-            outputs.append(df)
+                bound = self._chain_specs(fuse, idle_timeout_ms, frame_types(batch))
+            outputs.append(self._step_local(batch, bound or unbound, states))
         return outputs
 
+    def _step_local(self, df: pd.DataFrame, specs: list[OperatorSpec], states: list[dict[int, bytes]],
+                    head: bool = False) -> pd.DataFrame:
+        """One micro-batch through this chain's operators (``head``: ``df`` is the multi-input first
+        operator's tagged input, :func:`keygroups.fan_in.tag_frame`); ``states`` per operator."""
+        for j, spec in enumerate(specs):
+            first = spec.stages[0]
+            n = first.num_key_groups
+            if j == 0 and head:
+                groups = _groups_of_columns(df, first.key_columns(), n)
+            elif first.python_router() is not None:
+                if j == 0:
+                    df = _ingest_frame(df, first)
+                groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
+            else:
+                df = _local_inputs(df, first, j)
+                groups = _groups_of_columns(df, first.key_columns(), n)
+            outs = []
+            for kg, rows in _by_key_group(df, groups, n, first.key_group_ids()):
+                out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
+                if out is not None and len(out):
+                    outs.append(out)
+            df = conform(outs, spec.output_columns())
+        return df
 
-def _named(links: list[_Link]) -> list[_Link]:
-    """Copies of the stages with unique names (defaults from the class name)."""
-    out, seen = [], set()
-    for i, link in enumerate(links):
+
+@dataclass(frozen=True)
+class Head:
+    """A multi-input first operator, as :mod:`keygroups.fan_in` prepares it: its inputs' names,
+    the senders known in advance per input, the columns of its tagged input, and the emitted
+    columns its upstreams carry."""
+
+    inputs: tuple[str, ...]
+    expected: tuple = ()
+    columns: tuple[str, ...] = ()
+    results: tuple = ()
+
+
+def _slim(routed, inputs: list[str], results: tuple, packed: bool, n: int):
+    """The first operator's shuffle input: key group, control columns, ``inputs``, carried emitted
+    columns (``results``), packed into Arrow blobs when ``packed``; and the columns' types."""
+    from keygroups.packed import pack_key_groups
+
+    keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
+    carry = [c for c, _ in results if c in routed.columns and c not in keep and c not in inputs]   # emitted stages' rows
+    slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs, *carry)
+    types = {f.name: f.dataType.simpleString() for f in slim.schema.fields}
+    if packed:
+        slim = pack_key_groups(slim, None, n)
+    return slim, types
+
+
+def _named(links: list[_Link], taken: set | None = None) -> list[_Link]:
+    """Copies of the stages with unique names (defaults from the class name), none in ``taken``."""
+    out, seen = [], set(taken or ())
+    for link in links:
         s = link.stage
         name = s.name or re.sub(r"(?<!^)(?=[A-Z])", "_", type(s).__name__.removesuffix("Stage")).lower() or "stage"
-        base, k = name, 2
-        while name in seen:
-            name, k = f"{base}_{k}", k + 1
+        name = _unused(name, seen)
         seen.add(name)
         if name != s.name:
             s = copy.copy(s)
             object.__setattr__(s, "name", name)
         out.append(_Link(s, link.fuse))
     return out
+
+
+def _unused(name: str, taken) -> str:
+    base, k = name, 2
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+def _distinct(upstreams: "dict | None") -> list:
+    """The distinct upstream pipelines of ``upstreams`` (by identity, in input order)."""
+    out: list = []
+    for u in (upstreams or {}).values():
+        if u is not None and not any(u is v for v in out):
+            out.append(u)
+    return out
+
+
+def _as_pipeline(stage: Stage, memo: dict) -> "Pipeline":
+    """A stage given as an upstream, as a one-stage pipeline (the same object for the same stage)."""
+    key = ("stage", id(stage))
+    if key not in memo:
+        memo[key] = Pipeline([stage])
+    return memo[key]
 
 
 def _bind(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, ...]:

@@ -15,7 +15,16 @@ idle the watermark holds. The watermark this tracker reports never decreases, so
 source that wakes up behind it are late and must be handled by the operator's lateness policy.
 
 A punctuation of ``None`` means "no guarantee yet" (the source has seen no data) and holds the
-minimum at ``None`` while that source is not idle.
+minimum at ``None`` while that source is not idle. A source the tracker has not heard from does
+not hold the minimum back, unless it is listed in ``expected`` (the senders known in advance, e.g.
+an upstream operator's key groups): those hold it at ``None`` until they punctuate.
+
+Several inputs
+--------------
+A multi-input operator (a join) keeps one tracker per input (:class:`InputWatermarks`): its low
+watermark is the minimum over every sender of every input, ``None`` until **every input** has
+one (an input whose senders have not spoken yet cannot be ahead of anything), and each input's
+own watermark is known (``per_input``).
 
 The watermark is evaluated when read, and clamped to never decrease: apply all punctuations of a
 micro-batch (the dataflow-kafka source emits one per partition per batch) before reading it, or a
@@ -37,25 +46,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 
-__all__ = ["PunctuationTracker"]
+__all__ = ["PunctuationTracker", "InputWatermarks"]
 
 
 @dataclass
 class _Source:
     punctuation_ms: int | None
     end_offset: int | None
-    last_moved_ms: int
+    last_moved_ms: int | None        # None: expected, not heard from (no update seen yet)
 
 
 class PunctuationTracker:
     """Combine per-source punctuations into a monotone low watermark (min over sources)."""
 
-    def __init__(self, idle_timeout_ms: int | None = None) -> None:
+    def __init__(self, idle_timeout_ms: int | None = None, expected: Iterable[str] = ()) -> None:
         if idle_timeout_ms is not None and idle_timeout_ms < 0:
             raise ValueError(f"idle_timeout_ms must be >= 0 or None, got {idle_timeout_ms!r}")
         self.idle_timeout_ms = idle_timeout_ms
-        self._sources: dict[str, _Source] = {}
+        # expected senders wait at None; their idle clock starts at the first update the tracker sees
+        self._sources: dict[str, _Source] = {str(s): _Source(None, None, None) for s in expected}
         self._now_ms: int | None = None
         self._low_ms: int | None = None
 
@@ -67,6 +78,10 @@ class PunctuationTracker:
         processing_time_ms: int = 0,
     ) -> None:
         """Record a punctuation of ``source``; punctuations only move forward per source."""
+        if self._now_ms is None:
+            for waiting in self._sources.values():
+                if waiting.last_moved_ms is None:
+                    waiting.last_moved_ms = processing_time_ms
         s = self._sources.get(source)
         if s is None:
             self._sources[source] = _Source(punctuation_ms, end_offset, processing_time_ms)
@@ -84,6 +99,7 @@ class PunctuationTracker:
             s for s in self._sources.values()
             if self.idle_timeout_ms is None
             or self._now_ms is None
+            or s.last_moved_ms is None
             or self._now_ms - s.last_moved_ms < self.idle_timeout_ms
         ]
         if not active:
@@ -119,3 +135,59 @@ class PunctuationTracker:
         t._now_ms, t._low_ms = now, low
         t._sources = {k: _Source(*v) for k, v in sources.items()}
         return t
+
+
+class InputWatermarks:
+    """The low watermark of a multi-input operator: one :class:`PunctuationTracker` per input,
+    the minimum over all of them, ``None`` until every input has a watermark (module docstring).
+
+    ``expected``: ``{input: senders}`` known in advance (they hold their input at ``None`` until
+    they punctuate). Monotone, as each tracker is.
+
+    >>> w = InputWatermarks(["persons", "auctions"])
+    >>> w.update("persons", "p-0", 5_000)
+    >>> w.low_watermark_ms is None       # auctions has said nothing yet: it cannot be ahead
+    True
+    >>> w.update("auctions", "a-0", 3_000)
+    >>> w.low_watermark_ms, w.per_input()
+    (3000, {'persons': 5000, 'auctions': 3000})
+    """
+
+    def __init__(self, inputs: Iterable[str], idle_timeout_ms: int | None = None,
+                 expected: Mapping[str, Iterable[str]] | None = None) -> None:
+        expected = expected or {}
+        self.trackers = {str(n): PunctuationTracker(idle_timeout_ms, expected.get(n, ())) for n in inputs}
+        if not self.trackers:
+            raise ValueError("InputWatermarks needs at least one input")
+        self._low_ms: int | None = None
+
+    def update(self, input: str, source: str, punctuation_ms: int | None, end_offset: int | None = None,
+               processing_time_ms: int = 0) -> None:
+        """A punctuation of ``source`` on ``input`` (:meth:`PunctuationTracker.update`)."""
+        tracker = self.trackers.get(input)
+        if tracker is None:
+            raise ValueError(f"punctuation for input {input!r}: the operator's inputs are {sorted(self.trackers)}")
+        tracker.update(source, punctuation_ms, end_offset, processing_time_ms)
+
+    def per_input(self) -> dict[str, int | None]:
+        """Each input's own low watermark (``None``: no guarantee from it yet)."""
+        return {n: t.low_watermark_ms for n, t in self.trackers.items()}
+
+    @property
+    def low_watermark_ms(self) -> int | None:
+        marks = list(self.per_input().values())
+        if None not in marks and (self._low_ms is None or min(marks) > self._low_ms):
+            self._low_ms = min(marks)
+        return self._low_ms
+
+    def to_bytes(self) -> bytes:
+        return json.dumps([self._low_ms, {n: t.to_bytes().decode() for n, t in self.trackers.items()}],
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "InputWatermarks":
+        low, trackers = json.loads(data)
+        w = cls.__new__(cls)
+        w._low_ms = low
+        w.trackers = {n: PunctuationTracker.from_bytes(t.encode()) for n, t in trackers.items()}
+        return w

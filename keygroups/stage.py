@@ -26,18 +26,27 @@ How a stage gets its input
   the upstream stage's native output) returning the rows to send and their key groups (computed
   with :func:`keygroups.key_group_of`, the same function the JVM computes). It runs in the
   upstream processor, or in a ``mapInPandas`` step after the source.
+- **Several inputs** (:meth:`Stage.stage_inputs`, e.g. a join): named :class:`Input` s, each with
+  its own column expressions (the key columns under the same names in every input) and its rows
+  (``select``/``where`` on the upstream's data rows). The layer unions the inputs' rows with an
+  ``input`` column, routes them by the one routing function, and gives the stage the low
+  watermark of each input (``StageInput.input_watermarks``) and their minimum (``watermark_ms``).
+  Such a stage starts an operator; :meth:`keygroups.Pipeline.join` says where each input comes from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
 from keygroups.contract import Modification
 
-__all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter"]
+__all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter", "Input", "INPUT_COLUMN"]
+
+#: The column that tags a multi-input stage's rows with the name of their input.
+INPUT_COLUMN = "input"
 
 #: ``router(upstream_data) -> (rows as a frame, key group per row)``
 PythonRouter = Callable[[Any], tuple[pd.DataFrame, Any]]
@@ -53,6 +62,42 @@ class StageInput:
     watermark_ms: int | None                # input low watermark after this batch
     previous_watermark_ms: int | None       # ... after the previous batch
     processing_time_ms: int | None          # recorded in the source offset (same on replay)
+    #: a multi-input stage: each input's low watermark (``watermark_ms`` is their minimum); else None
+    input_watermarks: dict[str, int | None] | None = None
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of a multi-input stage (:meth:`Stage.stage_inputs`).
+
+    ``name``: the input's name (unique in the stage; the ``input`` column of its rows).
+    ``columns``: ``{column: SQL expression or keygroups.Computed}`` over the upstream's rows,
+    the stage's key columns included (same names in every input, same types: one routing).
+    ``select``: ``{column: value}``, only data rows with these values (e.g. ``{"topic":
+    "persons"}``: one source whose rows are split by topic); evaluated by both runners.
+    ``where``: a SQL predicate (Spark only) or a ``Computed(fn, "boolean")`` (both runners).
+    Punctuation and modification rows of the upstream reach every input reading it.
+    """
+
+    name: str
+    columns: Mapping[str, Any]
+    select: Mapping[str, Any] | None = None
+    where: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Input name={self.name!r}: expected a non-empty string")
+        if not isinstance(self.columns, Mapping) or not self.columns:
+            raise ValueError(f"Input {self.name!r}: columns={self.columns!r}: expected a non-empty dict "
+                             "{column: SQL expression or keygroups.Computed}")
+        if self.select is not None and not isinstance(self.select, Mapping):
+            raise ValueError(f"Input {self.name!r}: select={self.select!r}: expected a dict {{column: value}}")
+        object.__setattr__(self, "columns", dict(self.columns))
+        if self.select is not None:
+            object.__setattr__(self, "select", dict(self.select))
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(self.columns), tuple(self.select or ())))
 
 
 @dataclass(frozen=True)
@@ -98,6 +143,11 @@ class Stage:
 
     def key_columns(self) -> list[str] | None:
         """Names among :meth:`inputs` that form the key (column inputs), or None."""
+        return None
+
+    def stage_inputs(self) -> "tuple[Input, ...] | None":
+        """Several inputs: one :class:`Input` per input (the key columns are :meth:`key_columns`,
+        present in each). None (default): one input, given by :meth:`inputs` or the router."""
         return None
 
     def python_router(self) -> PythonRouter | None:

@@ -147,3 +147,52 @@ class Hottest(AggregateFunction):
     def combine(self, a, b):
         ka, kb = json.loads(a), json.loads(b)
         return a if (ka["count"], -ka["auction"]) >= (kb["count"], -kb["auction"]) else b
+
+
+@dataclass
+class InputCount(Stage):
+    """A multi-input stage: per batch, one row per (key, input) that got data rows, with the count
+    of the key's rows of that input so far and how many ``{"op": "bump"}`` commands the stage
+    applied; its output watermark is the input watermark. Inputs: ``inputs`` = ``{name: (key
+    expression, select)}``."""
+
+    sources: dict = None        # type: ignore[assignment]
+    num_key_groups: int = 2
+    name: str | None = None
+    commands = frozenset({"bump"})
+
+    def stage_inputs(self):
+        from keygroups import Input
+
+        return tuple(Input(n, {"k": key}, select) for n, (key, select) in self.sources.items())
+
+    def key_columns(self):
+        return ["k"]
+
+    def output_columns(self):
+        return [("k", "string"), ("from_input", "string"), ("count", "bigint"), ("bumps", "bigint")]
+
+    def output_key_columns(self):
+        return ["k"]
+
+    def new_state(self):
+        return {"bumps": 0, "counts": {}, "marks": []}
+
+    def dump_state(self, state):
+        return pickle.dumps(state)
+
+    def load_state(self, blob):
+        return pickle.loads(blob)
+
+    def process(self, state, batch: StageInput) -> StageOutput:
+        state["bumps"] += sum(1 for m in batch.modifications if m.command.get("op") == "bump")
+        state["marks"].append(dict(batch.input_watermarks))
+        rows = {}
+        data = batch.data
+        if data is not None and len(data):
+            for k, inp, t in zip(data["k"], data["input"], data["event_time_ms"]):
+                c = state["counts"][(k, inp)] = state["counts"].get((k, inp), 0) + 1
+                rows[(k, inp)] = (c, max(int(t), rows.get((k, inp), (0, int(t)))[1]))
+        frame = pd.DataFrame([(k, i, c, state["bumps"], t) for (k, i), (c, t) in sorted(rows.items())],
+                             columns=["k", "from_input", "count", "bumps", "event_time_ms"])
+        return StageOutput(frame, batch.watermark_ms, metrics={"marks": state["marks"][-1]})
