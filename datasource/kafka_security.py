@@ -114,8 +114,15 @@ def require_topic_operations(conf: Mapping[str, str], needs: Mapping[str, Iterab
     if not needs:
         return
     refused: list = []
-    admin = AdminClient({**conf, "log_level": 0,
-                         "error_cb": lambda e: refused.append(e.str()) if e.code() == KafkaError._AUTHENTICATION else None})
+    down: list = []
+
+    def on_error(e) -> None:
+        if e.code() == KafkaError._AUTHENTICATION:
+            refused.append(e.str())
+        elif e.code() == KafkaError._ALL_BROKERS_DOWN:
+            down.append(e.str())
+
+    admin = AdminClient({**conf, "log_level": 0, "error_cb": on_error})
     futures = admin.describe_topics(TopicCollection(list(needs)), request_timeout=timeout_s,
                                     include_authorized_operations=True)
     pending = set(futures.values())
@@ -124,6 +131,8 @@ def require_topic_operations(conf: Mapping[str, str], needs: Mapping[str, Iterab
         admin.poll(0)
         if refused:
             raise authentication_error(conf, refused[-1])
+        if down:
+            return      # no broker answers: the caller's own requests retry and report it
     for topic in needs:                      # in the caller's order: the first missing need is reported
         try:
             described = futures[topic].result()

@@ -350,7 +350,13 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _high(self, tps: list[TP]) -> dict[TP, int]:
         c = self._consumer()
-        return {tp: kafka_read.watermarks(c, *tp)[1] for tp in tps}
+        return {tp: kafka_read.watermarks(c, *tp, self._request_timeout_s)[1] for tp in tps}
+
+    @property
+    def _request_timeout_s(self) -> float:
+        """How long one offset request on the driver retries transient errors: 30 s, or
+        ``kafkaConsumer.pollTimeoutMs`` if lower (as for the topic list)."""
+        return min(30.0, self.opts.poll_timeout_ms / 1000)
 
     def _control_tps(self) -> list[TP]:
         return _control_partitions(self._consumer(), self.opts)
@@ -359,7 +365,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """``fetch()`` (planning offsets on the driver), tried again up to ``fetchOffset.numRetries``
         times, ``fetchOffset.retryIntervalMs`` apart, when Kafka is unavailable for a reason that
         may pass (as Spark's Kafka source). Each attempt itself retries transient errors for up to
-        30 s per request, so a broker restart shorter than that costs only latency; a longer outage fails with the last attempt's error, naming the
+        30 s per request (``kafkaConsumer.pollTimeoutMs`` if lower), so a broker restart shorter
+        than that costs only latency; a longer outage fails with the last attempt's error, naming the
         servers and the topics."""
         self._ensure_access()
         attempts = self.opts.fetch_offset_retries + 1
@@ -406,10 +413,12 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ReadMaxRows(m) if m else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._ensure_access()
-        c = self._consumer()
-        self._available_now = self._high(resolve_partitions(c, self.opts))
-        self._available_now_control = self._high(self._control_tps()) if self.opts.control_topic else {}
+        def fetch() -> None:
+            c = self._consumer()
+            self._available_now = self._high(resolve_partitions(c, self.opts))
+            self._available_now_control = self._high(self._control_tps()) if self.opts.control_topic else {}
+
+        self._fetching_offsets(fetch)
 
     def reportLatestOffset(self):
         if self._latest is None:
@@ -425,7 +434,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         prev = from_json_partitions(start["partitions"])
         tps = resolve_partitions(c, self.opts)
         new_tps = [tp for tp in tps if tp not in prev]
-        low_of_new = {tp: kafka_read.watermarks(c, *tp)[0] for tp in new_tps}  # new partitions: earliest
+        low_of_new = {tp: kafka_read.watermarks(c, *tp, self._request_timeout_s)[0]   # new partitions: earliest
+                      for tp in new_tps}
         begin = {tp: prev[tp]["o"] if tp in prev else low_of_new[tp] for tp in tps}
         latest = self._high(tps)
         self._latest = latest
@@ -510,7 +520,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if self.opts.fail_on_data_loss:
             raise kafka_read.DataLossError(msg + "; set failOnDataLoss=false to read the partition from its "
                                                  "new start instead")
-        begin[tp] = kafka_read.watermarks(c, *tp)[0]
+        begin[tp] = kafka_read.watermarks(c, *tp, self._request_timeout_s)[0]
         return msg + f"; reading it from its new start {begin[tp]} (failOnDataLoss=false)"
 
     def _newest_at(self, tp: TP, entry: dict, version: int, pt: int) -> int | None:

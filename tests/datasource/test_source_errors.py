@@ -109,7 +109,7 @@ def test_unknown_option_fails_the_query_with_its_name(spark, tmp_path):
 @pytest.mark.spark
 def test_unreachable_broker(spark, tmp_path):
     q, _ = _start(spark, {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "a",
-                          "kafkaConsumer.pollTimeoutMs": "3000"}, tmp_path)
+                          "kafkaConsumer.pollTimeoutMs": "3000", "fetchOffset.numRetries": "0"}, tmp_path)
     assert q.exception() is not None
     assert "cannot reach Kafka at kafka.bootstrap.servers='127.0.0.1:9' to read topic(s) a: " in str(q.exception())
 
