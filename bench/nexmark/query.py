@@ -125,6 +125,8 @@ class Query(ABC):
     title: str = ""
     columns: tuple[str, ...] = ()
     variants: tuple[str, ...] = ()
+    #: the result column holding the event time at which a result can be known (a window's end)
+    ready_column: str = ""
     #: what this query's variants cannot say that the reference says, if anything (docs)
     notes: str = ""
 
@@ -171,6 +173,16 @@ class Query(ABC):
         """Result rows of :meth:`native`'s output (collected)."""
         return sorted(tuple(_plain(v) for v in row) for row in frame[list(self.columns)].itertuples(index=False))
 
+    # -- latency ----------------------------------------------------------------------------------
+    def sent_index(self, sent: Sequence[tuple[dict, int]]) -> dict:
+        """What :meth:`ready_ms` needs of the bids sent, ``(record, send time ms)``."""
+        return {}
+
+    def ready_ms(self, row: tuple, index: dict) -> int | None:
+        """When result ``row`` could first be known: a window's end (event time is the generator's
+        clock; a projected bid: when it was sent)."""
+        return row[self.columns.index(self.ready_column)]
+
 
 class Projection(Query):
     """A stateless query (a projection or selection of bids): the same Spark expressions over the
@@ -203,6 +215,16 @@ class Projection(Query):
 
     def native(self, bids, delay):
         return self.select(bids)
+
+    #: the columns that find a result row's bid (for its send time)
+    identity: tuple[str, ...] = ("auction", "bidder", "dateTime")
+
+    def sent_index(self, sent):
+        return {tuple(r[c] for c in self.identity): t for r, t in sent}
+
+    def ready_ms(self, row, index):
+        named = dict(zip(self.columns, row))
+        return index.get(tuple(named[c] for c in self.identity))
 
 
 def _plain(v: Any) -> Any:

@@ -45,6 +45,7 @@ class Q11(Query):
     title = "user sessions"
     columns = ("bidder", "session_start_ms", "session_end_ms", "bid_count")
     variants = ("slicer", "dataflow")
+    ready_column = "session_end_ms"
     notes = "dataflow form: Beam's session rule (bids exactly 10 s apart split)"
 
     def reference(self, bids, variant=None):

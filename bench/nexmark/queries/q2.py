@@ -17,6 +17,7 @@ class Q2(Projection):
     name = "q2"
     title = "selection"
     columns = ("auction", "price")
+    identity = ("auction", "price")
 
     def select(self, bids):
         from pyspark.sql import functions as F

@@ -35,6 +35,7 @@ class Q5(Query):
     title = "hot items"
     columns = ("window_start_ms", "window_end_ms", "auction", "num")
     variants = ("slicer", "dataflow")
+    ready_column = "window_end_ms"
 
     def reference(self, bids, variant=None):
         counts: dict[int, Counter] = defaultdict(Counter)

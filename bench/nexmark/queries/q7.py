@@ -39,6 +39,7 @@ class Q7(Query):
     title = "highest bid"
     columns = ("window_start_ms", "window_end_ms", "auction", "bidder", "price", "dateTime", "extra")
     variants = ("slicer", "dataflow")
+    ready_column = "window_end_ms"
     notes = "slicer form: the slicer aggregates numbers; rows name the bid by (auction, bidder), no dateTime/extra"
 
     def reference(self, bids, variant=None):
