@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from keygroups.computed import Computed, evaluate
-from keygroups.contract import KIND_DATA
+from keygroups.contract import KIND_DATA, control_frame
 from keygroups.operator import OperatorSpec
 from keygroups.pipeline import Head, Pipeline, _distinct, _type_of, frame_types, plain_column
 from keygroups.routing import MARKER_KINDS
@@ -271,7 +271,10 @@ def tag_spark(df, inputs: Sequence[Input], stage: str):
 
     from keygroups.pipeline import _compute_spark, _with_ms_columns
 
+    # the stage layer reads the epoch-ms columns; pandas steps could not hold the source's timestamps
+    # (endOfInput's 9999-12-31 punctuation overflows nanoseconds)
     df = _with_ms_columns(df)
+    df = df.drop(*[c for c in ("event_time", "punctuation", "processing_time") if c in df.columns])
     kind = F.col("kind")
     is_data = kind == KIND_DATA
     wheres = {f"__where_{k}": inp.where for k, inp in enumerate(inputs) if isinstance(inp.where, Computed)}
@@ -392,6 +395,12 @@ def apply_dag(root: Pipeline, sources: Any, *, fuse: bool = True, idle_timeout_m
     return outs[id(root)]
 
 
+def _framed(frame: pd.DataFrame) -> pd.DataFrame:
+    """A micro-batch frame; one without rows or columns (a source that did not move) as an empty
+    frame of the row contract."""
+    return frame if "kind" in frame.columns else control_frame([])
+
+
 def _by_source(groups: list, sources: Any) -> list[tuple[Pipeline | None, Any, list[Input]]]:
     """``groups`` with the inputs that read the same source DataFrame merged (one tagging, one
     scan of the source): ``(upstream, source or None, inputs)``."""
@@ -423,14 +432,14 @@ def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeo
     if len(set(counts.values())) > 1:
         raise ValueError(f"run_local: every source needs the same number of micro-batches, got {counts}")
     n_batches = next(iter(counts.values()), 0)
-    nodes = root.nodes()
+    nodes, names = root.nodes(), source_names(root)
     unbound = dag_specs(root, fuse, idle_timeout_ms, None)
     bound = None if input_types is None else dag_specs(root, fuse, idle_timeout_ms, input_types)
     seen_types: dict[str, dict] = {}
     states = {id(p): [{} for _ in unbound[id(p)]] for p in nodes}
     outputs = []
     for i in range(n_batches):
-        now = {n: f[i] for n, f in per.items()} if per is not None else single[i]
+        now = {n: _framed(f[i]) for n, f in per.items()} if per is not None else _framed(single[i])
         if bound is None:
             for n, f in (now.items() if per is not None else [("", now)]):
                 if n not in seen_types and (f["kind"] == KIND_DATA).any():
@@ -441,7 +450,7 @@ def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeo
         out: dict[int, pd.DataFrame] = {}
         for p in nodes:
             if p._upstreams is None:
-                frame = _source(now, source_names(root).get(id(p), set()), "run_local")
+                frame = _source(now, names.get(id(p), set()), "run_local")
                 out[id(p)] = p._step_local(frame, specs[id(p)], states[id(p)])
                 continue
             stage = _head_stage(p)

@@ -144,6 +144,7 @@ def _fold_punctuations(tracker: PunctuationTracker | InputWatermarks, puncts: pd
     inputs = puncts[INPUT_COLUMN] if several else [None] * len(puncts)
     for topic, part, value, offset, inp in zip(puncts["topic"], puncts["partition"], puncts["punctuation_ms"],
                                                puncts["offset"], inputs):
+        part = part if pd.isna(part) else int(part)        # a sender's id whatever the column's dtype
         args = (f"{topic}-{part}", None if pd.isna(value) else int(value), None if pd.isna(offset) else int(offset),
                 pt or 0)
         if several:

@@ -114,9 +114,27 @@ def forget_batches_from(checkpoint: str, batch_id: int) -> None:
             f.unlink()
 
 
-def offset_log(checkpoint: str, batch_id: int) -> dict:
-    text = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
-    return json.loads(text[-1])
+def _source_lines(checkpoint: str, batch_id: int) -> list[str]:
+    """The offset log's per-source lines of ``batch_id`` (after the version and metadata lines)."""
+    return (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()[2:]
+
+
+def offset_log(checkpoint: str, batch_id: int, topic: str | None = None) -> dict:
+    """A source's entry in the offset log of ``batch_id``: the last one (a query's one source), or
+    with ``topic`` that of the source reading ``topic`` (a query with several sources). Spark logs
+    a source that did not move in a batch with its previous end offset again, and reads nothing
+    from it in that batch: such an entry comes back with no partitions (no rows, no punctuation)."""
+    lines = _source_lines(checkpoint, batch_id)
+    if topic is None:
+        return json.loads(lines[-1])
+    mine = [ln for ln in lines if ln.startswith("{") and topic in json.loads(ln).get("partitions", {})]
+    if not mine:
+        raise ValueError(f"batch {batch_id} of {checkpoint}: no source reads topic {topic!r}")
+    entry = json.loads(mine[0])
+    previous = Path(checkpoint) / "offsets" / str(batch_id - 1)
+    if len(lines) > 1 and previous.exists() and mine[0] in _source_lines(checkpoint, batch_id - 1):
+        entry["partitions"] = {}
+    return entry
 
 
 def source_batches(records, checkpoint: str, batch_ids, event_time_field: str | None = "ts",
@@ -125,7 +143,8 @@ def source_batches(records, checkpoint: str, batch_ids, event_time_field: str | 
     (``kafka.consume_all``) and the query's offset log: per batch, modification rows (one copy per
     partition), data rows in offset order, one punctuation row per partition
     (``max(p, newest in range) - delay``), as frames of the row contract with epoch-ms columns.
-    The reference input of a pipeline's ``run_local``."""
+    The reference input of a pipeline's ``run_local``. ``topic``: the source reading it (several
+    sources: each source's batches, :func:`offset_log`), its partitions only."""
     import pandas as pd
 
     by_tp: dict = {}
@@ -133,7 +152,7 @@ def source_batches(records, checkpoint: str, batch_ids, event_time_field: str | 
         by_tp.setdefault((m.topic(), m.partition()), {})[m.offset()] = m
     frames = []
     for b in batch_ids:
-        log = offset_log(checkpoint, b)
+        log = offset_log(checkpoint, b, topic)
         pt = log["batchTimeMs"]
         rows = []
         parts = [(t, int(p), e) for t, ps in log["partitions"].items() for p, e in ps.items()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-from pathlib import Path
 
 import pytest
 
@@ -60,25 +58,6 @@ def _records(rnd: random.Random, base: int, start_ms: int, end_ms: int, n: int) 
     return out
 
 
-def _source_view(checkpoint: str, topic: str, into: Path) -> str:
-    """A copy of ``checkpoint``'s offset log keeping the line of ``topic``'s source only, so that
-    ``source_batches`` (which reads a query's one source) rebuilds that source's micro-batches. A
-    batch in which the source did not move logs its previous end offset again: that becomes an
-    empty range without a punctuation (the source's punctuations did not move either)."""
-    (into / "offsets").mkdir(parents=True)
-    previous = None
-    logged = [f for f in (Path(checkpoint) / "offsets").iterdir() if f.name.isdigit()]
-    for f in sorted(logged, key=lambda f: int(f.name)):
-        lines = f.read_text().splitlines()
-        mine = next(ln for ln in lines[2:] if topic in json.loads(ln).get("partitions", {}))
-        entry = json.loads(mine)
-        if mine == previous:
-            entry["partitions"][topic] = {p: {"s": e["o"], "o": e["o"]} for p, e in entry["partitions"][topic].items()}
-        previous = mine
-        (into / "offsets" / f.name).write_text("\n".join(lines[:2] + [json.dumps(entry)]))
-    return str(into)
-
-
 @pytest.fixture(scope="module")
 def run(spark, kafka, tmp_path_factory):
     """Phase 1: ``a`` has 6 micro-batches of records, ``b`` records only in its first 3 s; phase 2
@@ -115,9 +94,7 @@ def run(spark, kafka, tmp_path_factory):
     before = _data_rows(got.batches[last])
     forget_batches_from(ck, last)                               # a crash during the last batch
     start()
-    frames = {s: source_batches(kafka.consume_all(t), _source_view(ck, t, root / f"view-{s}"), batches, topic=t)
-              for s, t in topics.items()}
-    shutil.rmtree(root / "view-a"), shutil.rmtree(root / "view-b")
+    frames = {s: source_batches(kafka.consume_all(t), ck, batches, topic=t) for s, t in topics.items()}
     return {"dag": dag, "got": got, "batches": batches, "phase1": phase1, "replayed": (last, before),
             "messages": messages_from_frames(frames), "base": base}
 
