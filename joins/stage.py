@@ -13,8 +13,9 @@ back, and nothing is dropped because the other side ran ahead.
 Where the inputs come from (:meth:`keygroups.Pipeline.join`, Beam's ``{tag: pcoll} |
 CoGroupByKey()``):
 
-* one source whose rows are split: ``stage.apply(source)``, each side's ``select={"topic": ...}``;
-* one source per side: ``stage.apply({"persons": p_df, "auctions": a_df})``;
+* one source whose rows are split: ``Pipeline([stage]).apply(source)``, each side's
+  ``select={"topic": ...}`` (a ``select`` on ``topic`` also gives the side its partitions' punctuations);
+* one source per side: ``Pipeline([stage]).apply({"persons": p_df, "auctions": a_df})``;
 * other pipelines' outputs: ``Pipeline.join(stage, persons=..., auctions=...)``.
 
 Output rows, one per joined row: the key column(s) (named after the left input's key), the
