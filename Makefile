@@ -58,6 +58,7 @@ bench: setup $(SPARK_KAFKA_STAMP)
 	$(PY) -m bench.dataflow_engine --quick
 	$(PY) -m bench.stages --quick
 	$(PY) -m bench.sink_cost --quick
+	$(PY) -m bench.connector_cost --quick
 	$(PY) -m bench.traces --quick
 	$(PY) -m bench.skew --quick
 

@@ -158,6 +158,13 @@ class Pipeline:
     rate: float = 10.0
     poisson: bool = True
     source_format: str = "dataflow-kafka"     # or "kafka": Spark's JVM connector (bench.spark_kafka)
+    needs_input_topic: bool = False           # build(source_df, output_topic, input_topic)
+
+    def frame(self, source_df, output_topic: str, input_topic: str):
+        """The sink rows: ``build`` applied to the source DataFrame."""
+        if self.needs_input_topic:
+            return self.build(source_df, output_topic, input_topic)
+        return self.build(source_df, output_topic)
 
 
 def source_reader(spark, bootstrap: str, topic: str, pipeline: Pipeline):
@@ -182,23 +189,35 @@ def passthrough(rate: float = 20.0) -> Pipeline:
     return Pipeline("passthrough", build, record, expected, {"eventTimeField": "ts"}, rate, poisson=False)
 
 
-def passthrough_kafka(rate: float = 20.0) -> Pipeline:
-    """:func:`passthrough` read through Spark's JVM connector (``format("kafka")``): key, value."""
+def passthrough_kafka(rate: float = 20.0, punctuated: bool = False, partitions: int = 2) -> Pipeline:
+    """:func:`passthrough` read through Spark's JVM connector (``format("kafka")``): key, value;
+    ``punctuated``: through :func:`jvm_ingest.punctuate` first (input topic of ``partitions``
+    partitions), then the data rows' key and value."""
     base = passthrough(rate)
 
-    def build(src, out_topic):
+    def build(src, out_topic, in_topic=None):
+        if punctuated:
+            from jvm_ingest import punctuate
+
+            src = punctuate(src, partitions={in_topic: partitions}, event_time_field="ts").filter("kind = 'data'")
         return src.selectExpr("key", "value")
 
-    return Pipeline("passthrough, format(kafka)", build, base.record, base.expected, {}, rate, poisson=False,
-                    source_format="kafka")
+    return Pipeline("passthrough, format(kafka)" + (", punctuate" if punctuated else ""), build, base.record,
+                    base.expected, {}, rate, poisson=False, source_format="kafka", needs_input_topic=punctuated)
 
 
 def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rate: float = 10.0,
-                   output_partitions: int = 2, fused: bool = False) -> Pipeline:
+                   output_partitions: int = 2, fused: bool = False, io: str = "dataflow-kafka",
+                   partitions: int = 2) -> Pipeline:
     """Today's optimistic inverted index, as ``bench/latency_experiment.py`` drives it: documents of
     synthetic Zipf text, event time = send time minus ``partition * skew_ms``, ``stages``
     order-sensitive stages, ``key_groups`` key groups per stage, one barrier. ``fused``: stages
-    keyed by the same key run in one operator (``inverted_index_same_key``)."""
+    keyed by the same key run in one operator (``inverted_index_same_key``). ``io``:
+    ``"dataflow-kafka"`` (our source), ``"kafka"`` (Spark's connector through
+    :func:`jvm_ingest.punctuate`, input topic of ``partitions`` partitions; use Spark's sink), or
+    ``"spark-jvm"`` (not our stages: Spark's connector and the Java ``transformWithState`` of
+    :func:`bench.jvm_baseline.milestones_jvm`, 2 stages, watermark delay ``(partitions - 1) *
+    skew_ms + 200``)."""
     from optimistic.spark import build_pipeline
     from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
@@ -209,7 +228,15 @@ def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rat
         d = json.loads(value)
         return (d["id"], d["text"])
 
-    def build(src, out_topic):
+    def build(src, out_topic, in_topic=None):
+        if io == "spark-jvm":
+            from bench.jvm_baseline import milestones_jvm
+
+            return milestones_jvm(src, (partitions - 1) * skew_ms + 200)
+        if io == "kafka":
+            from jvm_ingest import punctuate
+
+            src = punctuate(src, partitions={in_topic: partitions}, event_time_field="ts")
         return build_pipeline(src, stage_list, output_topic=out_topic, mode="optimistic", key_groups=key_groups,
                               decode=decode, output_partitions=output_partitions,
                               fuse_same_key=inverted_index_same_key(stages) if fused else False)
@@ -227,8 +254,12 @@ def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rat
             out.setdefault((item.meta.source, item.meta.offset), set()).add(bytes(item.meta.sort_key()))
         return out
 
-    return Pipeline(f"inverted index, {stages} order-sensitive stages", build, record, expected,
-                    {"eventTimeField": "ts"}, rate, poisson=True)
+    if io not in ("dataflow-kafka", "kafka", "spark-jvm"):
+        raise ValueError(f"io must be 'dataflow-kafka', 'kafka' or 'spark-jvm', got {io!r}")
+    ours = io == "dataflow-kafka"
+    return Pipeline(f"inverted index, {stages} order-sensitive stages" + ("" if ours else f", {io}"), build, record,
+                    expected, {"eventTimeField": "ts"} if ours else {}, rate, poisson=True,
+                    source_format="dataflow-kafka" if ours else "kafka", needs_input_topic=not ours)
 
 
 @dataclass
@@ -374,7 +405,7 @@ def run_pipeline(spark, bootstrap: str, pipeline: Pipeline, sink: str = "kafka",
     ``incomplete``, ``checkpoint``."""
     in_topic = create_topic(bootstrap, partitions, "in")
     out_topic = create_topic(bootstrap, output_partitions, "out")
-    df = pipeline.build(source_reader(spark, bootstrap, in_topic, pipeline), out_topic)
+    df = pipeline.frame(source_reader(spark, bootstrap, in_topic, pipeline), out_topic, in_topic)
     ck = checkpoint_dir("bench-ck-", checkpoint_base)
     watcher = OutputWatcher(bootstrap, out_topic) if latency and sink == "kafka" else None
     trickle = Trickle(bootstrap, in_topic, partitions, pipeline.rate, pipeline.record, pipeline.poisson)
@@ -450,7 +481,7 @@ def interleaved(spark, bootstrap: str, arms: list[Arm], cycles: int = 3, phase_s
         for arm in arms:
             in_topic = create_topic(bootstrap, partitions, "in")
             out_topic = create_topic(bootstrap, 2, "out")
-            df = arm.pipeline.build(source_reader(spark, bootstrap, in_topic, arm.pipeline), out_topic)
+            df = arm.pipeline.frame(source_reader(spark, bootstrap, in_topic, arm.pipeline), out_topic, in_topic)
             w = df.writeStream.option("checkpointLocation", checkpoint_dir("bench-ck-", arm.checkpoint_base))
             if arm.sink == "noop":
                 w = w.format("noop")
@@ -528,6 +559,37 @@ def cycles_and_phase(args) -> tuple[int, float]:
     return args.cycles or (2 if args.quick else 3), args.phase or (6.0 if args.quick else 12.0)
 
 
+def summarise(res: list[dict], ratios: list[tuple[str, str, str]], load_start: str,
+              log: Callable[[str], None] = print) -> list[dict]:
+    """Print and return CSV rows for the result of :func:`interleaved`: per cycle and arm the median
+    ``triggerExecution`` and ``addBatch`` of its batches, then per ``(name, a, b)`` of ``ratios``
+    the per-cycle ratio ``a / b`` of those medians and its median over cycles."""
+    load_end = loadavg()
+    date = time.strftime("%Y-%m-%d %H:%M")
+    rows, med = [], {}
+    for r in res:
+        p = r["progress"]
+        trig, add = median_of(p, "triggerExecution"), median_of(p, "addBatch")
+        med[(r["cycle"], r["arm"])] = trig
+        rows.append({"date": date, "cycle": r["cycle"], "arm": r["arm"], "batches": len(p), "median_trigger_ms": trig,
+                     "median_addBatch_ms": add,
+                     "mean_rows_per_batch": round(statistics.mean(x["numInputRows"] for x in p), 1) if p else "",
+                     "loadavg_start": load_start, "loadavg_end": load_end})
+        log(f"cycle {r['cycle']} {r['arm']:48s} {len(p):3d} batches  median trigger {trig:5.0f} ms  "
+            f"addBatch {add:5.0f} ms")
+    cycles = sorted({c for c, _ in med})
+    log(f"summary: median over cycles of the per-cycle ratio of median micro-batch durations "
+        f"(load {load_start} -> {load_end})")
+    for name, a, b in ratios:
+        per = [med[(c, a)] / med[(c, b)] for c in cycles]
+        rows += [{"date": date, "cycle": c, "arm": f"ratio: {name}", "ratio": round(x, 3), "loadavg_start": load_start,
+                  "loadavg_end": load_end} for c, x in zip(cycles, per)]
+        log(f"  {name:48s} {statistics.median(per):5.2f} (cycles: {' '.join(f'{x:.2f}' for x in per)})")
+    for arm in dict.fromkeys(a for _, a in med):
+        log(f"  {arm:48s} median batch {statistics.median(med[(c, arm)] for c in cycles):5.0f} ms")
+    return rows
+
+
 def _settle(queries, timeout_s: float = 20.0) -> None:
     """Wait until no query runs a micro-batch with input (the paused input's last batch ended)."""
     until = time.time() + timeout_s
@@ -564,21 +626,26 @@ class FloorProcessor:
         return _Floor()
 
 
-def floor_shape(key_groups: int = 4, rate: float = 10.0, record=None, source_options=None) -> Pipeline:
-    """Our source -> two chained ``transformWithStateInPandas`` processors that do nothing
+def floor_shape(key_groups: int = 4, rate: float = 10.0, record=None, source_options=None, operators: int = 2,
+                source_format: str = "dataflow-kafka") -> Pipeline:
+    """A source -> ``operators`` chained ``transformWithStateInPandas`` processors that do nothing
     (:class:`FloorProcessor`, ``key_groups`` groups each, a shuffle before each) -> sink rows: the
     query shape of the inverted index without our stage code (no ingest step, no optimistic
-    processors), so what it costs is Spark's and the source's."""
+    processors), so what it costs is Spark's and the source's. ``source_format="kafka"``: Spark's
+    JVM connector (its rows have no ``kind``)."""
     def build(src, out_topic):
-        df = src.filter("kind = 'data'").selectExpr(f"CAST(pmod(hash(value), {key_groups}) AS INT) AS key_group",
-                                                     "value")
-        df = df.groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, value binary",
-                                                                 "Append", "None")
-        df = df.selectExpr(f"CAST(pmod(key_group + 1, {key_groups}) AS INT) AS key_group", "value")
-        df = df.groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, value binary",
-                                                                 "Append", "None")
+        if source_format == "dataflow-kafka":
+            src = src.filter("kind = 'data'")
+        df = src.selectExpr(f"CAST(pmod(hash(value), {key_groups}) AS INT) AS key_group", "value")
+        for i in range(operators):
+            if i:
+                df = df.selectExpr(f"CAST(pmod(key_group + 1, {key_groups}) AS INT) AS key_group", "value")
+            df = df.groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, value binary",
+                                                                     "Append", "None")
         return df.selectExpr("CAST(key_group AS STRING) AS key", "value")
 
     base = passthrough(rate)
-    return Pipeline("two no-op transformWithStateInPandas", build, record or base.record, None,
-                    dict(source_options or base.source_options), rate, poisson=True)
+    return Pipeline(f"{operators} no-op transformWithStateInPandas on {source_format}", build, record or base.record,
+                    None, dict(source_options if source_options is not None else
+                               base.source_options if source_format == "dataflow-kafka" else {}),
+                    rate, poisson=True, source_format=source_format)

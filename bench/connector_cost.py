@@ -1,9 +1,12 @@
 """Per-micro-batch cost at a trickle: ``format("dataflow-kafka")`` against Spark's JVM Kafka
-connector (``format("kafka")``), as a source into ``noop`` and as source and sink.
+connector (``format("kafka")``), as a source into ``noop`` and as source and sink; and
+(``--shape stages``) the latency experiment's fused stages on either connector against the Java
+``transformWithState`` baseline.
 
-    python -m bench.connector_cost [--quick] [--cycles 3] [--phase 12] [--csv bench/out/connector_cost.csv]
+    python -m bench.connector_cost [--shape passthrough|stages] [--quick] [--cycles 3] [--phase 12]
+                                   [--csv bench/out/connector_cost.csv]
 
-Four queries run at the same time in one session and take turns (``bench._stream.interleaved``:
+Five queries run at the same time in one session and take turns (``bench._stream.interleaved``:
 in each cycle one query gets ``--phase`` seconds of input while the others' inputs are paused,
 the order rotating), each on its own 2-partition input topic fed by its own trickle of about 20
 JSON records/s (even gaps), Spark's default trigger, ``spark_session()`` defaults on ``local[2]``:
@@ -11,7 +14,22 @@ JSON records/s (even gaps), Spark's default trigger, ``spark_session()`` default
 * ``dataflow-kafka -> noop``: our source, its data rows' key and value, Spark's ``noop`` sink;
 * ``kafka -> noop``: Spark's connector, key and value, ``noop``;
 * ``dataflow-kafka -> dataflow-kafka``: our source and our sink (a 2-partition output topic);
-* ``kafka -> kafka``: Spark's connector and Spark's Kafka sink.
+* ``kafka -> kafka``: Spark's connector and Spark's Kafka sink;
+* ``kafka -> punctuate -> noop``: Spark's connector through :func:`jvm_ingest.punctuate` (the
+  source's rows rebuilt in one ``mapInArrow`` step), data rows' key and value, ``noop``.
+
+``--shape stages``: four queries at 10 documents/s (the latency experiment's base point, 2 input
+partitions):
+
+* ``fused, dataflow-kafka in and out``: ``optimistic.spark.build_pipeline`` with the two
+  word-keyed stages fused, our source and sink (the ``fused`` variant);
+* ``fused, format(kafka) + punctuate, Spark's sink``: the same stages on Spark's connector through
+  :func:`jvm_ingest.punctuate`, Spark's Kafka sink (``fused-jvm``);
+* ``spark-jvm``: Spark's connector, the Java ``transformWithState`` of
+  :func:`bench.jvm_baseline.milestones_jvm`, Spark's Kafka sink;
+* ``floor``: Spark's connector, one ``transformWithStateInPandas`` that only reads and writes its
+  key group's state and passes the rows on (``bench._stream.floor_shape``), Spark's sink: what any
+  pipeline with one Python stateful operator costs per batch here, before doing any work.
 
 Per query and cycle: the median ``durationMs.triggerExecution`` (and ``addBatch``) of its
 micro-batches with input rows that started in its phase. Ratios of the same cycle: ours / Spark's
@@ -23,26 +41,45 @@ first, short round (discarded) starts the Python workers and warms the JVM.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ARMS = ("dataflow-kafka -> noop", "kafka -> noop", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka")
+ARMS = ("dataflow-kafka -> noop", "kafka -> noop", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka",
+        "kafka -> punctuate -> noop")
 RATIOS = (("source into noop: ours / Spark's", "dataflow-kafka -> noop", "kafka -> noop"),
           ("source and sink: ours / Spark's", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka"),
           ("our sink / noop (our source)", "dataflow-kafka -> dataflow-kafka", "dataflow-kafka -> noop"),
-          ("Spark's sink / noop (Spark's source)", "kafka -> kafka", "kafka -> noop"))
+          ("Spark's sink / noop (Spark's source)", "kafka -> kafka", "kafka -> noop"),
+          ("punctuate() / nothing (Spark's source, noop)", "kafka -> punctuate -> noop", "kafka -> noop"))
 
 
-def arms(rate: float):
+STAGE_ARMS = ("fused, dataflow-kafka in and out", "fused, format(kafka) + punctuate, Spark's sink", "spark-jvm",
+              "floor: format(kafka), 1 no-op Python operator")
+STAGE_RATIOS = (("fused on format(kafka) / fused on ours", STAGE_ARMS[1], STAGE_ARMS[0]),
+                ("fused on ours / spark-jvm", STAGE_ARMS[0], STAGE_ARMS[2]),
+                ("fused on format(kafka) / spark-jvm", STAGE_ARMS[1], STAGE_ARMS[2]),
+                ("floor / spark-jvm", STAGE_ARMS[3], STAGE_ARMS[2]))
+
+
+def arms(rate: float, shape: str = "passthrough", partitions: int = 2):
     from bench import _stream
 
+    if shape == "stages":
+        return [_stream.Arm(STAGE_ARMS[0], _stream.inverted_index(fused=True, rate=rate, key_groups=2,
+                                                                  partitions=partitions)),
+                _stream.Arm(STAGE_ARMS[1], _stream.inverted_index(fused=True, rate=rate, io="kafka", key_groups=2,
+                                                                  partitions=partitions), sink_format="kafka"),
+                _stream.Arm(STAGE_ARMS[2], _stream.inverted_index(rate=rate, io="spark-jvm", partitions=partitions),
+                            sink_format="kafka"),
+                _stream.Arm(STAGE_ARMS[3], _stream.floor_shape(2, rate, _stream.inverted_index().record, operators=1,
+                                                               source_format="kafka"), sink_format="kafka")]
     ours, spark = _stream.passthrough(rate), _stream.passthrough_kafka(rate)
     return [_stream.Arm(ARMS[0], ours, "noop"), _stream.Arm(ARMS[1], spark, "noop"),
-            _stream.Arm(ARMS[2], ours, "kafka"), _stream.Arm(ARMS[3], spark, "kafka", sink_format="kafka")]
+            _stream.Arm(ARMS[2], ours, "kafka"), _stream.Arm(ARMS[3], spark, "kafka", sink_format="kafka"),
+            _stream.Arm(ARMS[4], _stream.passthrough_kafka(rate, punctuated=True, partitions=partitions), "noop")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,55 +87,37 @@ def main(argv: list[str] | None = None) -> int:
     from bench import _stream, spark_kafka
 
     _stream.add_interleave_arguments(ap, "query")
+    ap.add_argument("--shape", choices=("passthrough", "stages"), default="passthrough")
     ap.add_argument("--csv", default=None, help="default bench/out/connector_cost[-quick].csv")
     args = ap.parse_args(argv)
     cycles, phase = _stream.cycles_and_phase(args)
+    stages = args.shape == "stages"
+    rate = 10.0 if stages and args.rate == 20.0 else args.rate
     out_csv = args.csv or str(Path(__file__).resolve().parent / "out" /
-                              f"connector_cost{'-quick' if args.quick else ''}.csv")
+                              f"connector_cost{'-stages' if stages else ''}{'-quick' if args.quick else ''}.csv")
 
     from brokers import kafka_broker
     from datasource.session import spark_session
 
     if spark_kafka.connector_jars() is None:
         raise SystemExit(spark_kafka.missing_message())
-    rows = []
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
         spark = spark_session(app_name="bench-connector-cost", extra=spark_kafka.session_extra())
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
-        print(f"broker {broker.kind}; {args.rate:g} records/s over {args.partitions} partitions per query; local[2]; "
-              f"4 queries take turns, {cycles} cycles of {phase:g} s of input each; Spark's connector "
+        print(f"broker {broker.kind}; {args.shape}; {rate:g} records/s over {args.partitions} partitions per query; "
+              f"local[2]; {4 if stages else 5} queries take turns, {cycles} cycles of {phase:g} s of input each; Spark's connector "
               f"{spark_kafka.CONNECTOR_VERSION} in pyspark {spark.version}; {_stream.machine()}", flush=True)
         try:
-            _stream.interleaved(spark, bs, arms(args.rate), 1, 2, 2, partitions=args.partitions)   # discarded
+            _stream.interleaved(spark, bs, arms(rate, args.shape, args.partitions), 1, 2, 2,
+                                partitions=args.partitions)   # discarded
             load = _stream.loadavg()
-            res = _stream.interleaved(spark, bs, arms(args.rate), cycles, phase, args.warmup,
+            res = _stream.interleaved(spark, bs, arms(rate, args.shape, args.partitions), cycles, phase, args.warmup,
                                       partitions=args.partitions,
                                       log=lambda m: print(m, flush=True))
         finally:
             spark.stop()
-    load_end = _stream.loadavg()
-    med: dict[tuple[int, str], float] = {}
-    for r in res:
-        p = r["progress"]
-        trig, add = _stream.median_of(p, "triggerExecution"), _stream.median_of(p, "addBatch")
-        med[(r["cycle"], r["arm"])] = trig
-        rows.append({"date": time.strftime("%Y-%m-%d %H:%M"), "cycle": r["cycle"], "arm": r["arm"], "batches": len(p),
-                     "median_trigger_ms": trig, "median_addBatch_ms": add,
-                     "mean_rows_per_batch": round(statistics.mean(x["numInputRows"] for x in p), 1) if p else "",
-                     "loadavg_start": load, "loadavg_end": load_end})
-        print(f"cycle {r['cycle']} {r['arm']:34s} {len(p):3d} batches  median trigger {trig:5.0f} ms  "
-              f"addBatch {add:5.0f} ms", flush=True)
-    print(f"summary: median over cycles of the per-cycle ratio of median micro-batch durations "
-          f"(load {load} -> {load_end})")
-    for name, a, b in RATIOS:
-        per = [med[(c, a)] / med[(c, b)] for c in range(1, cycles + 1)]
-        for c, x in enumerate(per, 1):
-            rows.append({"date": time.strftime("%Y-%m-%d %H:%M"), "cycle": c, "arm": f"ratio: {name}", "ratio": round(x, 3),
-                         "loadavg_start": load, "loadavg_end": load_end})
-        print(f"  {name:38s} {statistics.median(per):5.2f} (cycles: {' '.join(f'{x:.2f}' for x in per)})")
-    for a in ARMS:
-        print(f"  {a:38s} median batch {statistics.median(med[(c, a)] for c in range(1, cycles + 1)):5.0f} ms")
+    rows = _stream.summarise(res, list(STAGE_RATIOS if stages else RATIOS), load, lambda m: print(m, flush=True))
     print(f"wrote {_stream.write_csv(out_csv, rows)}")
     return 0
 

@@ -76,11 +76,13 @@ addBatch parts, batches without input rows, rows dropped by Spark's watermark. W
 target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them. ``--quick``
 writes ``bench/out/latency-quick.csv`` and its figures to ``bench/out/`` (not the README's).
 
-Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 4 variants, no
-``fused`` run at one stage: 2 stages at 10 docs/s, 2 Kafka partitions and 1 shuffle partition
+Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 4 variants, and
+``spark-jvm`` at the 2-stage points when Spark's connector is resolved; no ``fused`` run at one
+stage: 2 stages at 10 docs/s, 2 Kafka partitions and 1 shuffle partition
 (``spark_session()``'s local default), default trigger; stages 1 and 3; 4 and 30 docs/s; 4:2; 5 s
-and 15 s triggers), ``--quick`` for a check (2 points). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded noida-db broker
-starts.
+and 15 s triggers), ``--quick`` for a check (2 points). ``KAFKA_BOOTSTRAP_SERVERS`` uses an external broker; otherwise an embedded Apache Kafka broker
+starts (``DATAFLOW_KAFKA_EMBEDDED=noida-db``: the development broker of the earlier figures).
+The ``spark-*`` and ``fused-jvm`` variants need Spark's connector (``python -m bench.spark_kafka``).
 """
 
 from __future__ import annotations
@@ -565,7 +567,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", type=float, nargs="+", help="documents per second")
     ap.add_argument("--levels", nargs="+", help="parallelism levels as KAFKA:SHUFFLE partitions, e.g. 2:1 4:2")
     ap.add_argument("--trigger-ms", type=int, nargs="+", help="processing-time trigger; 0 = Spark's default")
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--variants", nargs="+", default=None, choices=VARIANTS,
+                    help="default: optimistic fused buffered native, and spark-jvm when Spark's connector is "
+                    "resolved")
     ap.add_argument("--skew-ms", type=int, default=100, help="event-time lag added per Kafka partition")
     ap.add_argument("--warmup", type=float)
     ap.add_argument("--duration", type=float)
@@ -588,6 +592,10 @@ def main(argv=None) -> int:
     args.img_dir = args.img_dir or str(out_dir if args.quick else ROOT / "docs" / "img")
     if args.plot_only:
         return report(*_read(Path(args.out)), args)
+    if args.variants is None:
+        from bench.spark_kafka import connector_jars
+
+        args.variants = ["optimistic", "fused", "buffered", "native"] + (["spark-jvm"] if connector_jars() else [])
     args.stages = args.stages or ([2] if args.quick else [2, 1, 3])
     args.rates = args.rates or ([8] if args.quick else [10, 4, 30])
     args.levels = args.levels or (["2:1"] if args.quick else ["2:1", "4:2"])

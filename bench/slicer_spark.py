@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
             for x, r in med.items():
                 print(f"  {x:10s} {n / r['s']:>10,.0f} rows/s {r['s']:7.1f} s  batches {r['batches']}  planning "
                       f"{r['planning_s']:5.1f} s  out {r['rows_out']:>9,}  state: {r['state_rows']:>9,} rows, "
-                      f"{r['state_memory_bytes'] / 1e6:7.1f} MB in memory, {r['state_disk_bytes'] / 1e6:7.1f} MB on disk"
+                      f"{r['state_memory_bytes'] / 1e3:9,.0f} kB in memory, {r['state_disk_bytes'] / 1e3:7,.0f} kB on disk"
                       + (f"  runs {row[x + '_runs_s']}" if args.repeat > 1 else ""), flush=True)
         if floor is not None:
             print(f"floor ({floor['windows']} window runs): {floor['floor_rows_s']:,.0f} rows/s; "

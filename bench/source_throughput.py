@@ -8,7 +8,9 @@ broker and data, and the platform's floor, measured in the same run.
 **Spark's connector** (``spark-1``, ``spark-10``, ``spark-100``, ``spark-batch``): the same query
 shapes over ``format("kafka")`` (:mod:`bench.spark_kafka`; skipped with a message when not
 resolved); every ``dataflow-kafka`` variant is also printed as a ratio to its twin of the same
-repeat (``SPARK_TWIN``: ``ts-1 / spark-1``, ...).
+repeat (``SPARK_TWIN``: ``ts-1 / spark-1``, ...). ``punct-1``, ``punct-10`` (not run by
+default): Spark's connector followed by :func:`jvm_ingest.punctuate` (this project's rows and
+punctuations, event time from the record timestamp, as ``ts-*``).
 
 **Raw consumer (ratio 1.00)**: one Python process consuming every partition with
 ``Consumer.consume(10000)`` and touching each record's key, value, offset and timestamp (what any
@@ -312,6 +314,8 @@ def _variants(n: int, ab: bool) -> dict[str, tuple[str, dict]]:
         ("spark-10", "kafka-stream", m10),
         ("spark-100", "kafka-stream", m100),
         ("spark-batch", "kafka-batch", {}),
+        ("punct-1", "kafka-punct-stream", {}),
+        ("punct-10", "kafka-punct-stream", m10),
     ]:
         if ab and kind in ("stream", "batch"):
             out["ab-" + name] = ("ab-" + kind, options)
@@ -324,7 +328,7 @@ DEFAULT_VARIANTS = "floor-1,spark-1,ts-1,json-1,floor-10,spark-10,ts-10,json-10,
 SPARK_TWIN = {"floor-1": "spark-1", "ts-1": "spark-1", "json-1": "spark-1", "ts-1-mp1": "spark-1",
               "floor-10": "spark-10", "ts-10": "spark-10", "json-10": "spark-10", "ts-10-mp2": "spark-10",
               "floor-100": "spark-100", "ts-100": "spark-100", "ts-100-mp2": "spark-100",
-              "floor-batch": "spark-batch", "batch": "spark-batch"}
+              "floor-batch": "spark-batch", "batch": "spark-batch", "punct-1": "spark-1", "punct-10": "spark-10"}
 AB_FORMAT = "dataflow-kafka-ab"
 
 
@@ -421,7 +425,12 @@ def _run(spark, kind: str, options: dict, bootstrap: str, topic: str, n: int, pa
     for k, v in {**base, **options}.items():
         reader = reader.option(k, v)
     t0 = time.perf_counter()
-    q = (reader.load().writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp())
+    df = reader.load()
+    if kind == "kafka-punct-stream":       # Spark's connector, then our rows (jvm_ingest.punctuate)
+        from jvm_ingest import punctuate
+
+        df = punctuate(df, partitions={topic: partitions})
+    q = (df.writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp())
          .trigger(availableNow=True).start())
     q.awaitTermination()
     dt = time.perf_counter() - t0
