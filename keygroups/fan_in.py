@@ -196,10 +196,14 @@ def _selected(frame: pd.DataFrame, inp: Input, stage: str) -> np.ndarray:
                              f"rows do not have (columns: {sorted(map(str, frame.columns))})")
         mask &= (frame[c] == v).to_numpy(bool)
     if inp.where is not None:
-        if not isinstance(inp.where, Computed):
+        col = plain_column(inp.where)
+        if col is not None and col in frame.columns:                  # a boolean column of the upstream rows
+            mask &= frame[col].astype(object).where(frame[col].notna(), False).astype(bool).to_numpy()
+        elif not isinstance(inp.where, Computed):
             raise ValueError(f"stage {stage!r}, input {inp.name!r}: where={inp.where!r} is SQL, evaluated by Spark "
-                             "only; give it as keygroups.Computed(fn, 'boolean') (both runners) or use select=")
-        if len(frame):
+                             "only; give it as keygroups.Computed(fn, 'boolean') or a boolean column's name (both "
+                             "runners), or use select=")
+        elif len(frame):
             mask &= inp.where(frame).fillna(False).to_numpy(bool)
     return mask
 

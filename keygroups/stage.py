@@ -75,7 +75,8 @@ class Input:
     the stage's key columns included (same names in every input, same types: one routing).
     ``select``: ``{column: value}``, only data rows with these values (e.g. ``{"topic":
     "persons"}``: one source whose rows are split by topic); evaluated by both runners.
-    ``where``: a SQL predicate (Spark only) or a ``Computed(fn, "boolean")`` (both runners).
+    ``where``: a SQL predicate (Spark only), a boolean column's name or a ``Computed(fn, "boolean")``
+    (both runners).
     Punctuation and modification rows of the upstream reach every input reading it.
     """
 

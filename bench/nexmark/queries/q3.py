@@ -6,7 +6,8 @@ category 10, incrementally (each match once, as soon as both are in)::
     WHERE A.seller = P.id AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA') AND A.category = 10
 
 This project's form (``join``): a :class:`~joins.stage.WindowJoinStage` over one source reading the
-person and auction topics (each input takes its topic's rows, ``where``), in the global window
+person and auction topics (each input takes its topic's rows, ``where``; the JSON fields are
+columns Spark computes, :data:`FIELDS`), in the global window
 with a trigger per element (``Repeatedly(AfterCount(1))``) in discarding mode: every pane holds the
 pairs new since the last, so each pair comes once, when its later row arrives. Nothing is late
 in the global window and nothing is freed (the state of both inputs grows, as in Spark's native
@@ -29,9 +30,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from bench.nexmark.generator import Event
-from bench.nexmark.query import Query, Settings, epoch_ms, field
+from bench.nexmark.query import Query, Settings, epoch_ms
 from joins.stage import JoinInput, WindowJoinStage, current_joins
-from keygroups import Computed, Pipeline
+from keygroups import Pipeline
 from watermarks import AfterCount, Repeatedly
 from windowing import GlobalWindow
 
@@ -46,30 +47,57 @@ JOIN_KINDS = ("person", "auction")
 END_OF_TIME_MS = 253_402_300_799_999          # endOfInput=punctuate's punctuation
 
 
-class _OfKind:
-    """``where`` of an input (a class: pickles by reference): rows of the ``kind`` topic (the
-    generator names it ``<prefix>-<kind>``) whose JSON value passes ``test`` (field -> allowed values)."""
-
-    def __init__(self, kind: str, **test: tuple) -> None:
-        self.kind, self.test = kind, test
-
-    def __call__(self, frame: pd.DataFrame) -> list[bool]:
-        out = []
-        for topic, value in zip(frame["topic"], frame["value"]):
-            ok = isinstance(topic, str) and topic.endswith(f"-{self.kind}")
-            if ok and self.test:
-                rec = json.loads(value)
-                ok = all(rec.get(f) in allowed for f, allowed in self.test.items())
-            out.append(ok)
-        return out
-
-    def __repr__(self) -> str:
-        return f"of_kind({self.kind!r}, {self.test!r})"
+#: The fields the joins read, as flat columns of the source's rows (null on the other kind's rows):
+#: ``{column: (kind, JSON field, Spark type)}``. Spark computes them in the JVM, one ``from_json`` per
+#: record (:func:`with_fields`); ``run_local`` gets the same columns from pandas (:func:`fields_frame`).
+FIELDS = {"p_id": ("person", "id", "bigint"), "p_name": ("person", "name", "string"),
+          "p_city": ("person", "city", "string"), "p_state": ("person", "state", "string"),
+          "a_id": ("auction", "id", "bigint"), "a_seller": ("auction", "seller", "bigint"),
+          "a_reserve": ("auction", "reserve", "bigint"), "a_category": ("auction", "category", "bigint")}
+_RECORD_DDL = ", ".join(dict.fromkeys(f"{f} {t.upper()}" for _, f, t in FIELDS.values()))
 
 
-def of_kind(kind: str, **test: tuple) -> Computed:
-    """An input's ``where``: the rows of ``kind``'s topic, filtered (both runners evaluate it)."""
-    return Computed(_OfKind(kind, **test), "boolean", ("topic", "value"))
+def _kind_of(topic: Any) -> str | None:
+    """The event kind of a generator topic (``<prefix>-<kind>``)."""
+    return topic.rsplit("-", 1)[-1] if isinstance(topic, str) else None
+
+
+def with_fields(df, filters: Mapping[str, tuple[str, dict]]):
+    """Spark: ``df`` (source rows) with the :data:`FIELDS` columns and a boolean column per filter
+    (``{column: (kind, {field: allowed values})}``: a row of that kind whose fields are allowed)."""
+    from pyspark.sql import functions as F
+
+    rec = F.from_json(F.col("value").cast("string"), _RECORD_DDL)
+    df = df.withColumn("_rec", F.when(F.col("kind") == "data", rec))
+    is_kind = {k: F.coalesce(F.col("topic").endswith(f"-{k}"), F.lit(False)) for k in JOIN_KINDS}
+    cols = {c: F.when(is_kind[k], F.col(f"_rec.{f}")) for c, (k, f, _) in FIELDS.items()}
+    for c, (k, test) in filters.items():
+        cond = is_kind[k] & (F.col("kind") == "data")
+        for f, allowed in test.items():
+            cond = cond & F.coalesce(F.col(f"_rec.{f}").isin(*allowed), F.lit(False))
+        cols[c] = cond
+    return df.withColumns(cols).drop("_rec")
+
+
+def fields_frame(frame: pd.DataFrame, filters: Mapping[str, tuple[str, dict]]) -> pd.DataFrame:
+    """pandas: :func:`with_fields` of a micro-batch of source rows."""
+    if "kind" not in frame.columns:
+        return frame
+    cols: dict[str, list] = {c: [] for c in [*FIELDS, *filters]}
+    for kind, topic, value in zip(frame["kind"], frame["topic"], frame.get("value", [None] * len(frame))):
+        rec = json.loads(value) if kind == "data" and value is not None else None
+        k = _kind_of(topic) if rec is not None else None
+        for c, (ck, f, _) in FIELDS.items():
+            cols[c].append(rec.get(f) if k == ck else None)
+        for c, (ck, test) in filters.items():
+            cols[c].append(k == ck and all(rec.get(f) in allowed for f, allowed in test.items()))
+    return frame.assign(**{c: pd.Series(v, index=frame.index, dtype=object) for c, v in cols.items()})
+
+
+def fields_types(filters: Mapping[str, Any]) -> dict[str, str]:
+    """The Spark types of :func:`with_fields`' columns (``run_local(input_types=...)``)."""
+    return {c: t for c, (_, _, t) in FIELDS.items()} | {c: "boolean" for c in filters} | {
+        "kind": "string", "topic": "string", "value": "binary", "event_time_ms": "bigint"}
 
 
 class PersonAuctionJoin(Query):
@@ -88,13 +116,20 @@ class PersonAuctionJoin(Query):
     idle_timeout_ms = 3_000
 
     # -- ours -------------------------------------------------------------------------------------
+    def filters(self) -> dict[str, tuple[str, dict]]:
+        """The boolean columns the inputs' ``where`` read: ``{column: (kind, {field: allowed})}``."""
+        return {f"{self.name}_person": ("person", {}), f"{self.name}_auction": ("auction", {})}
+
     def spark(self, variant, source, settings=Settings()):
         self._check(variant)
-        return self.pipeline(variant, settings).apply(epoch_ms(source), idle_timeout_ms=self.idle_timeout_ms)
+        df = with_fields(epoch_ms(source), self.filters())
+        return self.pipeline(variant, settings).apply(df, idle_timeout_ms=self.idle_timeout_ms)
 
     def local(self, variant, batches, settings=Settings()):
         self._check(variant)
-        return self.pipeline(variant, settings).run_local(batches, idle_timeout_ms=self.idle_timeout_ms)
+        frames = [fields_frame(b, self.filters()) for b in batches]
+        return self.pipeline(variant, settings).run_local(frames, idle_timeout_ms=self.idle_timeout_ms,
+                                                          input_types=fields_types(self.filters()))
 
     def join_stage(self, settings: Settings) -> WindowJoinStage:
         raise NotImplementedError
@@ -170,12 +205,13 @@ class Q3(PersonAuctionJoin):
     states = ("OR", "ID", "CA")
     category = 10
 
+    def filters(self):
+        return {"q3_person": ("person", {"state": self.states}), "q3_auction": ("auction", {"category": (self.category,)})}
+
     def join_stage(self, settings):
-        persons = JoinInput("person", key=field("id"), where=of_kind("person", state=self.states),
-                            columns={"name": field("name", "string"), "city": field("city", "string"),
-                                     "state": field("state", "string")})
-        auctions = JoinInput("auction", key=field("seller"), columns={"auction": field("id")},
-                             where=of_kind("auction", category=(self.category,)))
+        persons = JoinInput("person", key={"id": "p_id"}, columns={"name": "p_name", "city": "p_city", "state": "p_state"},
+                            where="q3_person")
+        auctions = JoinInput("auction", key="a_seller", columns={"auction": "a_id"}, where="q3_auction")
         return WindowJoinStage(persons, auctions, window=GlobalWindow(), how="inner",
                                trigger=Repeatedly(AfterCount(1)), accumulation_mode="discarding",
                                timestamp_combiner="latest", num_key_groups=settings.key_groups, name="q3")

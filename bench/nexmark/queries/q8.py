@@ -34,9 +34,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.nexmark.generator import NexmarkConfig, generate, produce
-from bench.nexmark.queries.q3 import Q3, PersonAuctionJoin, native_dropped, parse_auctions, parse_persons, of_kind
+from bench.nexmark.queries.q3 import Q3, PersonAuctionJoin, native_dropped, parse_auctions, parse_persons
 from bench.nexmark.queries.q3 import run_native, run_ours
-from bench.nexmark.query import field
 from joins.stage import JoinInput, WindowJoinStage
 from watermarks import AfterCount, AfterWatermark
 from windowing import TumblingWindow
@@ -52,10 +51,8 @@ class Q8(PersonAuctionJoin):
     columns = ("window_start_ms", "id", "name", "reserve")
 
     def join_stage(self, settings):
-        persons = JoinInput("person", key=field("id"), columns={"name": field("name", "string")},
-                            where=of_kind("person"))
-        auctions = JoinInput("auction", key=field("seller"), columns={"reserve": field("reserve")},
-                             where=of_kind("auction"))
+        persons = JoinInput("person", key={"id": "p_id"}, columns={"name": "p_name"}, where="q8_person")
+        auctions = JoinInput("auction", key="a_seller", columns={"reserve": "a_reserve"}, where="q8_auction")
         return WindowJoinStage(persons, auctions, window=TumblingWindow(SIZE_MS), how="inner",
                                trigger=AfterWatermark(early=AfterCount(1), late=AfterCount(1)),
                                accumulation_mode="discarding", allowed_lateness_ms=settings.lateness_ms,
