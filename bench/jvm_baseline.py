@@ -141,11 +141,12 @@ def milestones_py(src, delay_ms: int):
 
 
 def smoke(docs: int = 120) -> dict[str, dict[str, int]]:
-    """Run both milestone baselines once (``Trigger.AvailableNow``, a fresh broker and session with
+    """Run both milestone baselines and our fused stages on Spark's connector (``fused-jvm``:
+    :func:`jvm_ingest.punctuate`) once (``Trigger.AvailableNow``, a fresh broker and session with
     the connector) over ``docs`` documents of two partitions, one 10 ms apart, partition 1 100 ms
-    behind, and compare their output topics with the in-order reference below the final watermark:
-    ``{variant: {"outputs", "expected", "missing", "wrong", "extra"}}``. Needs the connector
-    (``python -m bench.spark_kafka``); ``python -m bench.jvm_baseline`` runs it."""
+    behind, and compare their output topics with the in-order reference below the baselines' final
+    watermark: ``{variant: {"outputs", "expected", "missing", "wrong", "extra"}}``. Needs the
+    connector (``python -m bench.spark_kafka``); ``python -m bench.jvm_baseline`` runs it."""
     import json
     import tempfile
     import time
@@ -154,9 +155,11 @@ def smoke(docs: int = 120) -> dict[str, dict[str, int]]:
     from bench._kafka import create_topics
     from brokers import kafka_broker
     from datasource.session import spark_session
+    from jvm_ingest import punctuate
     from optimistic import run_local
+    from optimistic.spark import build_pipeline
     from optimistic.stage import encode_json
-    from optimistic.workload import generate_documents, inverted_index_stages
+    from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
     if spark_kafka.connector_jars() is None:
         raise RuntimeError(spark_kafka.missing_message())
@@ -169,7 +172,7 @@ def smoke(docs: int = 120) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
-        create_topics(bs, {"docs": 2, "out-jvm": 1, "out-py": 1})
+        create_topics(bs, {"docs": 2, "out-jvm": 1, "out-py": 1, "out-fused": 1})
         p = Producer({"bootstrap.servers": bs})
         base, sent, offsets = int(time.time() * 1000), [], [0, 0]
         for i, (_, text) in enumerate(texts):
@@ -184,15 +187,26 @@ def smoke(docs: int = 120) -> dict[str, dict[str, int]]:
         due = {k for k in reference if int.from_bytes(k[:8], "big") - (1 << 63) <= final_wm - 200}
         spark = spark_session(app_name="jvm-baseline-smoke", extra=spark_kafka.session_extra())
         try:
-            for name, build in (("spark-jvm", milestones_jvm), ("spark-py", milestones_py)):
-                q = (build(kafka_source(spark, bs, "docs", 100), delay_ms).writeStream.format("kafka")
-                     .option("kafka.bootstrap.servers", bs).option("topic", f"out-{name[6:]}")
-                     .option("checkpointLocation", tempfile.mkdtemp(prefix="jvm-smoke-"))
-                     .trigger(availableNow=True).start())
+            def fused(src, _delay_ms):
+                def decode(value: bytes):
+                    d = json.loads(value)
+                    return (d["id"], d["text"])
+
+                return build_pipeline(punctuate(src, partitions={"docs": 2}, event_time_field="ts"),
+                                      inverted_index_stages(2), output_topic="out-fused", key_groups=2, decode=decode,
+                                      fuse_same_key=inverted_index_same_key(2))
+
+            topics = {"spark-jvm": "out-jvm", "spark-py": "out-py", "fused-jvm": "out-fused"}
+            for name, build in (("spark-jvm", milestones_jvm), ("spark-py", milestones_py), ("fused-jvm", fused)):
+                topic = topics[name]
+                w = (build(kafka_source(spark, bs, "docs", 100), delay_ms).writeStream.format("kafka")
+                     .option("kafka.bootstrap.servers", bs)
+                     .option("checkpointLocation", tempfile.mkdtemp(prefix="jvm-smoke-")))
+                q = (w if name == "fused-jvm" else w.option("topic", topic)).trigger(availableNow=True).start()
                 q.awaitTermination()
                 if q.exception():
                     raise q.exception()
-                got = {bytes(m.key()): bytes(m.value()) for m in KafkaHelper(bs).consume_all(f"out-{name[6:]}")}
+                got = {bytes(m.key()): bytes(m.value()) for m in KafkaHelper(bs).consume_all(topic)}
                 out[name] = {"outputs": len(got), "expected": len(due), "missing": len(due - set(got)),
                              "wrong": sum(1 for k, v in got.items() if k in reference and reference[k] != v),
                              "extra": sum(1 for k in got if k not in reference)}

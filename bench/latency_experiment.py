@@ -152,6 +152,7 @@ class Result:
     missing_outputs: int = 0       # outputs of measured documents never seen (dropped)
     extra_outputs: int = 0         # output keys the in-order reference does not have
     expected_outputs: int = 0      # outputs the reference gives the measured documents
+    watermark_delay_ms: int = 0    # Spark's withWatermark delay (native and spark-* variants)
 
 
 class OutputWatcher(threading.Thread):
@@ -227,7 +228,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
     out_topic = create_topic(bootstrap, shuffle, "index")
     metrics_topic = create_topic(bootstrap, 1, "metrics")
     key_groups = 2 * shuffle
-    delay = (partitions - 1) * args.skew_ms + 200
+    delay = (partitions - 1) * args.skew_ms + 200 if args.native_delay_ms is None else args.native_delay_ms
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
            .load())
@@ -351,7 +352,8 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
                  sum(batch_ms) / len(batch_ms) if batch_ms else float("nan"), len(progress), dropped, wrong,
                  mean_of("queryPlanning"), mean_of("addBatch"),
                  sum(1 for p in progress if not p.get("numInputRows")),
-                 missing_n, extra, sum(len(expected[(part, off)]) for _, part, off in measured))
+                 missing_n, extra, sum(len(expected[(part, off)]) for _, part, off in measured),
+                 delay if variant in ("native",) + JVM_VARIANTS else 0)
     return res, lat
 
 
@@ -571,6 +573,9 @@ def main(argv=None) -> int:
                     help="default: optimistic fused buffered native, and spark-jvm when Spark's connector is "
                     "resolved")
     ap.add_argument("--skew-ms", type=int, default=100, help="event-time lag added per Kafka partition")
+    ap.add_argument("--native-delay-ms", type=int, default=None,
+                    help="withWatermark delay of the native and spark-* variants (default (P-1) * skew + 200, the "
+                    "smallest that covers the disorder; less makes Spark drop late rows, counted)")
     ap.add_argument("--warmup", type=float)
     ap.add_argument("--duration", type=float)
     ap.add_argument("--cooldown", type=float, default=4.0)

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GROUPS = (("consume (librdkafka, message objects)", ("cimpl", "consume")),
           ("message accessors (key, value, offset, timestamp)", ("Message",)),
-          ("decode (numpy, event times)", ("numpy", "kafka_read.py:", "np.")),
-          ("Arrow arrays and batches", ("pyarrow", "arrow")))
+          ("decode and Arrow batches (kafka_read, numpy, pyarrow)", ("numpy", "kafka_read.py:", "np.", "pyarrow",
+                                                                     "compute.py", "arrow")))
 
 
 def _group(name: str) -> str:
