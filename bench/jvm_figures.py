@@ -63,7 +63,7 @@ def source_throughput(data: Path, img: Path) -> None:
         loads = sorted({r["loadavg_start"].split()[0] for r in rows} | {r["loadavg_end"].split()[0] for r in rows},
                        key=float)
         ax.set_title(f"{path.name}: 1M records on Apache Kafka, {rows[0]['started'][:16]}, load {loads[0]}-{loads[-1]}; "
-                     "purple dataflow-kafka, brown format(kafka), grey floor", fontsize=9)
+                     "purple dataflow-kafka, brown format(kafka), pink punctuate, grey floor", fontsize=9)
     _save(fig, img / "jvm_source_throughput.png")
 
 
