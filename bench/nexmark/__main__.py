@@ -40,7 +40,7 @@ from bench.nexmark.runs import Run, run_native, run_ours, source_options
 
 NATIVE_DELAYS = ("5 seconds", "0 seconds")
 FIELDS = ["date", "phase", "delayed", "query", "side", "variant", "connector", "bids", "seconds", "rows_per_s",
-          "batches", "expected", "missing", "extra", "open", "dropped", "correct", "p50_ms", "p99_ms", "latency_n",
+          "batches", "expected", "missing", "extra", "open", "stale", "dropped", "correct", "p50_ms", "p99_ms", "latency_n",
           "load_before", "load_after"]
 
 
@@ -180,7 +180,7 @@ class Bench:
         self._row(phase="latency", delayed=delayed, query=q.name, side=side,
                   variant=variant if side == "ours" else _native_label(q, variant), connector=connector,
                   bids=sum(e.kind == "bid" for e, _ in trickle.sent), seconds=a.latency_seconds,
-                  batches=len(got.frames), expected=m.expected, missing=m.missing, extra=m.extra,
+                  batches=len(got.frames), expected=m.expected, missing=m.missing, extra=m.extra, stale=m.stale,
                   dropped=dropped if side == "spark" else _dropped(got.ordered()),
                   correct=m.missing == 0 and m.extra == 0, p50_ms=_pct(m.latencies_ms, 0.5),
                   p99_ms=_pct(m.latencies_ms, 0.99), latency_n=len(m.latencies_ms), load_before=before,
@@ -247,14 +247,18 @@ def main(argv=None) -> None:
     queries = [get(n) for n in a.queries.split(",") if n]
     phases = set(a.phases.split(","))
 
-    from bench import spark_kafka
     from brokers import kafka_broker
     from datasource.session import spark_session
 
-    extra = spark_kafka.session_extra()
+    try:
+        from bench import spark_kafka
+    except ImportError:             # the connector's helper is not in this checkout
+        spark_kafka = None
+    extra = spark_kafka.session_extra() if spark_kafka is not None else {}
     connector = "kafka" if extra else "dataflow-kafka"
     if not extra:
-        print(f"{spark_kafka.missing_message()}; Spark's native queries read format('dataflow-kafka') data rows")
+        why = spark_kafka.missing_message() if spark_kafka is not None else "bench.spark_kafka is missing"
+        print(f"{why}; Spark's native queries read format('dataflow-kafka') data rows")
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         print(f"broker {broker.kind} at {broker.bootstrap_servers}; Spark {spark.version} local[2], "

@@ -174,6 +174,11 @@ class Query(ABC):
         return sorted(tuple(_plain(v) for v in row) for row in frame[list(self.columns)].itertuples(index=False))
 
     # -- latency ----------------------------------------------------------------------------------
+    def overlaps(self, row: tuple, other: tuple) -> bool:
+        """Whether result ``row`` covers part of ``other``'s extent (sessions of one bidder that
+        intersect); a row overlapping a result not known yet is not settled (:mod:`~bench.nexmark.latency`)."""
+        return False
+
     def sent_index(self, sent: Sequence[tuple[dict, int]]) -> dict:
         """What :meth:`ready_ms` needs of the bids sent, ``(record, send time ms)``."""
         return {}

@@ -55,6 +55,9 @@ class Q11(Query):
         join = variant != "dataflow"
         return sorted((bidder, s, e, n) for bidder, ts in times.items() for s, e, n in sessions(ts, GAP_MS, join))
 
+    def overlaps(self, row, other):
+        return row[0] == other[0] and row[1] < other[2] and other[1] < row[2]
+
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
         kw = dict(key={"bidder": field("bidder")}, value="offset", allowed_lateness_ms=settings.lateness_ms,
