@@ -103,7 +103,8 @@ class WindowFold:
         if not len(rows):
             return table
         last = rows.assign(**{_ORDER: np.arange(len(rows))}).groupby(cols, dropna=False, sort=False).tail(1)
-        drop = last[_RETRACTION].fillna(False).to_numpy(bool) if _RETRACTION in last.columns \
+        # object columns (rows collected with toPandas) hold True/False/None: None is not a retraction
+        drop = np.array([v is True or v == 1 for v in last[_RETRACTION]], bool) if _RETRACTION in last.columns \
             else np.zeros(len(last), bool)
         merged = pd.concat([table.assign(**{_ORDER: -1}), last[~drop]], ignore_index=True)
         gone = _index_of(merged, cols).isin(_index_of(last[drop], cols)) if drop.any() else np.zeros(len(merged), bool)
