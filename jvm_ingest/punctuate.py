@@ -21,9 +21,11 @@ Replay: each value depends only on the task's rows, and Spark's offset log fixes
 offset ranges, so a re-run batch gives the same rows; ``processing_time`` is Spark's
 ``current_timestamp()``, the batch timestamp recorded in the offset log.
 
-What it does not do (use ``format("dataflow-kafka")`` for these): range stats in the offset log
-(the first batch after a restart punctuates from its own records only), admission control by
-event time, ``maxEventTimeAheadMs``, ``endOfInput``, ``failOnDataLoss`` reported as rows.
+What it does not do (use ``format("dataflow-kafka")`` for these): modification punctuations and
+range stats recorded in the offset log, admission control by event time,
+``maxEventTimeAheadMs``, ``endOfInput``, lost offsets reported as rows. It costs more than the
+Python source, per micro-batch and per record (one more crossing of every row from the JVM to
+Python and back; docs/benchmarks.md): use it when Spark's connector must stay, not for speed.
 
 Example
 -------
