@@ -36,6 +36,7 @@ suffix); the last pipeline's first operator reports control commands no stage of
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Mapping, Sequence
 
@@ -45,7 +46,7 @@ import pandas as pd
 from keygroups.computed import Computed, evaluate
 from keygroups.contract import KIND_DATA, control_frame
 from keygroups.operator import OperatorSpec
-from keygroups.pipeline import Head, Pipeline, _distinct, _type_of, frame_types, plain_column
+from keygroups.pipeline import Head, Pipeline, _distinct, _Link, _type_of, _unused, frame_types, plain_column
 from keygroups.routing import MARKER_KINDS
 from keygroups.stage import INPUT_COLUMN, Input, Stage
 
@@ -183,6 +184,56 @@ def dag_specs(root: Pipeline, fuse: bool, idle_timeout_ms: int | None,
                 for n, u in p._upstreams.items()})
         specs[id(p)] = p._chain_specs(fuse, idle_timeout_ms, types, head=head, claims=claims)
     return specs
+
+
+# -- building the query ---------------------------------------------------------------------------------
+
+def join_upstreams(stage: Stage, upstreams: Mapping[str, Any]) -> dict[str, Pipeline | None]:
+    """:meth:`keygroups.Pipeline.join`'s upstreams of ``stage``'s inputs, checked, as pipelines
+    (a stage as a one-stage pipeline), their stages renamed where names clash across them."""
+    inputs = stage.stage_inputs() if isinstance(stage, Stage) else None
+    if not inputs:
+        raise ValueError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
+                         "chain a one-input stage with then()")
+    names = [i.name for i in inputs]
+    unknown = sorted(set(upstreams) - set(names))
+    if unknown:
+        raise ValueError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
+    taken: set = set()
+    memo: dict = {}
+    out: dict[str, Pipeline | None] = {}
+    for n in names:
+        u = upstreams.get(n)
+        if u is not None and not isinstance(u, (Pipeline, Stage)):
+            raise TypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
+        if isinstance(u, Stage):
+            u = memo.setdefault(("stage", id(u)), Pipeline([u]))
+        out[n] = None if u is None else _renamed(u, taken, memo)
+    return out
+
+
+def _renamed(p: Pipeline, taken: set, memo: dict) -> Pipeline:
+    """``p`` with stages renamed where ``taken`` holds their names (copies; names added to
+    ``taken``); an upstream met twice (fan-out) is renamed once (``memo``)."""
+    if id(p) in memo:
+        return memo[id(p)]
+    ups = None if p._upstreams is None else {
+        n: (_renamed(u, taken, memo) if u is not None else None)
+        for n, u in p._upstreams.items()}
+    links, emit = [], list(p._emit)
+    for lk in p._links:
+        name = _unused(lk.stage.name, taken)
+        taken.add(name)
+        s = lk.stage
+        if name != s.name:
+            emit = [name if e == s.name else e for e in emit]
+            s = copy.copy(s)
+            object.__setattr__(s, "name", name)
+        links.append(_Link(s, lk.fuse))
+    same = all(a.stage is b.stage for a, b in zip(links, p._links)) and ups == p._upstreams
+    out = p if same else Pipeline(_links=links, _emit=emit, _upstreams=ups)
+    memo[id(p)] = out
+    return out
 
 
 # -- tagging, without Spark ------------------------------------------------------------------------------

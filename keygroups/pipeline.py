@@ -105,27 +105,14 @@ class Pipeline:
         reads the output of ``upstreams[input name]`` (a pipeline or a stage); an input not named
         reads the source (:meth:`apply` and :meth:`run_local` take ``{input name: source}`` when
         the inputs read different sources). The same upstream given to several inputs runs once
-        and feeds each (fan-out). Continue with :meth:`then`::
+        and feeds each (fan-out); stage names that clash across upstreams get a suffix. Continue
+        with :meth:`then`::
 
             Pipeline.join(q8, persons=parse_persons, auctions=parse_auctions).then(top_sellers)
         """
-        inputs = stage.stage_inputs() if isinstance(stage, Stage) else None
-        if not inputs:
-            raise ValueError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
-                             "chain a one-input stage with then()")
-        names = [i.name for i in inputs]
-        unknown = sorted(set(upstreams) - set(names))
-        if unknown:
-            raise ValueError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
-        taken: set = set()
-        memo: dict = {}
-        ups: dict[str, Pipeline | None] = {}
-        for n in names:
-            u = upstreams.get(n)
-            if u is not None and not isinstance(u, (Pipeline, Stage)):
-                raise TypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
-            ups[n] = None if u is None else (u if isinstance(u, Pipeline) else _as_pipeline(u, memo))._renamed(taken, memo)
-        return cls([stage], _upstreams=ups)
+        from keygroups.fan_in import join_upstreams
+
+        return cls([stage], _upstreams=join_upstreams(stage, upstreams))
 
     def emit(self, *stage_names: str) -> "Pipeline":
         """This pipeline with the output of the named earlier stages kept in its output, as rows of
@@ -192,28 +179,6 @@ class Pipeline:
             return chain
         ups = ", ".join(f"{n}={u!r}" if u is not None else f"{n}=<source>" for n, u in self._upstreams.items())
         return f"join({ups}) >> {chain}"
-
-    def _renamed(self, taken: set, memo: dict) -> "Pipeline":
-        """This pipeline with stages renamed where ``taken`` holds their names (copies; names
-        added to ``taken``); an upstream met twice (fan-out) is renamed once (``memo``)."""
-        if id(self) in memo:
-            return memo[id(self)]
-        ups = None if self._upstreams is None else {
-            n: (u._renamed(taken, memo) if u is not None else None) for n, u in self._upstreams.items()}
-        links, emit = [], list(self._emit)
-        for lk in self._links:
-            name = _unused(lk.stage.name, taken)
-            taken.add(name)
-            s = lk.stage
-            if name != s.name:
-                emit = [name if e == s.name else e for e in emit]
-                s = copy.copy(s)
-                object.__setattr__(s, "name", name)
-            links.append(_Link(s, lk.fuse))
-        same = all(a.stage is b.stage for a, b in zip(links, self._links)) and ups == self._upstreams
-        out = self if same else Pipeline(_links=links, _emit=emit, _upstreams=ups)
-        memo[id(self)] = out
-        return out
 
     # -- planning ---------------------------------------------------------------------------------
     def plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
@@ -516,14 +481,6 @@ def _distinct(upstreams: "dict | None") -> list:
         if u is not None and not any(u is v for v in out):
             out.append(u)
     return out
-
-
-def _as_pipeline(stage: Stage, memo: dict) -> "Pipeline":
-    """A stage given as an upstream, as a one-stage pipeline (the same object for the same stage)."""
-    key = ("stage", id(stage))
-    if key not in memo:
-        memo[key] = Pipeline([stage])
-    return memo[key]
 
 
 def _bind(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, ...]:

@@ -13,9 +13,9 @@ import warnings
 import pandas as pd
 import pytest
 
-from bench.nexmark.generator import NexmarkConfig, generate, produce
+from bench.nexmark.generator import NexmarkConfig, generate
 from bench.nexmark.queries import JOINS
-from bench.nexmark.queries.q3 import join_batches, replayed_batches, run_native, run_ours
+from bench.nexmark.queries.q3 import join_batches, produce_in_order, replayed_batches, run_native, run_ours
 from bench.nexmark.query import Settings
 
 NAMES = sorted(JOINS)
@@ -53,7 +53,7 @@ def test_delayed_events_matter_without_allowed_lateness():
 def topics(bootstrap):
     cfg = NexmarkConfig(events=8_000, seed=23, events_per_s=200, delayed=0.1, partitions=2)
     ev = generate(cfg)
-    names = produce(bootstrap, f"nexmark-j-{uuid.uuid4().hex[:8]}", ev, cfg.partitions, kinds=("person", "auction"))
+    names = produce_in_order(bootstrap, f"nexmark-j-{uuid.uuid4().hex[:8]}", ev, cfg.partitions)
     return names, ev
 
 

@@ -35,7 +35,7 @@ import pandas as pd
 
 from bench.nexmark.generator import NexmarkConfig, generate, produce
 from bench.nexmark.queries.q3 import Q3, PersonAuctionJoin, native_dropped, parse_auctions, parse_persons
-from bench.nexmark.queries.q3 import run_native, run_ours
+from bench.nexmark.queries.q3 import produce_in_order, run_native, run_ours
 from joins.stage import JoinInput, WindowJoinStage
 from watermarks import AfterCount, AfterWatermark
 from windowing import TumblingWindow
@@ -135,8 +135,7 @@ class _Bench:
         a = self.args
         cfg = NexmarkConfig(events=a.events, seed=a.seed, events_per_s=a.rate, delayed=delayed, partitions=a.partitions)
         events = generate(cfg)
-        topics = produce(self.bootstrap, f"nexmark-j-{uuid.uuid4().hex[:8]}", events, a.partitions,
-                         kinds=("person", "auction"))
+        topics = produce_in_order(self.bootstrap, f"nexmark-j-{uuid.uuid4().hex[:8]}", events, a.partitions)
         n_in = sum(e.kind in ("person", "auction") for e in events)
         print(f"throughput, {delayed:.0%} delayed: {n_in} persons and auctions of {len(events)} events", flush=True)
         for k, q in enumerate(queries):
