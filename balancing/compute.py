@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from keygroups.slots import KEY_GROUP_OF_ROW, SlotStage
-from keygroups.stage import Dropped, StageInput, StageOutput
+from dataflow_kafka.keygroups.slots import KEY_GROUP_OF_ROW, SlotStage
+from dataflow_kafka.keygroups.stage import Dropped, StageInput, StageOutput
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["PaneCompute", "PARTIAL_COLUMNS"]
 
@@ -43,7 +44,8 @@ PARTIAL_COLUMNS = (("sum", "double"), ("count", "bigint"), ("min", "double"), ("
 
 
 def _template(pane_ms: int):
-    from slicer import Count, Max, Min, SlicingWindowOperator, Sum, TumblingWindow
+    from dataflow_kafka.slicer import SlicingWindowOperator
+    from dataflow_kafka.windowing import Count, Max, Min, Sum, TumblingWindow
 
     return SlicingWindowOperator({"pane": TumblingWindow(pane_ms)}, [Sum(), Count(), Min(), Max()],
                                  allowed_lateness_ms=0)
@@ -67,9 +69,9 @@ class PaneCompute(SlotStage):
 
     def __post_init__(self) -> None:
         if not isinstance(self.pane_ms, int) or self.pane_ms < 1:
-            raise ValueError(f"PaneCompute: pane_ms must be a positive int, got {self.pane_ms!r}")
+            raise InvalidArgumentError(f"PaneCompute: pane_ms must be a positive int, got {self.pane_ms!r}")
         if not self.slot_ids:
-            raise ValueError("PaneCompute: slot_ids (the routing table's) are required")
+            raise InvalidArgumentError("PaneCompute: slot_ids (the routing table's) are required")
         self.slot_ids = tuple(int(s) for s in self.slot_ids)
         self.num_key_groups = len(self.slot_ids)
         self.input_columns = (("key", self.key_type), (self.value, "double"))
@@ -85,7 +87,7 @@ class PaneCompute(SlotStage):
         return pickle.dumps((state["wm"], {kg: op.to_bytes() for kg, op in state["ops"].items()}), protocol=5)
 
     def load_state(self, blob: bytes) -> dict:
-        from slicer.keyed import KeyedSlicingOperator
+        from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
         wm, ops = pickle.loads(bytes(blob))
         template = _template(self.pane_ms)
@@ -94,7 +96,7 @@ class PaneCompute(SlotStage):
     def _operator(self, state: dict, kg: int):
         op = state["ops"].get(kg)
         if op is None:
-            from slicer.keyed import KeyedSlicingOperator
+            from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
             op = state["ops"][kg] = KeyedSlicingOperator(_template(self.pane_ms))
             if state["wm"] is not None:          # a key group new here starts at the slot's watermark

@@ -12,7 +12,7 @@ number of panes. Per batch it reports in a ``metrics`` row how many partial rows
 many of them were merged into another partial of the same (key, pane): the temporary extra cost of
 a migration (Enorm §5.1.1, ``MK_p * K_1``).
 
->>> from windowing import SlidingWindow, TumblingWindow
+>>> from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 >>> pane_of({"a": SlidingWindow(10_000, 4_000), "b": TumblingWindow(6_000)})
 2000
 """
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from balancing.compute import PARTIAL_COLUMNS
-from keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.balancing.compute import PARTIAL_COLUMNS
+from dataflow_kafka.keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Consolidate", "pane_of", "window_grid", "RESULT_COLUMNS"]
 
@@ -38,18 +39,18 @@ _NAMES = [c for c, _ in PARTIAL_COLUMNS]
 
 def window_grid(window) -> tuple[int, int, int]:
     """``(size_ms, slide_ms, offset_ms)`` of a time tumbling or sliding window; ``ValueError`` otherwise."""
-    from windowing import SlidingWindow, TumblingWindow
+    from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
     if isinstance(window, (TumblingWindow, SlidingWindow)) and getattr(window, "measure", "time") == "time":
         return int(window.size_ms), int(getattr(window, "slide_ms", window.size_ms)), int(window.offset_ms)
-    raise ValueError(f"consolidate: {window!r} is not a time TumblingWindow or SlidingWindow (panes need a "
+    raise InvalidArgumentError(f"consolidate: {window!r} is not a time TumblingWindow or SlidingWindow (panes need a "
                      "window grid known in advance)")
 
 
 def pane_of(windows: dict) -> int:
     """The pane length: gcd of every window's length, slide and offset."""
     if not windows:
-        raise ValueError("consolidate: at least one window query is needed")
+        raise InvalidArgumentError("consolidate: at least one window query is needed")
     return math.gcd(*[v for w in windows.values() for v in window_grid(w)])
 
 

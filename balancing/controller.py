@@ -43,7 +43,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from balancing.routing_table import move_command  # the one command format (also parsed there)
+from dataflow_kafka.balancing.routing_table import move_command  # the one command format (also parsed there)
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["ControllerConfig", "FluxController", "Load", "plan_moves", "move_command", "key_group_loads"]
 
@@ -76,20 +77,20 @@ class ControllerConfig:
 
     def __post_init__(self) -> None:
         if self.metric not in _METRICS:
-            raise ValueError(f"ControllerConfig.metric must be one of {_METRICS}, got {self.metric!r}")
+            raise InvalidArgumentError(f"ControllerConfig.metric must be one of {_METRICS}, got {self.metric!r}")
         if not (isinstance(self.smoothing, (int, float)) and 0 < self.smoothing <= 1):
-            raise ValueError(f"ControllerConfig.smoothing must be in (0, 1], got {self.smoothing!r}")
+            raise InvalidArgumentError(f"ControllerConfig.smoothing must be in (0, 1], got {self.smoothing!r}")
         for name in ("start_imbalance", "stop_imbalance"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"ControllerConfig.{name} must be a finite number >= 0, got {v!r}")
+                raise InvalidArgumentError(f"ControllerConfig.{name} must be a finite number >= 0, got {v!r}")
         if self.stop_imbalance > self.start_imbalance:
-            raise ValueError(f"ControllerConfig.stop_imbalance ({self.stop_imbalance!r}) must not exceed "
+            raise InvalidArgumentError(f"ControllerConfig.stop_imbalance ({self.stop_imbalance!r}) must not exceed "
                              f"start_imbalance ({self.start_imbalance!r})")
         for name in ("max_moves", "cooldown_periods"):
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-                raise ValueError(f"ControllerConfig.{name} must be an integer >= 0, got {v!r}")
+                raise InvalidArgumentError(f"ControllerConfig.{name} must be an integer >= 0, got {v!r}")
 
 
 def key_group_loads(load: Load, metric: str = "processor_ms") -> dict[int, float]:
@@ -97,7 +98,7 @@ def key_group_loads(load: Load, metric: str = "processor_ms") -> dict[int, float
     that moved during the period shows up under two slots). Bad entries raise a ValueError
     naming the slot and key group."""
     if metric not in _METRICS:
-        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
+        raise InvalidArgumentError(f"metric must be one of {_METRICS}, got {metric!r}")
     col = 1 if metric == "processor_ms" else 0
     out: dict[int, float] = {}
     for slot, groups in load.items():
@@ -106,10 +107,10 @@ def key_group_loads(load: Load, metric: str = "processor_ms") -> dict[int, float
                 rows, ms = measured
                 v = float((rows, ms)[col])
             except (TypeError, ValueError):
-                raise ValueError(f"load of slot {slot!r}, key group {kg!r}: expected (rows, processor_ms), "
+                raise InvalidArgumentError(f"load of slot {slot!r}, key group {kg!r}: expected (rows, processor_ms), "
                                  f"got {measured!r}") from None
             if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"load of slot {slot!r}, key group {kg!r}: {metric} must be a finite number "
+                raise InvalidArgumentError(f"load of slot {slot!r}, key group {kg!r}: {metric} must be a finite number "
                                  f">= 0, got {v!r}")
             out[int(kg)] = out.get(int(kg), 0.0) + v
     return out
@@ -127,12 +128,12 @@ def plan_moves(loads: Mapping[int, float], routing: Mapping[int, int], slots: It
     """
     slot_ids = sorted({int(s) for s in slots})
     if not slot_ids:
-        raise ValueError("plan_moves: no slots")
+        raise InvalidArgumentError("plan_moves: no slots")
     index = {s: i for i, s in enumerate(slot_ids)}
     kgs = np.array(sorted(routing), dtype=np.int64)
     for kg in kgs:
         if int(routing[kg]) not in index:
-            raise ValueError(f"routing table: key group {kg} is on slot {routing[kg]}, not one of the slots {slot_ids}")
+            raise InvalidArgumentError(f"routing table: key group {kg} is on slot {routing[kg]}, not one of the slots {slot_ids}")
     where = np.array([index[int(routing[kg])] for kg in kgs], dtype=np.int64)
     x = np.array([float(loads.get(int(kg), 0.0)) for kg in kgs])
     movable = ~np.isin(kgs, np.array(list(frozen), dtype=np.int64))
@@ -181,11 +182,11 @@ class FluxController:
         self._routing = {int(k): int(s) for k, s in routing.items()}
         self.slots = sorted({int(s) for s in (slots if slots is not None else self._routing.values())})
         if not self.slots:
-            raise ValueError("FluxController: no slots (give slots= or a non-empty routing table)")
+            raise InvalidArgumentError("FluxController: no slots (give slots= or a non-empty routing table)")
         bad = {k: s for k, s in self._routing.items() if s not in self.slots}
         if bad:
             k = next(iter(bad))
-            raise ValueError(f"routing table: key group {k} is on slot {bad[k]}, not one of the slots {self.slots}")
+            raise InvalidArgumentError(f"routing table: key group {k} is on slot {bad[k]}, not one of the slots {self.slots}")
         self._smoothed: dict[int, float] = {}
         self._moved_at: dict[int, int] = {}
         self._period = 0
@@ -216,7 +217,7 @@ class FluxController:
         ran_on: dict[int, set[int]] = {}
         for slot in load:
             if int(slot) not in self.slots:
-                raise ValueError(f"load names slot {slot!r}, not one of the slots {self.slots}")
+                raise InvalidArgumentError(f"load names slot {slot!r}, not one of the slots {self.slots}")
         measured = key_group_loads(load, cfg.metric)   # validates every entry
         for slot, groups in load.items():
             for kg, (rows, _ms) in groups.items():

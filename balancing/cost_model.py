@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass, fields
 from functools import reduce
 from typing import Iterable
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Measurement", "split_cpu_ms", "combine_cpu_ms", "split_latency_ms", "combine_latency_ms",
            "decide", "window_shape", "migration_cost_ms", "SplitCombinePolicy", "Decision", "SPLIT", "COMBINE"]
@@ -68,9 +69,9 @@ class Measurement:
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"Measurement.{f.name} must be a finite number >= 0, got {v!r}")
+                raise InvalidArgumentError(f"Measurement.{f.name} must be a finite number >= 0, got {v!r}")
         if self.overlapping_windows < 1 or self.partial_windows < 1:
-            raise ValueError(f"Measurement: overlapping_windows and partial_windows must be >= 1, got "
+            raise InvalidArgumentError(f"Measurement: overlapping_windows and partial_windows must be >= 1, got "
                              f"{self.overlapping_windows!r} and {self.partial_windows!r}")
 
 
@@ -122,10 +123,10 @@ def window_shape(windows: Iterable) -> tuple[int, int, int, int]:
             size = getattr(w, "size_ms", None)
             slide = getattr(w, "slide_ms", size)
         if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (size, slide)):
-            raise ValueError(f"window_shape: a window needs integer size_ms and slide_ms > 0, got {w!r}")
+            raise InvalidArgumentError(f"window_shape: a window needs integer size_ms and slide_ms > 0, got {w!r}")
         pairs.append((size, slide))
     if not pairs:
-        raise ValueError("window_shape: no windows")
+        raise InvalidArgumentError("window_shape: no windows")
     p = max(s for s, _ in pairs)
     pane = reduce(math.gcd, [v for pair in pairs for v in pair])
     return p, pane, p // pane, sum(-(-s // d) for s, d in pairs)
@@ -135,9 +136,9 @@ def migration_cost_ms(state_bytes: float, bytes_per_ms: float) -> float:
     """Cost of moving ``state_bytes`` of state at a measured ``bytes_per_ms`` (serialise, send,
     install): Enorm's ``K_1`` for one copy of a key group's state, or ``L`` for its latency."""
     if not (math.isfinite(state_bytes) and state_bytes >= 0):
-        raise ValueError(f"migration_cost_ms: state_bytes must be a finite number >= 0, got {state_bytes!r}")
+        raise InvalidArgumentError(f"migration_cost_ms: state_bytes must be a finite number >= 0, got {state_bytes!r}")
     if not (math.isfinite(bytes_per_ms) and bytes_per_ms > 0):
-        raise ValueError(f"migration_cost_ms: bytes_per_ms must be a finite number > 0, got {bytes_per_ms!r}")
+        raise InvalidArgumentError(f"migration_cost_ms: bytes_per_ms must be a finite number > 0, got {bytes_per_ms!r}")
     return state_bytes / bytes_per_ms
 
 
@@ -170,11 +171,11 @@ class SplitCombinePolicy:
 
     def __init__(self, period_ms: int, max_latency_ms: float = math.inf, initial: str = COMBINE) -> None:
         if not (isinstance(period_ms, int) and not isinstance(period_ms, bool) and period_ms > 0):
-            raise ValueError(f"SplitCombinePolicy.period_ms must be an integer > 0, got {period_ms!r}")
+            raise InvalidArgumentError(f"SplitCombinePolicy.period_ms must be an integer > 0, got {period_ms!r}")
         if not (isinstance(max_latency_ms, (int, float)) and max_latency_ms >= 0):
-            raise ValueError(f"SplitCombinePolicy.max_latency_ms must be a number >= 0, got {max_latency_ms!r}")
+            raise InvalidArgumentError(f"SplitCombinePolicy.max_latency_ms must be a number >= 0, got {max_latency_ms!r}")
         if initial not in (SPLIT, COMBINE):
-            raise ValueError(f"SplitCombinePolicy.initial must be {SPLIT!r} or {COMBINE!r}, got {initial!r}")
+            raise InvalidArgumentError(f"SplitCombinePolicy.initial must be {SPLIT!r} or {COMBINE!r}, got {initial!r}")
         self.period_ms = period_ms
         self.max_latency_ms = max_latency_ms
         self.initial = initial

@@ -15,7 +15,7 @@ they close, the consolidate stage merges both. Results equal a run without moves
 :func:`load_of` folds the compute stage's ``metrics`` rows into what the balancer takes:
 ``{slot: {key_group: (rows, processor_ms)}}``.
 
->>> from windowing import SlidingWindow
+>>> from dataflow_kafka.windowing import SlidingWindow
 >>> p = windowed_aggregation("CAST(key AS STRING)", "CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)",
 ...                          {"10s": SlidingWindow(10_000, 5_000)}, num_key_groups=32, num_slots=4, num_partitions=2)
 >>> [[s.name for s in op] for op in p.plan()]
@@ -29,12 +29,12 @@ from typing import Iterable
 
 import pandas as pd
 
-from balancing.compute import PaneCompute
-from balancing.consolidate import Consolidate, pane_of
-from balancing.routing_table import RoutingTable
-from keygroups.contract import KIND_METRICS
-from keygroups.pipeline import Pipeline
-from keygroups.slots import SlotRouter
+from dataflow_kafka.balancing.compute import PaneCompute
+from dataflow_kafka.balancing.consolidate import Consolidate, pane_of
+from dataflow_kafka.balancing.routing_table import RoutingTable
+from dataflow_kafka.keygroups.contract import KIND_METRICS
+from dataflow_kafka.keygroups.pipeline import Pipeline
+from dataflow_kafka.keygroups.slots import SlotRouter
 
 __all__ = ["windowed_aggregation", "load_of", "consolidate_extra_rows"]
 

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from keygroups.slots import KEY_GROUP_OF_ROW, SlotStage
-from keygroups.stage import StageInput, StageOutput
+from dataflow_kafka.keygroups.slots import KEY_GROUP_OF_ROW, SlotStage
+from dataflow_kafka.keygroups.stage import StageInput, StageOutput
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["RunningTotal", "MemoryHandoff", "KafkaHandoff", "ordered_pipeline"]
 
@@ -120,7 +121,7 @@ class RunningTotal(SlotStage):
 
     def __post_init__(self) -> None:
         if self.table is None or self.handoff is None:
-            raise ValueError("RunningTotal: table (the router's RoutingTable) and handoff are required")
+            raise InvalidArgumentError("RunningTotal: table (the router's RoutingTable) and handoff are required")
         self.slot_ids = tuple(self.table.slot_ids)
         self.num_key_groups = len(self.slot_ids)
         self.input_columns = (("key", self.key_type), ("value", "double"))
@@ -136,7 +137,7 @@ class RunningTotal(SlotStage):
         return pickle.dumps({**state, "table": state["table"].to_json()}, protocol=5)
 
     def load_state(self, blob: bytes) -> dict:
-        from balancing.routing_table import RoutingTable
+        from dataflow_kafka.balancing.routing_table import RoutingTable
 
         st = pickle.loads(bytes(blob))
         return {**st, "table": RoutingTable.from_json(st["table"])}
@@ -217,8 +218,8 @@ class RunningTotal(SlotStage):
 def ordered_pipeline(key: str, value: str, table, handoff, *, routers: int = 2, key_type: str = "string"):
     """Router -> :class:`RunningTotal` (grouped by slot): a keyed ordered operator whose key groups
     move by disruptive migration. ``key``, ``value``: SQL expressions over the source rows."""
-    from keygroups.pipeline import Pipeline
-    from keygroups.slots import SlotRouter
+    from dataflow_kafka.keygroups.pipeline import Pipeline
+    from dataflow_kafka.keygroups.slots import SlotRouter
 
     router = SlotRouter(key=key, columns=(("value", f"CAST({value} AS DOUBLE)", "double"),), table=table,
                         key_type=key_type, num_key_groups=routers)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["RoutingTable", "Move", "murmur3_int", "slot_ids_for", "parse_move", "move_command", "MOVE_OP"]
 
@@ -81,7 +82,7 @@ def slot_ids_for(num_slots: int, num_partitions: int) -> tuple[int, ...]:
 
 def _positive(name: str, v) -> int:
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
+        raise InvalidArgumentError(f"{name} must be a positive int, got {v!r}")
     return int(v)
 
 
@@ -101,16 +102,16 @@ def parse_move(text: str, control_offset: int | None, num_key_groups: int, num_s
     try:
         cmd = json.loads(text)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: not JSON ({e})") from None
+        raise InvalidArgumentError(f"{where}: not JSON ({e})") from None
     if not isinstance(cmd, dict) or cmd.get("op") != MOVE_OP:
         return None
     kg, to = cmd.get("key_group"), cmd.get("to")
     for name, v, n in (("key_group", kg, num_key_groups), ("to", to, num_slots)):
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
-            raise ValueError(f"{where}: {name!r} must be an int in [0, {n}), got {v!r}")
+            raise InvalidArgumentError(f"{where}: {name!r} must be an int in [0, {n}), got {v!r}")
     stage = cmd.get("stage")
     if stage is not None and not isinstance(stage, str):
-        raise ValueError(f"{where}: 'stage' must be a string, got {stage!r}")
+        raise InvalidArgumentError(f"{where}: 'stage' must be a string, got {stage!r}")
     return Move(kg, to, stage)
 
 
@@ -128,10 +129,10 @@ class RoutingTable:
     def __post_init__(self) -> None:
         _positive("num_partitions", self.num_partitions)
         if not self.assignment:
-            raise ValueError("a routing table needs at least one key group")
+            raise InvalidArgumentError("a routing table needs at least one key group")
         bad = [s for s in self.assignment if not 0 <= s < len(self.slot_ids)]
         if bad:
-            raise ValueError(f"assignment names slot {bad[0]}, there are {len(self.slot_ids)} slots")
+            raise InvalidArgumentError(f"assignment names slot {bad[0]}, there are {len(self.slot_ids)} slots")
         ids = np.asarray(self.slot_ids, np.int64)
         object.__setattr__(self, "_lookup", ids[np.asarray(self.assignment, np.int64)])
 

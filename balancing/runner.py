@@ -12,7 +12,7 @@ A batch id seen before (Spark re-runs a batch after a failure) is not counted tw
 
 Use it from the query's ``foreachBatch`` (or any loop that sees each batch's metrics rows)::
 
-    from balancing.migration import load_of
+    from dataflow_kafka.balancing.migration import load_of
     runner = BalancerRunner(FluxController(table_as_dict, slots=range(4)),
                             ControlTopicWriter("localhost:9092", "events-control"), period_batches=5)
 
@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 from typing import Callable, Mapping
 
-from balancing.controller import FluxController, Load
+from dataflow_kafka.balancing.controller import FluxController, Load
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["BalancerRunner", "ControlTopicWriter", "encode_command"]
 
@@ -50,7 +51,7 @@ class BalancerRunner:
     def __init__(self, controller: FluxController, write: Callable[[list[dict]], None], *,
                  period_batches: int = 1) -> None:
         if not (isinstance(period_batches, int) and not isinstance(period_batches, bool) and period_batches >= 1):
-            raise ValueError(f"BalancerRunner.period_batches must be an integer >= 1, got {period_batches!r}")
+            raise InvalidArgumentError(f"BalancerRunner.period_batches must be an integer >= 1, got {period_batches!r}")
         self.controller = controller
         self.write = write
         self.period_batches = period_batches

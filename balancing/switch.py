@@ -27,7 +27,7 @@ switch (``T``, ``b``, the offsets) in its state directory before the new query s
 it again after a restart. The pure part (:func:`switch_time`, :func:`starting_offsets`,
 :class:`SwitchPlan`, :func:`fold_output_watermark`) imports no Spark.
 
->>> from windowing import SlidingWindow, TumblingWindow
+>>> from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 >>> w = {"s": SlidingWindow(2_000, 1_000), "t": TumblingWindow(3_000)}
 >>> switch_time(12_345, w), longest_window_ms(w)
 (13000, 3000)
@@ -44,7 +44,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from balancing.consolidate import pane_of, window_grid
+from dataflow_kafka.balancing.consolidate import pane_of, window_grid
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["switch_time", "longest_window_ms", "starting_offsets", "newest_in_offset", "newest_event_ms",
            "SwitchPlan", "fold_output_watermark", "read_offset_log", "last_committed_batch", "SmoothSwitch",
@@ -78,7 +79,7 @@ def starting_offsets(offset: dict) -> dict[str, dict[str, int]]:
     try:
         return {t: {str(p): int(e["o"]) for p, e in ps.items()} for t, ps in offset["partitions"].items()}
     except (KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"switch: not a dataflow-kafka source offset (no partitions -> o): {offset!r}") from e
+        raise InvalidArgumentError(f"switch: not a dataflow-kafka source offset (no partitions -> o): {offset!r}") from e
 
 
 def newest_in_offset(offset: dict) -> int | None:
@@ -110,9 +111,9 @@ class SwitchPlan:
 
     def __post_init__(self) -> None:
         if self.old == self.new:
-            raise ValueError(f"SwitchPlan: old and new plan are both {self.old!r}")
+            raise InvalidArgumentError(f"SwitchPlan: old and new plan are both {self.old!r}")
         if self.longest_ms <= 0:
-            raise ValueError(f"SwitchPlan.longest_ms must be > 0, got {self.longest_ms!r}")
+            raise InvalidArgumentError(f"SwitchPlan.longest_ms must be > 0, got {self.longest_ms!r}")
 
     @property
     def stop_at_ms(self) -> int:
@@ -127,7 +128,7 @@ class SwitchPlan:
         data = (frame["kind"] == "data").to_numpy()
         start = pd.to_numeric(frame["window_start_ms"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
         if (data & np.isnan(start)).any():
-            raise ValueError(f"switch: a window result of plan {plan!r} without window_start_ms")
+            raise InvalidArgumentError(f"switch: a window result of plan {plan!r} without window_start_ms")
         mine = start < self.t_ms if plan == self.old else start >= self.t_ms
         return ~data | mine
 
@@ -174,9 +175,9 @@ def read_offset_log(checkpoint: str, batch_id: int) -> dict:
         with open(path, encoding="utf-8") as f:
             lines = [ln for ln in f.read().splitlines() if ln.strip()]
     except FileNotFoundError as e:
-        raise ValueError(f"switch: no offset log for batch {batch_id} in {checkpoint!r}") from e
+        raise InvalidArgumentError(f"switch: no offset log for batch {batch_id} in {checkpoint!r}") from e
     if len(lines) != 3:
-        raise ValueError(f"switch: {path} has {len(lines) - 2} sources; a switch needs a query with one source")
+        raise InvalidArgumentError(f"switch: {path} has {len(lines) - 2} sources; a switch needs a query with one source")
     return json.loads(lines[2])
 
 
@@ -258,21 +259,21 @@ class SmoothSwitch:
         that batch's records, persist the switch, start ``new`` from ``checkpoint``. The old query
         is stopped by its own ``foreachBatch`` once its output watermark reaches ``T + p``."""
         if self.plan is not None:
-            raise ValueError(f"switch: already switching {self.plan.old!r} -> {self.plan.new!r} "
+            raise InvalidArgumentError(f"switch: already switching {self.plan.old!r} -> {self.plan.new!r} "
                              f"(persisted in {self._path()})")
         if len(self.checkpoints) != 1:
-            raise ValueError(f"switch: needs exactly one running plan, have {sorted(self.checkpoints)}")
+            raise InvalidArgumentError(f"switch: needs exactly one running plan, have {sorted(self.checkpoints)}")
         (old, old_ck), = self.checkpoints.items()
         b = last_committed_batch(old_ck) if after_batch is None else after_batch
         if b is None:
-            raise ValueError(f"switch: plan {old!r} has committed no batch yet in {old_ck!r}")
+            raise InvalidArgumentError(f"switch: plan {old!r} has committed no batch yet in {old_ck!r}")
         offset = read_offset_log(old_ck, b)
         newest = newest_event_ms(offset, self._range_newest(self.options[old], offset))
         plan = SwitchPlan(old, new, b, switch_time(newest, self.windows), longest_window_ms(self.windows),
                           starting_offsets(offset))
         offsets_dir = os.path.join(checkpoint, "offsets")
         if os.path.isdir(offsets_dir) and os.listdir(offsets_dir):
-            raise ValueError(f"switch: checkpoint {checkpoint!r} of the new plan already has batches; "
+            raise InvalidArgumentError(f"switch: checkpoint {checkpoint!r} of the new plan already has batches; "
                              "its startingOffsets would be ignored")
         tmp = self._path() + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -289,7 +290,7 @@ class SmoothSwitch:
         if not decision.switch:
             return None
         if decision.plan not in pipelines:
-            raise ValueError(f"switch: the decision for {decision.operator!r} switches to {decision.plan!r}, "
+            raise InvalidArgumentError(f"switch: the decision for {decision.operator!r} switches to {decision.plan!r}, "
                              f"but no pipeline is given for it (have {sorted(pipelines)})")
         return self.switch(decision.plan, pipelines[decision.plan], after_batch=after_batch, trigger=trigger,
                            checkpoint=checkpoint)

@@ -8,14 +8,7 @@ from typing import Callable
 
 __all__ = ["create_topics", "produce_json", "dataflow_kafka_source", "stream_source"]
 
-
-def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    """Create ``{name: partitions}`` (replication 1)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(t, p, 1) for t, p in topics.items()]).values():
-        f.result(15)
+from dataflow_kafka.brokers.admin import create_topics  # noqa: E402 - the one topic helper, re-exported for the benchmarks
 
 
 def produce_json(bootstrap: str, topic: str, n: int, partitions: int,

@@ -39,9 +39,11 @@ def loadavg() -> str:
 
 def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
     """A new topic named ``prefix-<random>``, once the broker shows all its partitions."""
-    from tests.support import KafkaHelper
+    from dataflow_kafka.brokers.admin import create_topics, unique_topic
 
-    return KafkaHelper(bootstrap).topic(partitions, prefix=prefix)
+    name = unique_topic(prefix)
+    create_topics(bootstrap, {name: partitions})
+    return name
 
 
 @dataclass
@@ -197,7 +199,7 @@ def passthrough_kafka(rate: float = 20.0, punctuated: bool = False, partitions: 
 
     def build(src, out_topic, in_topic=None):
         if punctuated:
-            from jvm_ingest import punctuate
+            from dataflow_kafka.jvm_ingest import punctuate
 
             src = punctuate(src, partitions={in_topic: partitions}, event_time_field="ts").filter("kind = 'data'")
         return src.selectExpr("key", "value")
@@ -218,8 +220,8 @@ def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rat
     ``"spark-jvm"`` (not our stages: Spark's connector and the Java ``transformWithState`` of
     :func:`bench.jvm_baseline.milestones_jvm`, 2 stages, watermark delay ``(partitions - 1) *
     skew_ms + 200``)."""
-    from optimistic.spark import build_pipeline
-    from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
+    from dataflow_kafka.optimistic.spark import build_pipeline
+    from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
     docs = generate_documents(500, vocabulary_size=2000, words_per_doc=(10, 30), seed=1)
     stage_list = inverted_index_stages(stages)
@@ -234,7 +236,7 @@ def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rat
 
             return milestones_jvm(src, (partitions - 1) * skew_ms + 200)
         if io == "kafka":
-            from jvm_ingest import punctuate
+            from dataflow_kafka.jvm_ingest import punctuate
 
             src = punctuate(src, partitions={in_topic: partitions}, event_time_field="ts")
         return build_pipeline(src, stage_list, output_topic=out_topic, mode="optimistic", key_groups=key_groups,
@@ -246,7 +248,7 @@ def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rat
                                  "text": docs[i % len(docs)][1]}).encode()
 
     def expected(sent):
-        from optimistic import run_local
+        from dataflow_kafka.optimistic import run_local
 
         arrivals = sorted((json.loads(s.value)["ts"], s.partition, s.offset, decode(s.value)) for s in sent)
         out: dict[tuple[int, int], set[bytes]] = {}

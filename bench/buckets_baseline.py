@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slicer.compile import compile_window
-from slicer.context_windows import SessionGapWindow
-from slicer.windows import PeriodicWindow
+from dataflow_kafka.slicer.compile import compile_window
+from dataflow_kafka.slicer.context_windows import SessionGapWindow
+from dataflow_kafka.slicer.windows import PeriodicWindow
 
 __all__ = ["BucketsOperator"]
 

@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     out_csv = args.csv or str(Path(__file__).resolve().parent / "out" /
                               f"connector_cost{'-stages' if stages else ''}{'-quick' if args.quick else ''}.csv")
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     if spark_kafka.connector_jars() is None:
         raise SystemExit(spark_kafka.missing_message())

@@ -37,18 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from watermarks import (  # noqa: E402
-    END_OF_TIME_MS,
-    AccumulationMode,
-    AfterCount,
-    AfterProcessingTime,
-    AfterWatermark,
-    FixedWindows,
-    Sessions,
-    SlidingWindows,
-    SumCombiner,
-    TriggerDriver,
-)
+from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
+from dataflow_kafka.windowing import FixedWindows, Sessions, SlidingWindows, SumCombiner
 
 KEYS, BATCH, LAG_MS, LATENESS_MS = 100, 1000, 5_000, 60_000
 TRIGGER = AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1))

@@ -54,8 +54,9 @@ VALUE = "CAST(get_json_object(CAST(value AS STRING), '$.score') AS LONG)"
 
 
 def operator_query(src):
-    from watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, FixedWindows, SumCombiner
-    from watermarks.spark import apply_windowing
+    from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark
+    from dataflow_kafka.windowing import FixedWindows, SumCombiner
+    from dataflow_kafka.watermarks.spark import apply_windowing
 
     return apply_windowing(src, "CAST(key AS STRING)", VALUE, FixedWindows(60_000),
                            AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1)),
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     n, per_batch = args.records, -(-args.records // args.batches)
     warm_n = min(5_000, n)

@@ -153,19 +153,19 @@ def smoke(docs: int = 120) -> dict[str, dict[str, int]]:
 
     from bench import spark_kafka
     from bench._kafka import create_topics
-    from brokers import kafka_broker
-    from datasource.session import spark_session
-    from jvm_ingest import punctuate
-    from optimistic import run_local
-    from optimistic.spark import build_pipeline
-    from optimistic.stage import encode_json
-    from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
+    from dataflow_kafka.jvm_ingest import punctuate
+    from dataflow_kafka.optimistic import run_local
+    from dataflow_kafka.optimistic.spark import build_pipeline
+    from dataflow_kafka.optimistic.stage import encode_json
+    from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
     if spark_kafka.connector_jars() is None:
         raise RuntimeError(spark_kafka.missing_message())
     from confluent_kafka import Producer
 
-    from tests.support import KafkaHelper
+    from dataflow_kafka.datasource.replay import read_topic
 
     delay_ms = 300
     texts = generate_documents(docs, vocabulary_size=2000, words_per_doc=(10, 30), seed=1)
@@ -206,7 +206,7 @@ def smoke(docs: int = 120) -> dict[str, dict[str, int]]:
                 q.awaitTermination()
                 if q.exception():
                     raise q.exception()
-                got = {bytes(m.key()): bytes(m.value()) for m in KafkaHelper(bs).consume_all(topic)}
+                got = {bytes(m.key()): bytes(m.value()) for m in read_topic(bs, topic)}
                 out[name] = {"outputs": len(got), "expected": len(due), "missing": len(due - set(got)),
                              "wrong": sum(1 for k, v in got.items() if k in reference and reference[k] != v),
                              "extra": sum(1 for k in got if k not in reference)}

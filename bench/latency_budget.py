@@ -69,9 +69,9 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _stream  # noqa: E402
-from datasource import sink as _sink  # noqa: E402
-from datasource.options import parse_sink_options  # noqa: E402
-from datasource.source import DataflowKafkaDataSource  # noqa: E402
+from dataflow_kafka.datasource import sink as _sink  # noqa: E402
+from dataflow_kafka.datasource.options import parse_sink_options  # noqa: E402
+from dataflow_kafka.datasource.source import DataflowKafkaDataSource  # noqa: E402
 
 QUERIES = ("source -> noop", "floor shape -> noop", "pipeline -> noop", "pipeline -> sink")
 
@@ -330,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     out_csv = args.csv or str(Path(__file__).resolve().parent / "out" /
                               f"latency_budget{'-quick' if args.quick else ''}.csv")
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     with kafka_broker() as broker:
         kw = {} if args.shuffle is None else {"shuffle_partitions": args.shuffle}

@@ -105,11 +105,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimistic import Meta, run_local  # noqa: E402
-from optimistic.spark import build_pipeline, read_metrics  # noqa: E402
+from dataflow_kafka.optimistic import Meta, run_local  # noqa: E402
+from dataflow_kafka.optimistic.spark import build_pipeline, read_metrics  # noqa: E402
 from bench._stream import create_topic  # noqa: E402
 from bench.native_baseline import build_native  # noqa: E402
-from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages  # noqa: E402
+from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages  # noqa: E402
 
 VARIANTS = ("optimistic", "fused", "buffered", "native", "spark-jvm", "spark-py", "fused-jvm")
 JVM_VARIANTS = ("spark-jvm", "spark-py")     # Spark's operators, format("kafka") in and out; 2 stages only
@@ -242,7 +242,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         out = build(jsrc, delay)
     elif variant == "fused-jvm":
         from bench import jvm_baseline
-        from jvm_ingest import punctuate
+        from dataflow_kafka.jvm_ingest import punctuate
 
         rows = punctuate(jvm_baseline.kafka_source(spark, bootstrap, topic), partitions={topic: partitions},
                          event_time_field="ts")
@@ -283,7 +283,7 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
         arrivals = sorted((e, part, off, doc) for _, e, part, off, doc in sent)
         ref = run_local(stages, arrivals)
         expected: dict[tuple[int, int], dict[bytes, bytes]] = defaultdict(dict)
-        from optimistic.spark import encode_json
+        from dataflow_kafka.optimistic.spark import encode_json
         for item in ref.released:
             expected[(item.meta.source, item.meta.offset)][item.meta.sort_key()] = encode_json(item.payload)
         lo, hi = t_start + args.warmup, t_start + args.warmup + args.duration
@@ -326,9 +326,9 @@ def run_one(spark, bootstrap: str, variant: str, stages_n: int, rate: float, par
 
     m = None
     if variant in ("optimistic", "fused", "fused-jvm"):
-        from tests.support import KafkaHelper
+        from dataflow_kafka.datasource.replay import read_topic
 
-        m = read_metrics(KafkaHelper(bootstrap).consume_all(metrics_topic))
+        m = read_metrics(read_topic(bootstrap, metrics_topic))
     in_window = [s for s, *_ in sent if lo <= s < hi]
     out_in_window = sum(1 for t, _ in watcher.seen.values() if lo <= t < hi)
     batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
@@ -620,8 +620,8 @@ def main(argv=None) -> int:
     if args.dry_run:
         return 0
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     from bench import spark_kafka
 

@@ -20,12 +20,12 @@ from typing import Any, Callable, Hashable, Iterator
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from keygroups import key_group_of
-from optimistic.barrier import Barrier
-from optimistic.order import Item, Meta
-from optimistic.replay import KeyedState
-from optimistic.spark import SINK_SCHEMA
-from optimistic.stage import OptimisticStage, _apply_maps, decode_json, encode_json, optimistic_stages
+from dataflow_kafka.keygroups import key_group_of
+from dataflow_kafka.optimistic.barrier import Barrier
+from dataflow_kafka.optimistic.order import Item, Meta
+from dataflow_kafka.optimistic.replay import KeyedState
+from dataflow_kafka.optimistic.spark import SINK_SCHEMA
+from dataflow_kafka.optimistic.stage import OptimisticStage, _apply_maps, decode_json, encode_json, optimistic_stages
 
 __all__ = ["build_native", "NativeStageProcessor"]
 

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage  # noqa: E402
 
-from datasource import sink as _sink  # noqa: E402
-from datasource.options import parse_sink_options  # noqa: E402
-from datasource.source import DataflowKafkaDataSource  # noqa: E402
+from dataflow_kafka.datasource import sink as _sink  # noqa: E402
+from dataflow_kafka.datasource.options import parse_sink_options  # noqa: E402
+from dataflow_kafka.datasource.source import DataflowKafkaDataSource  # noqa: E402
 
 TARGET = 1.6
 
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     out_csv = args.csv or str(Path(__file__).resolve().parent / "out" / f"sink_cost{'-quick' if args.quick else ''}.csv")
 
     from bench import sink_cost as this   # classes by reference: Spark's Python workers import bench.sink_cost
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     rows = []
     with kafka_broker() as broker:

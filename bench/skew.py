@@ -100,11 +100,11 @@ class Producer(threading.Thread):
 
 
 def run_mode(spark, bs: str, mode: str, args, table, keys, slot_of_key, seconds: float) -> list[dict]:
-    from balancing.controller import ControllerConfig, FluxController
-    from balancing.migration import consolidate_extra_rows, load_of, windowed_aggregation
-    from balancing.runner import BalancerRunner, ControlTopicWriter
+    from dataflow_kafka.balancing.controller import ControllerConfig, FluxController
+    from dataflow_kafka.balancing.migration import consolidate_extra_rows, load_of, windowed_aggregation
+    from dataflow_kafka.balancing.runner import BalancerRunner, ControlTopicWriter
     from bench._stream import create_topic
-    from windowing import SlidingWindow, TumblingWindow
+    from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
     topic, control = create_topic(bs, args.partitions, f"skew-{mode}"), create_topic(bs, 1, f"skew-{mode}-ctl")
     windows = {"60s": SlidingWindow(60_000, 10_000), "30s": TumblingWindow(30_000)}
@@ -236,11 +236,11 @@ def main(argv: list[str] | None = None) -> None:
         args.seconds, args.warmup_s, args.rate, args.rounds = 40, 10, 1_000, 1
         args.csv, args.png = "bench/out/skew-quick.csv", "bench/out/skew-quick.png"
 
-    from balancing.routing_table import RoutingTable
+    from dataflow_kafka.balancing.routing_table import RoutingTable
     from bench._stream import loadavg, write_csv
-    from brokers import kafka_broker
-    from datasource.session import spark_session
-    from keygroups import key_group_of
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
+    from dataflow_kafka.keygroups import key_group_of
 
     table = RoutingTable.uniform(args.key_groups, args.slots, args.partitions)
     keys = [f"k{i}" for i in range(args.keys)]

@@ -33,9 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slicer import (  # noqa: E402
-    M4, Count, Max, Mean, Median, SessionWindow, SlicingWindowOperator, Sum, TumblingWindow,
-)
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.windowing import Count, Max, Mean, Median, SessionWindow, Sum, TumblingWindow
 from bench.buckets_baseline import BucketsOperator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -39,7 +39,7 @@ from bench.slicer_spark import LATENESS_MS, window_specs  # noqa: E402
 def batches(n_batches: int, records: int, keys: int, seed: int = 3, rate: int = 1_000):
     """Key-group micro-batches as ``keygroups.StageInput`` objects (data rows in offset order);
     ``rate`` records per second of event time."""
-    from keygroups import StageInput
+    from dataflow_kafka.keygroups import StageInput
 
     rnd = np.random.default_rng(seed)
     base = 1_700_000_000_000
@@ -78,8 +78,8 @@ def run(stage, batch_list, warmup: int = 2):
 
 def _stage(specs, keyed: bool | None = None):
     """The slicer stage of this benchmark; ``keyed=False``: one engine per key (the baseline)."""
-    from slicer import SlidingWindow, Sum
-    from slicer.stage import SlicerStage
+    from dataflow_kafka.windowing import SlidingWindow, Sum
+    from dataflow_kafka.slicer.stage import SlicerStage
 
     stage = SlicerStage(key="key", value="slicer_value", windows=[SlidingWindow(size, slide) for size, slide in specs],
                         aggregations=[Sum()], allowed_lateness_ms=LATENESS_MS, num_key_groups=1, name="slicer")

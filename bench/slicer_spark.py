@@ -97,8 +97,8 @@ VALUE = "get_json_object(CAST(value AS STRING), '$.v')"
 
 
 def _noop_stage_class():
-    from keygroups import StageOutput
-    from slicer.stage import SlicerStage
+    from dataflow_kafka.keygroups import StageOutput
+    from dataflow_kafka.slicer.stage import SlicerStage
 
     class NoopSlicerStage(SlicerStage):
         """The slicer stage's inputs, key and output columns, doing no slicing: what any stage in
@@ -124,9 +124,9 @@ def _noop_stage_class():
 def slicer_query(src, specs, floor: bool = False):
     """The slicer's query: ``slice_windows``, or (``floor``) the same one-stage pipeline with
     :class:`NoopSlicerStage` in place of the ``SlicerStage`` it builds."""
-    from keygroups import Pipeline
-    from slicer import SlidingWindow, Sum
-    from slicer.spark import slice_windows
+    from dataflow_kafka.keygroups import Pipeline
+    from dataflow_kafka.windowing import SlidingWindow, Sum
+    from dataflow_kafka.slicer.spark import slice_windows
 
     windows = [SlidingWindow(s, d) for s, d in specs]
     if not floor:
@@ -233,8 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     counts = [int(x) for x in (args.windows or ("1,10" if args.quick else "1,10,100")).split(",")]
 
     from bench import spark_kafka
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     jvm = spark_kafka.connector_jars() is not None
     sides = (args.sides.split(",") if args.sides else ["slicer", "spark-jvm" if jvm else "spark", "floor"])

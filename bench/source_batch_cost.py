@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import os
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers

@@ -49,8 +49,8 @@ def _group(name: str) -> str:
 
 
 def profile_read(bootstrap: str, topic: str, partition: int, end: int, top: int) -> None:
-    from datasource.options import parse_source_options
-    from datasource.source import OffsetRange, _read
+    from dataflow_kafka.datasource.options import parse_source_options
+    from dataflow_kafka.datasource.source import OffsetRange, _read
 
     opts = parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "rangeStatsTopic": ""},
                                 streaming=True)
@@ -171,8 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     from bench import spark_kafka
     from bench._kafka import create_topics
     from bench.source_throughput import FloorSource, _produce
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     if spark_kafka.connector_jars() is None:
         raise SystemExit(spark_kafka.missing_message())

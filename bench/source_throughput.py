@@ -79,8 +79,8 @@ def _floor_batches(value_bytes: int, chunk: int) -> tuple[pa.RecordBatch, pa.Rec
     hit = _prebuilt.get((value_bytes, chunk))
     if hit is not None:
         return hit
-    from datasource.kafka_read import make_rows_batch
-    from datasource.schema import arrow_schema
+    from dataflow_kafka.datasource.kafka_read import make_rows_batch
+    from dataflow_kafka.datasource.schema import arrow_schema
 
     now, n = 1_700_000_000_000, chunk
     pad = "x" * max(0, value_bytes - 40)
@@ -138,7 +138,7 @@ class _FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # the data is fixed
 
     def latestOffset(self, start: dict, limit) -> dict:
-        from datasource.offsets import rate_limit
+        from dataflow_kafka.datasource.offsets import rate_limit
 
         begin = dict(enumerate(start["o"]))
         end = rate_limit(begin, dict(enumerate(self.sizes)), limit.max_rows if isinstance(limit, ReadMaxRows) else None)
@@ -175,7 +175,7 @@ class FloorSource(DataSource):
         return "dataflow-floor"
 
     def schema(self):
-        from datasource.schema import source_schema
+        from dataflow_kafka.datasource.schema import source_schema
 
         return source_schema(False)
 
@@ -254,8 +254,8 @@ def _own_read(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[floa
     """The source's own range reader (``datasource.source._read``: consume, decode, Arrow
     batches) over every partition, one after the other, in this process: ``(seconds, CPU
     seconds)``, librdkafka's threads included."""
-    from datasource.options import parse_source_options
-    from datasource.source import OffsetRange, _read
+    from dataflow_kafka.datasource.options import parse_source_options
+    from dataflow_kafka.datasource.source import OffsetRange, _read
 
     opts = parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "rangeStatsTopic": ""},
                                 streaming=True)
@@ -427,7 +427,7 @@ def _run(spark, kind: str, options: dict, bootstrap: str, topic: str, n: int, pa
     t0 = time.perf_counter()
     df = reader.load()
     if kind == "kafka-punct-stream":       # Spark's connector, then our rows (jvm_ingest.punctuate)
-        from jvm_ingest import punctuate
+        from dataflow_kafka.jvm_ingest import punctuate
 
         df = punctuate(df, partitions={topic: partitions})
     q = (df.writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp())
@@ -467,8 +467,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.path.insert(0, ab_dir)
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     n = args.records
     every = _variants(n, bool(args.ab))

@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(all_variants[v][1] for v in chosen) and not os.path.isdir(TMPFS):
         raise SystemExit(f"{TMPFS} is missing: drop the tmpfs variants")
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     rows = []
     with kafka_broker() as broker:

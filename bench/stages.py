@@ -26,11 +26,11 @@ import time
 
 
 def pipeline(key_groups: int):
-    from keygroups import Pipeline
-    from slicer.stage import SlicerStage
-    from watermarks import AfterCount, AfterWatermark
-    from watermarks.stage import WindowingStage
-    from windowing import FixedWindows, Max, SlidingWindow, Sum, TumblingWindow
+    from dataflow_kafka.keygroups import Pipeline
+    from dataflow_kafka.slicer.stage import SlicerStage
+    from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+    from dataflow_kafka.watermarks.stage import WindowingStage
+    from dataflow_kafka.windowing import FixedWindows, Max, SlidingWindow, Sum, TumblingWindow
 
     return Pipeline([
         SlicerStage(key="CAST(key AS STRING)", value="CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)",
@@ -56,7 +56,7 @@ def produce(bootstrap: str, topic: str, n: int, keys: int, partitions: int) -> N
 
 
 def run(spark, bootstrap: str, topic: str, fuse: bool, batch: int, key_groups: int) -> tuple[list[float], int]:
-    from keygroups.pipeline import stateful_operators
+    from dataflow_kafka.keygroups.pipeline import stateful_operators
 
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("eventTimeField", "ts")
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
         args.records, args.repeat = 16_000, 2
 
     from bench._kafka import create_topics
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers

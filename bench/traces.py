@@ -33,9 +33,9 @@ import pandas as pd
 
 from bench._kafka import dataflow_kafka_source
 from bench._stream import loadavg
-from keygroups import Stage, StageInput, StageOutput, key_group_of
-from keygroups.stage import Dropped
-from traces.examples.yahoo import ADS, build, events, view_campaign
+from dataflow_kafka.keygroups import Stage, StageInput, StageOutput, key_group_of
+from dataflow_kafka.keygroups.stage import Dropped
+from dataflow_kafka.traces.examples.yahoo import ADS, build, events, view_campaign
 
 
 @dataclass(eq=False)
@@ -109,7 +109,7 @@ class HandWindowCount(Stage):
 def query(spark, kind: str, src, key_groups: int):
     from pyspark.sql import functions as F
 
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
 
     if kind == "typed":
         return build().to_spark(src, num_key_groups=key_groups)
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
         args.records, args.repeat = 20_000, 1
 
     from bench._kafka import create_topics, produce_json
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     kinds = ["typed", "hand", "native"]
     with kafka_broker() as broker:

@@ -1,8 +1,8 @@
 """Kafka bootstrap addresses for jobs and tests: an external cluster or an embedded broker
 (Apache Kafka by default; see :mod:`brokers.launcher`)."""
 
-from brokers.apache_kafka import KAFKA_VERSION, KafkaSetupError, resolve_kafka_jars
-from brokers.launcher import EMBEDDED_KINDS, Broker, BrokerError, Scram, kafka_broker, wait_until_healthy
+from dataflow_kafka.brokers.apache_kafka import KAFKA_VERSION, KafkaSetupError, resolve_kafka_jars
+from dataflow_kafka.brokers.launcher import EMBEDDED_KINDS, Broker, BrokerError, Scram, kafka_broker, wait_until_healthy
 
 __all__ = ["Broker", "BrokerError", "EMBEDDED_KINDS", "KAFKA_VERSION", "KafkaSetupError", "Scram", "kafka_broker",
            "resolve_kafka_jars", "wait_until_healthy"]

@@ -26,6 +26,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from dataflow_kafka.errors import KafkaSetupError
 
 __all__ = ["KAFKA_VERSION", "KafkaSetupError", "Scram", "kafka_jars", "resolve_kafka_jars", "KafkaNode"]
 
@@ -33,10 +34,6 @@ __all__ = ["KAFKA_VERSION", "KafkaSetupError", "Scram", "kafka_jars", "resolve_k
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).with_name("pom.xml")
 _REPO = Path(__file__).resolve().parents[1]
-
-
-class KafkaSetupError(RuntimeError):
-    """Apache Kafka's jars are missing and could not be resolved, or Java is missing."""
 
 
 def _pom_digest() -> str:

@@ -38,15 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from brokers.apache_kafka import KafkaNode, KafkaSetupError, Scram
+from dataflow_kafka.brokers.apache_kafka import KafkaNode, KafkaSetupError, Scram
+from dataflow_kafka.errors import BrokerError
 
 __all__ = ["Broker", "BrokerError", "kafka_broker", "EMBEDDED_KINDS", "Scram"]
 
 EMBEDDED_KINDS = ("kafka", "noida-db", "tansu")
-
-
-class BrokerError(RuntimeError):
-    """A broker could not be started or reached."""
 
 
 _QUIET = logging.getLogger("dataflow_kafka.broker_probe")
@@ -243,7 +240,7 @@ class Broker:
 def _close_our_clients(timeout_s: float = 5.0) -> None:
     """Flush and close the cached producers of :mod:`datasource.sink` and
     :mod:`datasource.range_stats` in this process, if those modules are loaded."""
-    for name in ("datasource.sink", "datasource.range_stats"):
+    for name in ("dataflow_kafka.datasource.sink", "dataflow_kafka.datasource.range_stats"):
         module = sys.modules.get(name)
         if module is not None:
             module.close_producers(timeout_s)

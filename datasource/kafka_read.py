@@ -21,10 +21,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from datasource import kafka_security
-from datasource.schema import (
+from dataflow_kafka.datasource import kafka_security
+from dataflow_kafka.datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
+from dataflow_kafka.errors import DataLossError, InvalidArgumentError, KafkaUnavailableError
 
 __all__ = ["DataLossError", "KafkaUnavailableError", "naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics", "watermarks", "fetch_range", "RangeRecords",
            "records_to_batch", "event_times", "event_time_problem", "make_rows_batch", "MIN_EVENT_MS",
@@ -34,10 +35,6 @@ CHUNK = 20_000
 #: Polls of 0.5 s that return nothing before a read asks for the log's bounds (a busy machine or a
 #: broker just started can take a poll or two to answer; a range past the log's end gives EOF).
 _SLOW_POLLS = 3
-
-
-class DataLossError(RuntimeError):
-    """Records of an offset range are no longer available on the broker."""
 
 
 def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"):
@@ -215,16 +212,6 @@ def _retrying(request, timeout_s: float, c=None):
             time.sleep(0.2)
 
 
-class KafkaUnavailableError(ConnectionError):
-    """Kafka could not be reached (or kept failing) while reading: names the servers and what was
-    read. ``transient``: the cause is one a later attempt may not meet (a broker down or
-    restarting), as opposed to, e.g., a failed authentication."""
-
-    def __init__(self, message: str, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
-
 @contextlib.contextmanager
 def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
     """Turn a Kafka client error or timeout inside the block into a :class:`KafkaUnavailableError`
@@ -395,16 +382,16 @@ def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms
         try:
             buf = b"\n".join(values)
         except TypeError:  # a null value
-            raise ValueError("needs per-record parsing") from None
+            raise InvalidArgumentError("needs per-record parsing") from None
         if buf.count(b"\n") != n - 1:  # a value spans lines
-            raise ValueError("needs per-record parsing")
+            raise InvalidArgumentError("needs per-record parsing")
         table = pajson.read_json(
             io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
             parse_options=pajson.ParseOptions(
                 explicit_schema=pa.schema([(field, pa.int64())]), unexpected_field_behavior="ignore"),
         )
         if table.num_rows != n:  # empty values are skipped by the JSON reader
-            raise ValueError("row count mismatch")
+            raise InvalidArgumentError("row count mismatch")
         col = table.column(field)
         valid = col.is_valid().to_numpy(zero_copy_only=False)
         ev = col.fill_null(0).to_numpy()
@@ -532,7 +519,7 @@ def decode(msgs: list, topic: str, partition: int, field: str | None,
                 try:
                     value = int(hv.decode("ascii"))
                     if not MIN_EVENT_MS <= value <= MAX_EVENT_MS:
-                        raise ValueError("out of range")
+                        raise InvalidArgumentError("out of range")
                     punct[i] = value
                     kinds[i] = KIND_PUNCTUATION
                 except (ValueError, AttributeError, UnicodeDecodeError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from typing import Iterable, Mapping
+from dataflow_kafka.errors import InvalidArgumentError, KafkaAuthenticationError, KafkaAuthorizationError
 
 __all__ = ["KafkaAuthenticationError", "KafkaAuthorizationError", "librdkafka_conf", "principal",
            "require_topic_operations", "SECRET_KEYS"]
@@ -31,14 +32,6 @@ _JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|suffi
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-class KafkaAuthenticationError(ConnectionError):
-    """Kafka refused the client's SASL login (wrong user name, password or mechanism)."""
-
-
-class KafkaAuthorizationError(PermissionError):
-    """An ACL denies the client's principal an operation on a topic (or group, transactional id)."""
-
-
 def librdkafka_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """``conf`` (the ``kafka.*`` options without the prefix) with Spark's ``sasl.jaas.config``
     replaced by librdkafka's ``sasl.username`` / ``sasl.password``. Raises ``ValueError`` naming
@@ -49,19 +42,19 @@ def librdkafka_conf(conf: Mapping[str, str]) -> dict[str, str]:
         return out
     m = _JAAS.match(jaas)
     if m is None:
-        raise ValueError("option 'kafka.sasl.jaas.config' is not a JAAS line like 'org.apache.kafka.common.security."
+        raise InvalidArgumentError("option 'kafka.sasl.jaas.config' is not a JAAS line like 'org.apache.kafka.common.security."
                          "scram.ScramLoginModule required username=\"u\" password=\"p\";'")
     if m.group("module") not in _JAAS_MODULES:
-        raise ValueError(f"option 'kafka.sasl.jaas.config': login module {m.group('module')!r} is not supported; "
+        raise InvalidArgumentError(f"option 'kafka.sasl.jaas.config': login module {m.group('module')!r} is not supported; "
                          f"supported: {sorted(_JAAS_MODULES)} (for other mechanisms give librdkafka's settings, "
                          "e.g. kafka.sasl.oauthbearer.*, kafka.sasl.kerberos.*)")
     values = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _JAAS_OPTION.findall(m.group("opts"))}
     missing = [k for k in ("username", "password") if k not in values]
     if missing:
-        raise ValueError(f"option 'kafka.sasl.jaas.config' has no {' and no '.join(missing)} (\"...\")")
+        raise InvalidArgumentError(f"option 'kafka.sasl.jaas.config' has no {' and no '.join(missing)} (\"...\")")
     for k, v in (("sasl.username", values["username"]), ("sasl.password", values["password"])):
         if k in out and out[k] != v:
-            raise ValueError(f"options 'kafka.sasl.jaas.config' and 'kafka.{k}' disagree: give one of them")
+            raise InvalidArgumentError(f"options 'kafka.sasl.jaas.config' and 'kafka.{k}' disagree: give one of them")
         out[k] = v
     return out
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from datasource import kafka_read, kafka_security
-from datasource.options import OptionError, SourceOptions
+from dataflow_kafka.datasource import kafka_read, kafka_security
+from dataflow_kafka.datasource.options import OptionError, SourceOptions
 
 __all__ = ["TP", "describe_topics", "resolve_partitions", "starting_offsets", "rate_limit", "to_json_partitions",
            "from_json_partitions"]

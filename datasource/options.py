@@ -14,14 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from datasource.kafka_security import librdkafka_conf
+from dataflow_kafka.datasource.kafka_security import librdkafka_conf
+from dataflow_kafka.errors import OptionError
 
 __all__ = ["OptionError", "SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options",
            "GROUP_ID_CAUTION", "DEFAULT_MAX_EVENT_TIME_AHEAD_MS"]
-
-
-class OptionError(ValueError):
-    """A ``dataflow-kafka`` option is unknown, malformed or conflicts with another."""
 
 
 SPARK_SOURCE_OPTIONS = {

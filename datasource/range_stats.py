@@ -18,8 +18,8 @@ import json
 import logging
 from collections import OrderedDict
 
-from datasource import kafka_read, kafka_security
-from datasource.sink import ProducerCache, ensure_topic
+from dataflow_kafka.datasource import kafka_read, kafka_security
+from dataflow_kafka.datasource.sink import ProducerCache, ensure_topic
 
 __all__ = ["DEFAULT_TOPIC", "range_key", "publish", "close_producers", "RangeStats"]
 

@@ -79,7 +79,7 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from datasource import register
+    from dataflow_kafka.datasource import register
 
     register(spark)
     return spark

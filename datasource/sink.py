@@ -68,8 +68,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from datasource import kafka_security
-from datasource.options import OptionError, SinkOptions
+from dataflow_kafka.brokers.admin import create_topics
+from dataflow_kafka.datasource import kafka_security
+from dataflow_kafka.datasource.options import OptionError, SinkOptions
+from dataflow_kafka.errors import InvalidArgumentError, KafkaUnavailableError
 
 __all__ = ["DataflowKafkaStreamWriter", "DataflowKafkaBatchWriter", "WriteResult", "validate_write_schema",
            "ProducerCache", "producer_stats", "close_producers", "ensure_topic", "write_exactly_once",
@@ -258,26 +260,20 @@ def close_producers(timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
 def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: float = 30.0) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists; raise naming the topic
     and ``kafka.bootstrap.servers`` when it cannot be created or checked."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({**kafka_conf, "log_level": 3})
     try:
-        md = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        md = AdminClient({**kafka_conf, "log_level": 3}).list_topics(topic, timeout=timeout_s).topics.get(topic)
         if md is not None and md.error is None and md.partitions:
             return
-        for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-            try:
-                f.result(timeout_s)
-            except Exception as e:  # noqa: BLE001
-                if "TOPIC_ALREADY_EXISTS" not in str(e):
-                    raise
+        create_topics(kafka_conf, {topic: partitions}, exist_ok=True, timeout_s=timeout_s)
     except Exception as e:  # noqa: BLE001
         code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
         if code in (_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED):
             raise kafka_security.authorization_error(kafka_conf, "CREATE", f"topic {topic!r}",
                                                      "it does not exist yet; create it, or grant CREATE") from None
-        raise RuntimeError(f"dataflow-kafka: cannot create or check topic {topic!r} at {_servers(kafka_conf)}: "
-                           f"{e}") from e
+        raise KafkaUnavailableError(f"dataflow-kafka: cannot create or check topic {topic!r} at "
+                                    f"{_servers(kafka_conf)}: {e}") from e
 
 
 class _TaskDelivery:
@@ -402,7 +398,7 @@ def _send(opts: SinkOptions, task: _TaskDelivery, batch: pa.RecordBatch, first_r
     headers = batch.column("headers").to_pylist() if "headers" in cols else [None] * n
     for i in range(n):
         if topics[i] is None:
-            raise ValueError(f"dataflow-kafka sink: row {first_row + i} has a null topic and no 'topic' "
+            raise InvalidArgumentError(f"dataflow-kafka sink: row {first_row + i} has a null topic and no 'topic' "
                              "option is set")
         kwargs = {}
         if parts[i] is not None:

@@ -45,12 +45,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from datasource import kafka_read, kafka_security, range_stats
-from datasource.offsets import (
+from dataflow_kafka.datasource import kafka_read, kafka_security, range_stats
+from dataflow_kafka.datasource.offsets import (
     TP, describe_topics, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
 )
-from datasource.options import OptionError, SourceOptions, parse_source_options, parse_sink_options
-from datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, source_schema
+from dataflow_kafka.datasource.options import OptionError, SourceOptions, parse_source_options, parse_sink_options
+from dataflow_kafka.datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, source_schema
 
 __all__ = ["DataflowKafkaDataSource", "OffsetRange", "RangeGroup"]
 
@@ -696,11 +696,11 @@ class DataflowKafkaDataSource(DataSource):
         return DataflowKafkaBatchReader(parse_source_options(self.options, streaming=False))
 
     def streamWriter(self, schema, overwrite: bool):
-        from datasource.sink import DataflowKafkaStreamWriter
+        from dataflow_kafka.datasource.sink import DataflowKafkaStreamWriter
 
         return DataflowKafkaStreamWriter(parse_sink_options(self.options), schema)
 
     def writer(self, schema, overwrite: bool):
-        from datasource.sink import DataflowKafkaBatchWriter
+        from dataflow_kafka.datasource.sink import DataflowKafkaBatchWriter
 
         return DataflowKafkaBatchWriter(parse_sink_options(self.options), schema)

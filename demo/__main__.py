@@ -68,13 +68,13 @@ def session_columns(out: tuple) -> dict:
 
 
 def pipeline():
-    from keygroups import Pipeline
-    from optimistic import StatefulMap
-    from optimistic.stage import OptimisticStage
-    from slicer.stage import SlicerStage
-    from watermarks import AfterCount, AfterProcessingTime, AfterWatermark
-    from watermarks.stage import WindowingStage
-    from windowing import Count, FixedWindows, Mean, SlidingWindow, Sum, TumblingWindow
+    from dataflow_kafka.keygroups import Pipeline
+    from dataflow_kafka.optimistic import StatefulMap
+    from dataflow_kafka.optimistic.stage import OptimisticStage
+    from dataflow_kafka.slicer.stage import SlicerStage
+    from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark
+    from dataflow_kafka.watermarks.stage import WindowingStage
+    from dataflow_kafka.windowing import Count, FixedWindows, Mean, SlidingWindow, Sum, TumblingWindow
 
     sessions = OptimisticStage(stage=StatefulMap(sessionise, key=user_of, initial=None), num_key_groups=2,
                                output=session_columns, output_key=("user",), name="sessions",
@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from brokers import kafka_broker
-    from datasource import consumer_lag
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource import consumer_lag
+    from dataflow_kafka.datasource.session import spark_session
 
     started = time.time()
     with kafka_broker() as broker:
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _topic_size(bootstrap: str, topic: str) -> int:
-    from datasource import kafka_read
+    from dataflow_kafka.datasource import kafka_read
 
     c = kafka_read.consumer({"bootstrap.servers": bootstrap})
     try:

@@ -9,20 +9,20 @@
   pair once, when its later row arrives (:mod:`joins.interval_join`).
 
 Input of both engines, per micro-batch: :class:`Row` ``(side, key, ts_ms, value)`` and
-:class:`Punctuation` ``(side, ts_ms)``; the low watermark is the minimum over both sides. State
+:class:`SidePunctuation` ``(side, ts_ms)``; the low watermark is the minimum over both sides. State
 is freed when the watermark passes what a row can still join; later rows are dropped and
-reported (:class:`Dropped`). Design: docs/joins.md.
+reported (:class:`JoinDropped`). Design: docs/joins.md.
 
->>> from joins import IntervalJoin, Row
+>>> from dataflow_kafka.joins import IntervalJoin, Row
 >>> IntervalJoin.between(0, 5).engine().process([Row("left", 1, 10, "l"), Row("right", 1, 12, "r")]).rows
 [Joined(key=1, left=(10, 'l'), right=(12, 'r'))]
 """
 
-from joins.cogroup import CoGroup, join_pairs
-from joins.interval_join import IntervalJoin, IntervalJoinEngine, IntervalJoinOutput
-from joins.spec import LEFT, RIGHT, Dropped, JoinError, Joined, JoinType, Pair, Punctuation, Row, Side
-from joins.window_join import JoinOutput, WindowJoin, WindowJoinEngine, fold
+from dataflow_kafka.joins.cogroup import CoGroup, join_pairs
+from dataflow_kafka.joins.interval_join import IntervalJoin, IntervalJoinEngine, IntervalJoinOutput
+from dataflow_kafka.joins.spec import LEFT, RIGHT, JoinDropped, JoinError, Joined, JoinType, Pair, SidePunctuation, Row, Side
+from dataflow_kafka.joins.window_join import JoinOutput, WindowJoin, WindowJoinEngine, fold
 
 __all__ = ["WindowJoin", "WindowJoinEngine", "JoinOutput", "fold", "IntervalJoin", "IntervalJoinEngine",
            "IntervalJoinOutput", "Joined", "CoGroup", "join_pairs", "JoinType", "Side", "LEFT", "RIGHT", "Row",
-           "Punctuation", "Pair", "Dropped", "JoinError"]
+           "SidePunctuation", "Pair", "JoinDropped", "JoinError"]

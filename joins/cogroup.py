@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from joins.spec import JoinType, Pair
-from windowing import Combiner
+from dataflow_kafka.joins.spec import JoinType, Pair
+from dataflow_kafka.windowing import Combiner
 
 __all__ = ["CoGroup", "CoGroupCombiner", "join_pairs"]
 

@@ -7,7 +7,7 @@ A left row ``l`` and a right row ``r`` of the same key join when
 row's event time is the later of the two (Flink's rule).
 
 - A pair is emitted once, when the later of its two rows arrives (no trigger, no retraction).
-- A row is **late**, and dropped (:class:`~joins.spec.Dropped`, reason ``late``), when its event
+- A row is **late**, and dropped (:class:`~joins.spec.JoinDropped`, reason ``late``), when its event
   time is below the join's watermark minus ``allowed_lateness_ms`` on arrival; the watermark is
   the minimum over both sides, so a slow side holds the join back and nothing is dropped
   because the other side ran ahead.
@@ -20,12 +20,12 @@ Matching is vectorised per key and batch (numpy ``searchsorted`` over each side'
 sorted by event time): a new left row probes the right rows in ``[ts + lower, ts + upper]``
 (older and new ones), a new right row the older left rows in ``[ts - upper, ts - lower]``.
 
->>> from joins import IntervalJoin, Row, Punctuation
+>>> from dataflow_kafka.joins import IntervalJoin, Row, SidePunctuation
 >>> engine = IntervalJoin.between(-5, 10, how="left_outer").engine()     # r.ts in [l.ts - 5, l.ts + 10]
 >>> engine.process([Row("left", "k", 100, "a"), Row("right", "k", 108, "x"), Row("right", "k", 120, "y")]).rows
 [Joined(key='k', left=(100, 'a'), right=(108, 'x'))]
 >>> engine.process([Row("left", "k", 115, "b"), Row("left", "k", 150, "c")],
-...                [Punctuation("left", 200), Punctuation("right", 200)]).rows      # 150: freed unmatched
+...                [SidePunctuation("left", 200), SidePunctuation("right", 200)]).rows      # 150: freed unmatched
 [Joined(key='k', left=(115, 'b'), right=(120, 'y')), Joined(key='k', left=(150, 'c'), right=None)]
 """
 
@@ -37,7 +37,7 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from joins.spec import Dropped, JoinError, Joined, JoinType, Punctuation, Row, Side, TwoInputWatermark
+from dataflow_kafka.joins.spec import JoinDropped, JoinError, Joined, JoinType, SidePunctuation, Row, Side, TwoInputWatermark
 
 __all__ = ["IntervalJoin", "IntervalJoinEngine", "IntervalJoinOutput", "Joined"]
 
@@ -139,7 +139,7 @@ class IntervalJoinEngine:
         self.watermark = TwoInputWatermark()
         self._state: dict[Any, tuple[_Buffer, _Buffer]] = {}
 
-    def process(self, rows: Iterable[Row | tuple] = (), punctuations: Iterable[Punctuation | tuple] = (),
+    def process(self, rows: Iterable[Row | tuple] = (), punctuations: Iterable[SidePunctuation | tuple] = (),
                 processing_time_ms: int | None = None) -> IntervalJoinOutput:
         """``rows`` (judged late against the watermark before this call), then the punctuations
         (the watermark moves to the minimum over both sides; state is freed).
@@ -147,21 +147,21 @@ class IntervalJoinEngine:
         wm = self.watermark.low_watermark_ms
         bar = None if wm is None else wm - self.spec.allowed_lateness_ms
         out: list[Joined] = []
-        dropped: list[Dropped] = []
+        dropped: list[JoinDropped] = []
         for key, (lefts, rights) in _by_key(rows).items():
             new = []
             for side, part in ((Side.LEFT, lefts), (Side.RIGHT, rights)):
                 ts = np.asarray([t for t, _ in part], np.int64)
                 keep = np.ones(len(ts), bool) if bar is None else ts >= bar
                 if not keep.all():
-                    dropped.append(Dropped(side, key, "late", int((~keep).sum())))
+                    dropped.append(JoinDropped(side, key, "late", int((~keep).sum())))
                 idx = np.flatnonzero(keep)
                 idx = idx[np.argsort(ts[idx], kind="stable")]
                 new.append((ts[idx], [part[i][1] for i in idx]))
             if len(new[0][0]) or len(new[1][0]):
                 out += self._match(key, *new[0], *new[1])
         for p in punctuations:
-            self.watermark.update(Punctuation(*p))
+            self.watermark.update(SidePunctuation(*p))
         wm = self.watermark.low_watermark_ms
         if wm is not None:
             out += self._free(wm - self.spec.allowed_lateness_ms)

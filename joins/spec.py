@@ -7,7 +7,7 @@ Names follow what Spark, Flink and Beam users know: join types are Spark's ``"in
 CoGroupByKey result (:class:`joins.cogroup.CoGroup`).
 
 Engine input (pure data, one micro-batch is one call): :class:`Row` ``(side, key, ts_ms, value)``
-and :class:`Punctuation` ``(side, ts_ms)`` ("no more rows of this side below ``ts_ms``"); the
+and :class:`SidePunctuation` ``(side, ts_ms)`` ("no more rows of this side below ``ts_ms``"); the
 join's low watermark is the minimum over both sides (:class:`TwoInputWatermark`), so a slow input
 holds the join back and nothing is dropped because the other side ran ahead.
 """
@@ -18,14 +18,11 @@ import enum
 from collections import namedtuple
 from typing import Any, Hashable, NamedTuple
 
-from keygroups.punctuation import PunctuationTracker
+from dataflow_kafka.keygroups.punctuation import PunctuationTracker
+from dataflow_kafka.errors import JoinError
 
-__all__ = ["JoinError", "Side", "LEFT", "RIGHT", "JoinType", "Row", "Punctuation", "Pair", "Joined", "Dropped",
+__all__ = ["JoinError", "Side", "LEFT", "RIGHT", "JoinType", "Row", "SidePunctuation", "Pair", "Joined", "JoinDropped",
            "TwoInputWatermark"]
-
-
-class JoinError(ValueError):
-    """A join was configured or fed against its contract (the message names the option and value)."""
 
 
 class _Named(str, enum.Enum):
@@ -96,7 +93,7 @@ class Row(NamedTuple):
     value: Any
 
 
-class Punctuation(NamedTuple):
+class SidePunctuation(NamedTuple):
     """"No more rows of ``side`` with event time below ``ts_ms``" (one input's low watermark)."""
 
     side: Side
@@ -133,7 +130,7 @@ class Joined(_JoinedRow, namedtuple("Joined", ["key", "left", "right"])):
     __slots__ = ()
 
 
-class Dropped(NamedTuple):
+class JoinDropped(NamedTuple):
     """Rows of ``side`` and ``key`` a join did not use, and why: ``late`` (their window, or their
     join interval, was past the allowed lateness when they arrived) or ``closed`` (their window's
     trigger had finished)."""
@@ -153,7 +150,7 @@ class TwoInputWatermark:
         for side in Side:
             self.tracker.update(side.value, None)
 
-    def update(self, punctuation: Punctuation) -> None:
+    def update(self, punctuation: SidePunctuation) -> None:
         self.tracker.update(Side.parse(punctuation.side).value, int(punctuation.ts_ms))
 
     @property

@@ -24,8 +24,8 @@ window's ``window_start_ms``, ``window_end_ms`` and the pane's ``pane_index``, `
 ``<input>_event_time_ms``, ``None`` for the side an outer join pads. ``event_time_ms``: the pane's
 timestamp (windowed; end of window - 1 by default), the later of the two rows (interval).
 
->>> from joins.stage import JoinInput, WindowJoinStage
->>> from windowing import TumblingWindow
+>>> from dataflow_kafka.joins.stage import JoinInput, WindowJoinStage
+>>> from dataflow_kafka.windowing import TumblingWindow
 >>> q8 = WindowJoinStage(JoinInput("persons", key="id", columns=["name"], select={"topic": "persons"}),
 ...                      JoinInput("auctions", key="seller", columns=["reserve"], select={"topic": "auctions"}),
 ...                      window=TumblingWindow(10_000))
@@ -43,16 +43,16 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from joins.interval_join import IntervalJoin, IntervalJoinEngine
-from joins.spec import LEFT, RIGHT, JoinError, Pair, Punctuation, Row
-from joins.window_join import WindowJoin, WindowJoinEngine, fold
-from keygroups import Dropped, Stage, StageInput, StageOutput
-from keygroups.stage import INPUT_COLUMN, Input
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from watermarks.triggers import DefaultTrigger, Trigger
-from watermarks.windows import IntervalWindow
-from windowing import Window
-from windowing.rows import key_specs, output_watermark
+from dataflow_kafka.joins.interval_join import IntervalJoin, IntervalJoinEngine
+from dataflow_kafka.joins.spec import LEFT, RIGHT, JoinError, Pair, SidePunctuation, Row
+from dataflow_kafka.joins.window_join import WindowJoin, WindowJoinEngine, fold
+from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
+from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
+from dataflow_kafka.watermarks.windows import IntervalWindow
+from dataflow_kafka.windowing import Window
+from dataflow_kafka.windowing.rows import key_specs, output_watermark
 
 __all__ = ["JoinInput", "WindowJoinStage", "IntervalJoinStage", "current_joins", "WINDOW_PANE_COLUMNS"]
 
@@ -186,9 +186,9 @@ class _JoinStage(Stage):
                 rows.append(Row(side, k, ts, v))
         return rows, [Dropped(k, "null", n) for k, n in nulls.items()]
 
-    def _punctuations(self, batch: StageInput) -> list[Punctuation]:
+    def _punctuations(self, batch: StageInput) -> list[SidePunctuation]:
         marks = batch.input_watermarks or {}
-        return [Punctuation(side, marks[inp.name]) for side, inp in ((LEFT, self.left), (RIGHT, self.right))
+        return [SidePunctuation(side, marks[inp.name]) for side, inp in ((LEFT, self.left), (RIGHT, self.right))
                 if marks.get(inp.name) is not None]
 
     def _side_values(self, inp: JoinInput, row: tuple | None) -> list:

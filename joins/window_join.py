@@ -23,17 +23,17 @@ current result:
 Panes without rows are not emitted. A merged session retracts the panes of the sessions it
 replaced (every mode, as the driver does). State is freed when the watermark (the minimum over
 both sides) passes a window's end plus the allowed lateness; a row no window takes is dropped
-and reported (:class:`~joins.spec.Dropped`, reason ``late`` or ``closed``).
+and reported (:class:`~joins.spec.JoinDropped`, reason ``late`` or ``closed``).
 
->>> from windowing import TumblingWindow
->>> from watermarks import AfterCount, AfterWatermark
->>> from joins import WindowJoin, Row, Punctuation
+>>> from dataflow_kafka.windowing import TumblingWindow
+>>> from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+>>> from dataflow_kafka.joins import WindowJoin, Row, SidePunctuation
 >>> join = WindowJoin(TumblingWindow(10), how="left_outer", accumulation_mode="accumulating_and_retracting",
 ...                   trigger=AfterWatermark(early=AfterCount(1), late=AfterCount(1)), allowed_lateness_ms=20)
 >>> engine = join.engine()
 >>> [p.value for p in engine.process([Row("left", "k", 3, "l")]).panes]          # early: no right row yet
 [(Pair(left=(3, 'l'), right=None),)]
->>> out = engine.process([Row("right", "k", 7, "r")], [Punctuation("left", 12), Punctuation("right", 12)])
+>>> out = engine.process([Row("right", "k", 7, "r")], [SidePunctuation("left", 12), SidePunctuation("right", 12)])
 >>> for p in out.panes:                        # corrected early; the on-time pane then replaces it
 ...     print(p.timing.name, "retract" if p.is_retraction else "emit", p.value)
 EARLY retract (Pair(left=(3, 'l'), right=None),)
@@ -50,13 +50,13 @@ import warnings
 from collections import Counter
 from typing import Any, Iterable, NamedTuple
 
-from joins.cogroup import CoGroupCombiner
-from joins.spec import Dropped, JoinError, JoinType, Pair, Punctuation, Row, Side, TwoInputWatermark
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, TimestampCombiner
-from watermarks.driver import TriggerDriver
-from watermarks.triggers import DefaultTrigger, Trigger
-from watermarks.windows import IntervalWindow, compile_window_fn
-from windowing import Window
+from dataflow_kafka.joins.cogroup import CoGroupCombiner
+from dataflow_kafka.joins.spec import JoinDropped, JoinError, JoinType, Pair, SidePunctuation, Row, Side, TwoInputWatermark
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, TimestampCombiner
+from dataflow_kafka.watermarks.driver import TriggerDriver
+from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
+from dataflow_kafka.watermarks.windows import IntervalWindow, compile_window_fn
+from dataflow_kafka.windowing import Window
 
 __all__ = ["WindowJoin", "WindowJoinEngine", "JoinOutput", "fold"]
 
@@ -135,25 +135,25 @@ class WindowJoinEngine:
         self._emitted: dict[tuple, dict[str, list]] = {}
 
     # -- one micro-batch ----------------------------------------------------------------------------
-    def process(self, rows: Iterable[Row | tuple] = (), punctuations: Iterable[Punctuation | tuple] = (),
+    def process(self, rows: Iterable[Row | tuple] = (), punctuations: Iterable[SidePunctuation | tuple] = (),
                 processing_time_ms: int | None = None) -> JoinOutput:
         """Processing time first, then ``rows`` (one bundle per key, keys in order of first
         appearance), then the punctuations: the watermark moves to the minimum over both sides."""
         panes: list[Pane] = []
         if processing_time_ms is not None:
             panes += self._panes(self.driver.advance_processing_time(int(processing_time_ms)))
-        dropped: list[Dropped] = []
+        dropped: list[JoinDropped] = []
         for key, batch in _by_key(rows).items():
             panes += self._add(key, batch, dropped)
         for p in punctuations:
-            self.watermark.update(Punctuation(*p))
+            self.watermark.update(SidePunctuation(*p))
         wm = self.watermark.low_watermark_ms
         if wm is not None:
             panes += self._panes(self.driver.advance_watermark(wm))
             self._forget(wm)
         return JoinOutput(panes, dropped)
 
-    def _add(self, key: Any, batch: list[tuple], dropped: list[Dropped]) -> list[Pane]:
+    def _add(self, key: Any, batch: list[tuple], dropped: list[JoinDropped]) -> list[Pane]:
         driver = self.driver
         late, closed = driver.dropped_late, driver.dropped_closed
         taken: list = []
@@ -168,7 +168,7 @@ class WindowJoinEngine:
             for i in sorted(missed):
                 counts[(batch[i][0], self._reason(batch[i][1], late != driver.dropped_late,
                                                   closed != driver.dropped_closed))] += 1
-            dropped += [Dropped(Side.LEFT if side == 0 else Side.RIGHT, key, reason, n)
+            dropped += [JoinDropped(Side.LEFT if side == 0 else Side.RIGHT, key, reason, n)
                         for (side, reason), n in sorted(counts.items())]
         return self._panes(panes)
 

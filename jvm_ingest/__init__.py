@@ -8,6 +8,6 @@ faster than ``format("dataflow-kafka")`` (docs/benchmarks.md), which stays the d
 records modification punctuations and range stats in the offset log.
 """
 
-from jvm_ingest.punctuate import punctuate
+from dataflow_kafka.jvm_ingest.punctuate import punctuate
 
 __all__ = ["punctuate"]

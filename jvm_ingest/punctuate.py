@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator, Mapping
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["punctuate"]
 
@@ -66,12 +67,12 @@ def punctuate(rows, *, partitions: Mapping[str, int], event_time_field: str | No
     """
     from pyspark.sql import functions as F
 
-    from datasource.schema import source_schema
+    from dataflow_kafka.datasource.schema import source_schema
 
     if not partitions or any(not isinstance(n, int) or n < 1 for n in partitions.values()):
-        raise ValueError(f"partitions must map each data topic to its partition count, got {partitions!r}")
+        raise InvalidArgumentError(f"partitions must map each data topic to its partition count, got {partitions!r}")
     if not isinstance(watermark_delay_ms, int) or watermark_delay_ms < 0:
-        raise ValueError(f"watermark_delay_ms must be an int >= 0, got {watermark_delay_ms!r}")
+        raise InvalidArgumentError(f"watermark_delay_ms must be an int >= 0, got {watermark_delay_ms!r}")
     if event_time_field is None:
         event_time = F.col("timestamp")
     else:
@@ -98,7 +99,7 @@ class _Punctuator:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from datasource.schema import arrow_schema
+        from dataflow_kafka.datasource.schema import arrow_schema
 
         schema = arrow_schema(False)
         us = pa.timestamp("us", tz="UTC")

@@ -25,19 +25,19 @@ state. This package is the one home of what every engine's Spark operator shares
 - :mod:`keygroups.slots`: routing by slot (a routing table in a router stage's state) so key
   groups can move between shuffle partitions at runtime (Enorm §4.4.2, §4.5).
 
->>> from keygroups import key_group_of
+>>> from dataflow_kafka.keygroups import key_group_of
 >>> key_group_of("user-17", 8) in range(8)
 True
 """
 
 from __future__ import annotations
 
-from keygroups.computed import Computed, json_object
-from keygroups.contract import CONTROL_COLUMNS, Modification
-from keygroups.pipeline import Pipeline
-from keygroups.punctuation import InputWatermarks, PunctuationTracker
-from keygroups.routing import KEY_GROUP_COLUMN, hash_key, key_group_of, key_groups_of, with_key_groups
-from keygroups.stage import Dropped, Input, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.computed import Computed, json_object
+from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
+from dataflow_kafka.keygroups.pipeline import Pipeline
+from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
+from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, hash_key, key_group_of, key_groups_of, with_key_groups
+from dataflow_kafka.keygroups.stage import Dropped, Input, Stage, StageInput, StageOutput
 
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
@@ -51,7 +51,7 @@ def __getattr__(name: str):
     # The Spark processors import pyspark: loaded on first use, so the engines' local runs
     # (keygroups.Pipeline.run_local) do not need it.
     if name in ("StageProcessor", "deferred"):
-        from keygroups import processor
+        from dataflow_kafka.keygroups import processor
 
         return getattr(processor, name)
     raise AttributeError(f"module 'keygroups' has no attribute {name!r}")

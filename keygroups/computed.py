@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Computed", "json_object", "computed_inputs", "evaluate"]
 
@@ -53,7 +54,7 @@ class Computed:
         if not callable(self.fn):
             raise TypeError(f"Computed(fn={self.fn!r}): expected a function of the upstream frame")
         if not isinstance(self.type, str) or not self.type.strip():
-            raise ValueError(f"Computed(type={self.type!r}): expected a Spark DDL type such as 'string' or 'bigint'")
+            raise InvalidArgumentError(f"Computed(type={self.type!r}): expected a Spark DDL type such as 'string' or 'bigint'")
 
     def __call__(self, frame: pd.DataFrame) -> pd.Series:
         values = self.fn(frame)
@@ -62,7 +63,7 @@ class Computed:
                                if isinstance(values, np.ndarray) else object)
         out = values
         if len(out) != len(frame):
-            raise ValueError(f"Computed input {self.fn!r} returned {len(out)} values for {len(frame)} rows")
+            raise InvalidArgumentError(f"Computed input {self.fn!r} returned {len(out)} values for {len(frame)} rows")
         return out.set_axis(frame.index)
 
 
@@ -90,7 +91,7 @@ def json_object(*columns: str) -> Computed:
     ``to_json(named_struct('a', a, 'b', b))`` writes it for integers and strings; nulls as
     ``null``)."""
     if not columns:
-        raise ValueError("json_object: name at least one column")
+        raise InvalidArgumentError("json_object: name at least one column")
     return Computed(_JsonObject(tuple(columns)), "string", tuple(columns))
 
 
@@ -105,7 +106,7 @@ def evaluate(frame: pd.DataFrame, computed: dict[str, Computed], data_only: bool
     null on the others (or their value, where the column exists)."""
     if not computed or frame is None:
         return frame
-    from keygroups.contract import conform
+    from dataflow_kafka.keygroups.contract import conform
 
     rows = frame
     mask = None

@@ -43,12 +43,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from keygroups.computed import Computed, evaluate
-from keygroups.contract import KIND_DATA, control_frame
-from keygroups.operator import OperatorSpec
-from keygroups.pipeline import Head, Pipeline, _distinct, _Link, _type_of, _unused, frame_types, plain_column
-from keygroups.routing import MARKER_KINDS
-from keygroups.stage import INPUT_COLUMN, Input, Stage
+from dataflow_kafka.keygroups.computed import Computed, evaluate
+from dataflow_kafka.keygroups.contract import KIND_DATA, control_frame
+from dataflow_kafka.keygroups.operator import OperatorSpec
+from dataflow_kafka.keygroups.pipeline import Head, Pipeline, _distinct, _Link, _type_of, _unused, frame_types, plain_column
+from dataflow_kafka.keygroups.routing import MARKER_KINDS
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input, Stage
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["dag_specs", "apply_dag", "run_dag_local", "tag_frame", "tag_spark", "input_types", "source_names"]
 
@@ -97,9 +98,9 @@ def _source(sources: Any, names: set[str], what: str) -> Any:
         return sources
     found = [sources[n] for n in sorted(names) if n in sources]
     if not found:
-        raise ValueError(f"{what}: no source given for input(s) {sorted(names)} (sources given: {sorted(sources)})")
+        raise InvalidArgumentError(f"{what}: no source given for input(s) {sorted(names)} (sources given: {sorted(sources)})")
     if any(f is not found[0] for f in found[1:]):
-        raise ValueError(f"{what}: an upstream read by inputs {sorted(names)} needs one source, "
+        raise InvalidArgumentError(f"{what}: an upstream read by inputs {sorted(names)} needs one source, "
                          f"got different ones for them")
     return found[0]
 
@@ -129,7 +130,7 @@ def _results(p: Pipeline, upstream_specs: Mapping[int, list[OperatorSpec]]) -> t
     for u in _distinct(p._upstreams):
         for c, t in upstream_specs[id(u)][-1].result_columns:
             if out.setdefault(c, t) != t:
-                raise ValueError(f"emit: column {c!r} is emitted as {t} by one upstream of {_head_stage(p).name!r} "
+                raise InvalidArgumentError(f"emit: column {c!r} is emitted as {t} by one upstream of {_head_stage(p).name!r} "
                                  f"and as {out[c]} by another: rename one of them")
     return tuple(out.items())
 
@@ -149,7 +150,7 @@ def input_types(stage: Stage, types: Mapping[str, Mapping[str, str]]) -> dict[st
         for c, expr in inp.columns.items():
             t = _type_of(expr, dict(types.get(inp.name, {})), c)
             if out.setdefault(c, t) != t:
-                raise ValueError(f"stage {stage.name!r}: column {c!r} is {out[c]} in input {origin[c]!r} and {t} in "
+                raise InvalidArgumentError(f"stage {stage.name!r}: column {c!r} is {out[c]} in input {origin[c]!r} and {t} in "
                                  f"input {inp.name!r}; a key must have one type in every input (one routing): "
                                  "CAST one of them")
             origin.setdefault(c, inp.name)
@@ -193,12 +194,12 @@ def join_upstreams(stage: Stage, upstreams: Mapping[str, Any]) -> dict[str, Pipe
     (a stage as a one-stage pipeline), their stages renamed where names clash across them."""
     inputs = stage.stage_inputs() if isinstance(stage, Stage) else None
     if not inputs:
-        raise ValueError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
+        raise InvalidArgumentError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
                          "chain a one-input stage with then()")
     names = [i.name for i in inputs]
     unknown = sorted(set(upstreams) - set(names))
     if unknown:
-        raise ValueError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
+        raise InvalidArgumentError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
     taken: set = set()
     memo: dict = {}
     out: dict[str, Pipeline | None] = {}
@@ -243,7 +244,7 @@ def _selected(frame: pd.DataFrame, inp: Input, stage: str) -> np.ndarray:
     mask = np.ones(len(frame), bool)
     for c, v in (inp.select or {}).items():
         if c not in frame.columns:
-            raise ValueError(f"stage {stage!r}, input {inp.name!r}: select names column {c!r}, which its upstream "
+            raise InvalidArgumentError(f"stage {stage!r}, input {inp.name!r}: select names column {c!r}, which its upstream "
                              f"rows do not have (columns: {sorted(map(str, frame.columns))})")
         mask &= (frame[c] == v).to_numpy(bool)
     if inp.where is not None:
@@ -251,7 +252,7 @@ def _selected(frame: pd.DataFrame, inp: Input, stage: str) -> np.ndarray:
         if col is not None and col in frame.columns:                  # a boolean column of the upstream rows
             mask &= frame[col].astype(object).where(frame[col].notna(), False).astype(bool).to_numpy()
         elif not isinstance(inp.where, Computed):
-            raise ValueError(f"stage {stage!r}, input {inp.name!r}: where={inp.where!r} is SQL, evaluated by Spark "
+            raise InvalidArgumentError(f"stage {stage!r}, input {inp.name!r}: where={inp.where!r} is SQL, evaluated by Spark "
                              "only; give it as keygroups.Computed(fn, 'boolean') or a boolean column's name (both "
                              "runners), or use select=")
         elif len(frame):
@@ -308,7 +309,7 @@ def _local_columns(rows: pd.DataFrame, inp: Input, first: bool, stage: str) -> p
         elif not is_data.any():
             src = pd.Series([None] * len(rows), index=rows.index, dtype=object)
         else:
-            raise ValueError(f"run_local: column {c!r} = {expr!r} of input {inp.name!r} of stage {stage!r} is not a "
+            raise InvalidArgumentError(f"run_local: column {c!r} = {expr!r} of input {inp.name!r} of stage {stage!r} is not a "
                              "column of its upstream rows (a SQL expression is evaluated by Spark only: give it as "
                              "keygroups.Computed(fn, type), which both runners evaluate, or add the column)")
         cols[c] = src.where(is_data, None) if src.dtype == object else (
@@ -324,7 +325,7 @@ def tag_spark(df, inputs: Sequence[Input], stage: str):
     and columns in ``mapInPandas`` steps (only when an input has them)."""
     from pyspark.sql import functions as F
 
-    from keygroups.pipeline import _compute_spark, _with_ms_columns
+    from dataflow_kafka.keygroups.pipeline import _compute_spark, _with_ms_columns
 
     # the stage layer reads the epoch-ms columns; pandas steps could not hold the source's timestamps
     # (endOfInput's 9999-12-31 punctuation overflows nanoseconds)
@@ -340,7 +341,7 @@ def tag_spark(df, inputs: Sequence[Input], stage: str):
         cond = F.lit(True)
         for c, v in (inp.select or {}).items():
             if c not in df.columns:
-                raise ValueError(f"stage {stage!r}, input {inp.name!r}: select names column {c!r}, which its upstream "
+                raise InvalidArgumentError(f"stage {stage!r}, input {inp.name!r}: select names column {c!r}, which its upstream "
                                  f"rows do not have (columns: {sorted(df.columns)})")
             cond = cond & (F.col(c) == F.lit(v))
         if isinstance(inp.where, Computed):
@@ -381,7 +382,7 @@ def _compute_per_input(df, computed: list[tuple[str, dict[str, Computed]]]):
     for name, cs in computed:
         for c, e in cs.items():
             if types.setdefault(c, e.type) != e.type:
-                raise ValueError(f"computed column {c!r} is {types[c]} in one input and {e.type} in input {name!r}")
+                raise InvalidArgumentError(f"computed column {c!r} is {types[c]} in one input and {e.type} in input {name!r}")
     fields = [f for f in df.schema.fields if f.name not in types]
     schema = StructType(fields + [StructField(c, _parse_datatype_string(t)) for c, t in types.items()])
     names = [f.name for f in schema.fields]
@@ -420,7 +421,7 @@ def _check_key_types(tagged: list, stage: Stage) -> None:
                         .dataType.simpleString()
                 other, was = seen.setdefault(k, (inp.name, t))
                 if was != t:
-                    raise ValueError(f"stage {stage.name!r}: key column {k!r} is {was} in input {other!r} and {t} in "
+                    raise InvalidArgumentError(f"stage {stage.name!r}: key column {k!r} is {was} in input {other!r} and {t} in "
                                      f"input {inp.name!r}: the same key would go to different key groups; CAST one")
 
 
@@ -485,7 +486,7 @@ def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeo
     single = None if per is not None else list(batches)
     counts = {n: len(f) for n, f in per.items()} if per is not None else {"": len(single)}
     if len(set(counts.values())) > 1:
-        raise ValueError(f"run_local: every source needs the same number of micro-batches, got {counts}")
+        raise InvalidArgumentError(f"run_local: every source needs the same number of micro-batches, got {counts}")
     n_batches = next(iter(counts.values()), 0)
     nodes, names = root.nodes(), source_names(root)
     unbound = dag_specs(root, fuse, idle_timeout_ms, None)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Component", "plan_fusion", "plan_chain", "component_graph", "inter_component_rate",
            "ENORM_EXAMPLE_ATTRIBUTES"]
@@ -61,28 +62,28 @@ def _validated(partition_attributes: Mapping[str, Iterable[str]], rates: Mapping
     pa = {}
     for name, attrs in partition_attributes.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"plan_fusion: operator names are non-empty strings, got {name!r}")
+            raise InvalidArgumentError(f"plan_fusion: operator names are non-empty strings, got {name!r}")
         if isinstance(attrs, str):
-            raise ValueError(f"plan_fusion: partition attributes of {name!r} must be a collection of names, "
+            raise InvalidArgumentError(f"plan_fusion: partition attributes of {name!r} must be a collection of names, "
                              f"got the string {attrs!r}")
         pa[name] = frozenset(attrs)
     down: dict[str, list[tuple[str, float]]] = {n: [] for n in pa}
     for edge, rate in rates.items():
         if not (isinstance(edge, tuple) and len(edge) == 2):
-            raise ValueError(f"plan_fusion: an edge is a pair (upstream, downstream), got {edge!r}")
+            raise InvalidArgumentError(f"plan_fusion: an edge is a pair (upstream, downstream), got {edge!r}")
         src, dst = edge
         for end in (src, dst):
             if end not in pa:
-                raise ValueError(f"plan_fusion: edge {edge!r} names operator {end!r}, which has no partition "
+                raise InvalidArgumentError(f"plan_fusion: edge {edge!r} names operator {end!r}, which has no partition "
                                  f"attributes declared (operators: {sorted(pa)})")
         if src == dst:
-            raise ValueError(f"plan_fusion: edge {edge!r} is a self loop")
+            raise InvalidArgumentError(f"plan_fusion: edge {edge!r} is a self loop")
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
-            raise ValueError(f"plan_fusion: rate of edge {edge!r} must be a finite number >= 0, got {rate!r}")
+            raise InvalidArgumentError(f"plan_fusion: rate of edge {edge!r} must be a finite number >= 0, got {rate!r}")
         down[src].append((dst, float(rate)))
     cycle = _find_cycle(down)
     if cycle:
-        raise ValueError(f"plan_fusion: the operator graph has a cycle: {' -> '.join(cycle)}")
+        raise InvalidArgumentError(f"plan_fusion: the operator graph has a cycle: {' -> '.join(cycle)}")
     return pa, down
 
 
@@ -144,11 +145,11 @@ def plan_fusion(partition_attributes: Mapping[str, Iterable[str]], rates: Mappin
     The components, ordered by their first operator's declaration.
     """
     if score not in _SCORES:
-        raise ValueError(f"plan_fusion: score must be one of {_SCORES}, got {score!r}")
+        raise InvalidArgumentError(f"plan_fusion: score must be one of {_SCORES}, got {score!r}")
     weights = dict(attribute_weights or {})
     for a, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ValueError(f"plan_fusion: attribute_weights[{a!r}] must be a finite number >= 0, got {w!r}")
+            raise InvalidArgumentError(f"plan_fusion: attribute_weights[{a!r}] must be a finite number >= 0, got {w!r}")
     pa, down = _validated(partition_attributes, rates)
     names = list(pa)
     comp = {n: i for i, n in enumerate(names)}                 # operator -> component id
@@ -207,7 +208,7 @@ def plan_chain(partition_attributes: Sequence[Iterable[str]], rates: Sequence[fl
     """
     n = len(partition_attributes)
     if len(rates) != max(n - 1, 0):
-        raise ValueError(f"plan_chain: {n} stages need {max(n - 1, 0)} link rates, got {len(rates)}")
+        raise InvalidArgumentError(f"plan_chain: {n} stages need {max(n - 1, 0)} link rates, got {len(rates)}")
     names = [f"s{i}" for i in range(n)]
     links = {(names[i], names[i + 1]): r for i, r in enumerate(rates) if r is not None}
     comps = plan_fusion(dict(zip(names, partition_attributes)), links, score=score)

@@ -28,15 +28,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from keygroups.contract import (
+from dataflow_kafka.keygroups.contract import (
     CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_ERROR, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION,
     KIND_RESULT, Modification,
     conform, control_frame, split_rows,
 )
-from keygroups.computed import Computed, computed_inputs, evaluate
-from keygroups.punctuation import InputWatermarks, PunctuationTracker
-from keygroups.routing import KEY_GROUP_COLUMN
-from keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate
+from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
+from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.errors import FusionError, InvalidArgumentError
 
 __all__ = ["OperatorSpec", "OperatorState", "run_key_group", "FusionError"]
 
@@ -46,10 +47,6 @@ _TOKEN = 16
 # same key group again skips deserialising it (see _load).
 _CACHE: "OrderedDict[bytes, OperatorState]" = OrderedDict()
 _CACHE_SIZE = 64
-
-
-class FusionError(RuntimeError):
-    """A fused stage's routing put a row in another key group than the one it runs in."""
 
 
 @dataclass(frozen=True)
@@ -115,14 +112,14 @@ def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
         return _new_state(spec)
     blob = bytes(blob)
     if blob[:4] != _MAGIC:
-        raise ValueError(f"stage operator {spec.name!r}: key group state has an unknown format "
+        raise InvalidArgumentError(f"stage operator {spec.name!r}: key group state has an unknown format "
                          f"({blob[:4]!r}, expected {_MAGIC!r})")
     cached = _CACHE.pop(blob[4:4 + _TOKEN], None)
     if cached is not None:
         return cached
     tracker, stage_blobs, out_wms, last, seq, emitted = pickle.loads(blob[4 + _TOKEN:])
     if len(stage_blobs) != len(spec.stages):
-        raise ValueError(f"stage operator {spec.name!r}: the checkpoint holds {len(stage_blobs)} stage "
+        raise InvalidArgumentError(f"stage operator {spec.name!r}: the checkpoint holds {len(stage_blobs)} stage "
                          f"states, the pipeline has {len(spec.stages)} stages here (pipeline changed?)")
     states = [s.load_state(b) for s, b in zip(spec.stages, stage_blobs)]
     tracker = (InputWatermarks if spec.inputs else PunctuationTracker).from_bytes(tracker)

@@ -29,7 +29,7 @@ stage no two fusions of a chain conflict, so the plan equals the rule's for any 
 
 Example::
 
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
     out = (SlicerStage(...).then(WindowingStage(...))).apply(source_df)   # one query
     out.writeStream.foreachBatch(...).start()
 """
@@ -44,12 +44,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from keygroups.computed import Computed, computed_inputs, evaluate
-from keygroups.contract import CONTROL_COLUMNS, CONTROL_NAMES, KIND_DATA, conform, schema_ddl
-from keygroups.fusion import plan_chain
-from keygroups.operator import OperatorSpec, run_key_group
-from keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
-from keygroups.stage import INPUT_COLUMN, Stage
+from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate
+from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, CONTROL_NAMES, KIND_DATA, conform, schema_ddl
+from dataflow_kafka.keygroups.fusion import plan_chain
+from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
+from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Stage
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Pipeline", "plain_column", "stateful_operators", "frame_types"]
 
@@ -95,7 +96,7 @@ class Pipeline:
         names = [lk.stage.name for lk in self._links]
         unknown = [n for n in _emit if n not in names]
         if unknown:
-            raise ValueError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names}; emit an "
+            raise InvalidArgumentError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names}; emit an "
                              "upstream stage on its own pipeline, before Pipeline.join)")
         self._emit = tuple(_emit)
 
@@ -110,7 +111,7 @@ class Pipeline:
 
             Pipeline.join(q8, persons=parse_persons, auctions=parse_auctions).then(top_sellers)
         """
-        from keygroups.fan_in import join_upstreams
+        from dataflow_kafka.keygroups.fan_in import join_upstreams
 
         return cls([stage], _upstreams=join_upstreams(stage, upstreams))
 
@@ -156,7 +157,7 @@ class Pipeline:
         ``select``/``where``)."""
         if isinstance(stage, Pipeline):
             if stage._upstreams is not None and any(u is not None for u in stage._upstreams.values()):
-                raise ValueError(f"then: {stage!r} starts with a multi-input stage whose inputs have upstreams; "
+                raise InvalidArgumentError(f"then: {stage!r} starts with a multi-input stage whose inputs have upstreams; "
                                  "name this pipeline as one of them: Pipeline.join(stage, <input>=this, ...)")
             if stage._upstreams is not None:
                 head = Pipeline.join(stage.stages[0], **{n: self for n in stage._upstreams})
@@ -165,7 +166,7 @@ class Pipeline:
             return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links),
                             _emit=self._emit + stage._emit, _upstreams=self._upstreams)
         if fuse not in (None, True, False):
-            raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
+            raise InvalidArgumentError(f"fuse must be None, True or False, got {fuse!r}")
         if isinstance(stage, Stage) and stage.stage_inputs():
             return Pipeline.join(stage, **{i.name: self for i in stage.stage_inputs()})
         return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)],
@@ -194,7 +195,7 @@ class Pipeline:
 
     def _own_plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
         if not self._links:
-            raise ValueError("an empty pipeline has nothing to run")
+            raise InvalidArgumentError("an empty pipeline has nothing to run")
         stages = self.stages
         rates = _link_rates(stages, rates)
         if not fuse:
@@ -206,7 +207,7 @@ class Pipeline:
         """One :class:`~keygroups.operator.OperatorSpec` per operator of this chain (:meth:`plan`
         without the upstreams'; :func:`keygroups.fan_in.dag_specs` gives every pipeline's)."""
         if self._upstreams is not None:
-            from keygroups.fan_in import dag_specs
+            from dataflow_kafka.keygroups.fan_in import dag_specs
 
             return dag_specs(self, fuse, idle_timeout_ms, None)[id(self)]
         return self._chain_specs(fuse, idle_timeout_ms)
@@ -257,12 +258,12 @@ class Pipeline:
         for i in emit:
             for c, t in stages[i].output_columns() + [("event_time_ms", "bigint")]:
                 if results.setdefault(c, t) != t:
-                    raise ValueError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
+                    raise InvalidArgumentError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
                                      f"stage's is {results[c]}")
         taken = dict(CONTROL_COLUMNS) | dict(data_cols)
         for c, t in results.items():
             if taken.get(c, t) != t:
-                raise ValueError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} outputs "
+                raise InvalidArgumentError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} outputs "
                                  f"{c!r} as {taken[c]}: rename one of them (a key given as a dict names it)")
         ids = stages[0].key_group_ids()
         return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
@@ -277,7 +278,7 @@ class Pipeline:
         name; with several sources ``{source: {column: type}}``), later operators' come from the
         previous operator's output columns."""
         if self._upstreams is not None:
-            from keygroups.fan_in import dag_specs
+            from dataflow_kafka.keygroups.fan_in import dag_specs
 
             return dag_specs(self, fuse, idle_timeout_ms, source_types)[id(self)]
         return self._chain_specs(fuse, idle_timeout_ms, dict(source_types))
@@ -308,7 +309,7 @@ class Pipeline:
         (:mod:`keygroups.packed`; few shuffle rows per key group instead of one per record).
         """
         if self._upstreams is not None:
-            from keygroups.fan_in import apply_dag
+            from dataflow_kafka.keygroups.fan_in import apply_dag
 
             return apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
         return self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
@@ -319,8 +320,8 @@ class Pipeline:
         operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``."""
         from pyspark.sql import functions as F
 
-        from keygroups.processor import StageProcessor, deferred
-        from keygroups.routing import with_key_groups
+        from dataflow_kafka.keygroups.processor import StageProcessor, deferred
+        from dataflow_kafka.keygroups.routing import with_key_groups
 
         ops = self._own_plan(fuse)
         if claims == "own":
@@ -388,7 +389,7 @@ class Pipeline:
         is ``{input name: frames}`` (the same number of micro-batches each, as one query's).
         """
         if self._upstreams is not None:
-            from keygroups.fan_in import run_dag_local
+            from dataflow_kafka.keygroups.fan_in import run_dag_local
 
             return run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms, input_types=input_types)
         unbound = self._chain_specs(fuse, idle_timeout_ms)
@@ -441,7 +442,7 @@ class Head:
 def _slim(routed, inputs: list[str], results: tuple, packed: bool, n: int):
     """The first operator's shuffle input: key group, control columns, ``inputs``, carried emitted
     columns (``results``), packed into Arrow blobs when ``packed``; and the columns' types."""
-    from keygroups.packed import pack_key_groups
+    from dataflow_kafka.keygroups.packed import pack_key_groups
 
     keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
     carry = [c for c, _ in results if c in routed.columns and c not in keep and c not in inputs]   # emitted stages' rows
@@ -549,7 +550,7 @@ def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
             renames[name] = None          # no data rows: nothing to compute
             continue
         if col is None or col not in df.columns:
-            raise ValueError(f"run_local: input {name!r} = {expr!r} of stage {stage.name!r} is not a column of "
+            raise InvalidArgumentError(f"run_local: input {name!r} = {expr!r} of stage {stage.name!r} is not a column of "
                              "its input rows (a SQL expression is evaluated by Spark only: give the input as "
                              "keygroups.Computed(fn, type), which both runners evaluate, or add the column)")
         if j == 0:
@@ -592,11 +593,11 @@ def _link_rates(stages: Sequence[Stage], rates: Sequence[float] | None) -> list[
         return [1.0] * n
     rates = list(rates)
     if len(rates) != n:
-        raise ValueError(f"rates: {n + 1} stages have {n} links, got {len(rates)} rates")
+        raise InvalidArgumentError(f"rates: {n + 1} stages have {n} links, got {len(rates)} rates")
     for i, r in enumerate(rates):
         if isinstance(r, bool) or not isinstance(r, (int, float, np.integer, np.floating)) \
                 or not np.isfinite(r) or r <= 0:
-            raise ValueError(f"rates[{i}] (link {stages[i].name!r} -> {stages[i + 1].name!r}) must be a finite "
+            raise InvalidArgumentError(f"rates[{i}] (link {stages[i].name!r} -> {stages[i + 1].name!r}) must be a finite "
                              f"number > 0, got {r!r}")
     return [float(r) for r in rates]
 
@@ -620,7 +621,7 @@ def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
     if stage.python_router() is not None:
         if fuse is True:
             if not same_n:
-                raise ValueError(f"fuse=True: {stage.name!r} has {stage.num_key_groups} key groups, "
+                raise InvalidArgumentError(f"fuse=True: {stage.name!r} has {stage.num_key_groups} key groups, "
                                  f"{prev.name!r} {prev.num_key_groups}")
             return True
         return same_n and bool(getattr(stage, "fusable_after", lambda p: False)(prev))
@@ -632,7 +633,7 @@ def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
     same_key = bool(keys) and [plain.get(k) for k in keys] == list(prev.output_key_columns() or [])
     if fuse is True:
         if not (same_n and all_plain and same_key):
-            raise ValueError(f"fuse=True: {stage.name!r} cannot run fused after {prev.name!r}: it needs the "
+            raise InvalidArgumentError(f"fuse=True: {stage.name!r} cannot run fused after {prev.name!r}: it needs the "
                              "same number of key groups, plain-column inputs of that stage's output and its "
                              f"key columns {prev.output_key_columns()} (got inputs {exprs}, key {keys})")
         return True
@@ -642,7 +643,7 @@ def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
 def _groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> np.ndarray | None:
     """Key groups of the data rows of ``df`` by its key columns (Spark's hash; ints by width)."""
     if not keys:
-        raise ValueError("a stage with column inputs needs key_columns()")
+        raise InvalidArgumentError("a stage with column inputs needs key_columns()")
     is_data = (df["kind"] == KIND_DATA).to_numpy()
     groups = np.zeros(len(df), np.int64)
     if is_data.any():
@@ -726,7 +727,7 @@ def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
     :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed
     into Arrow IPC blobs (:mod:`keygroups.packed`), in one ``mapInPandas`` step: rows
     ``(key_group, payload)``. Also returns the packed columns' Spark types."""
-    from keygroups.packed import PAYLOAD_COLUMN
+    from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
 
     columns = [c for c in _ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
     df = _with_ms_columns(df)
@@ -748,7 +749,7 @@ def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
     group, other rows to the first group (``ids[0]``); the payload is an Arrow IPC stream of ``columns`` (pure)."""
     import pyarrow as pa
 
-    from keygroups.packed import PAYLOAD_COLUMN
+    from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
 
     out_groups, payloads = [], []
     if len(frame):

@@ -31,10 +31,10 @@ class StageProcessor(StatefulProcessor):
         self._state = handle.getValueState("operator", _OPERATOR_STATE)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        from keygroups.operator import run_key_group
+        from dataflow_kafka.keygroups.operator import run_key_group
 
         if self.packed:
-            from keygroups.packed import PAYLOAD_COLUMN, unpack_key_group
+            from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, unpack_key_group
 
             pdf = unpack_key_group([p for part in rows for p in part[PAYLOAD_COLUMN]])
         else:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Iterable, Mapping
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["PunctuationTracker", "InputWatermarks"]
 
@@ -63,7 +64,7 @@ class PunctuationTracker:
 
     def __init__(self, idle_timeout_ms: int | None = None, expected: Iterable[str] = ()) -> None:
         if idle_timeout_ms is not None and idle_timeout_ms < 0:
-            raise ValueError(f"idle_timeout_ms must be >= 0 or None, got {idle_timeout_ms!r}")
+            raise InvalidArgumentError(f"idle_timeout_ms must be >= 0 or None, got {idle_timeout_ms!r}")
         self.idle_timeout_ms = idle_timeout_ms
         # expected senders wait at None; their idle clock starts at the first update the tracker sees
         self._sources: dict[str, _Source] = {str(s): _Source(None, None, None) for s in expected}
@@ -158,7 +159,7 @@ class InputWatermarks:
         expected = expected or {}
         self.trackers = {str(n): PunctuationTracker(idle_timeout_ms, expected.get(n, ())) for n in inputs}
         if not self.trackers:
-            raise ValueError("InputWatermarks needs at least one input")
+            raise InvalidArgumentError("InputWatermarks needs at least one input")
         self._low_ms: int | None = None
 
     def update(self, input: str, source: str, punctuation_ms: int | None, end_offset: int | None = None,
@@ -166,7 +167,7 @@ class InputWatermarks:
         """A punctuation of ``source`` on ``input`` (:meth:`PunctuationTracker.update`)."""
         tracker = self.trackers.get(input)
         if tracker is None:
-            raise ValueError(f"punctuation for input {input!r}: the operator's inputs are {sorted(self.trackers)}")
+            raise InvalidArgumentError(f"punctuation for input {input!r}: the operator's inputs are {sorted(self.trackers)}")
         tracker.update(source, punctuation_ms, end_offset, processing_time_ms)
 
     def per_input(self) -> dict[str, int | None]:

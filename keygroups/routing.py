@@ -26,6 +26,7 @@ import struct
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["KEY_GROUP_COLUMN", "SEED", "hash_key", "key_group_of", "key_groups_of", "with_key_groups",
            "MARKER_KINDS"]
@@ -117,21 +118,21 @@ def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, c
     from pyspark.sql import functions as F
 
     if not isinstance(num_key_groups, int) or isinstance(num_key_groups, bool) or num_key_groups < 1:
-        raise ValueError(f"num_key_groups must be a positive int, got {num_key_groups!r}")
+        raise InvalidArgumentError(f"num_key_groups must be a positive int, got {num_key_groups!r}")
     if keys is None:
         if column not in df.columns:
-            raise ValueError(f"keys=None needs a precomputed {column!r} column; columns: {df.columns}")
+            raise InvalidArgumentError(f"keys=None needs a precomputed {column!r} column; columns: {df.columns}")
         data_group = F.col(column).cast("int")
     else:
         key_cols = [F.expr(keys)] if isinstance(keys, str) else [F.expr(k) for k in keys]
         if not key_cols:
-            raise ValueError("keys must name at least one column or expression")
+            raise InvalidArgumentError("keys must name at least one column or expression")
         data_group = F.pmod(F.xxhash64(*key_cols), F.lit(num_key_groups)).cast("int")
     if group_ids is None:
         every_group, lead = F.sequence(F.lit(0), F.lit(num_key_groups - 1)), 0
     else:
         if keys is not None or not group_ids:
-            raise ValueError("group_ids needs keys=None (rows routed in Python) and at least one id")
+            raise InvalidArgumentError("group_ids needs keys=None (rows routed in Python) and at least one id")
         every_group, lead = F.array(*[F.lit(int(g)) for g in group_ids]), int(group_ids[0])
     groups = (F.when(F.col("kind") == "data", F.array(data_group))
               .when(F.col("kind").isin(*MARKER_KINDS), every_group)

@@ -16,7 +16,7 @@ point, and a replayed batch starts from the committed table and meets the same c
 price is one more stateful operator per batch; its input is packed per task (one shuffle row per
 source partition and batch).
 
->>> from balancing.routing_table import RoutingTable
+>>> from dataflow_kafka.balancing.routing_table import RoutingTable
 >>> r = SlotRouter(key="CAST(key AS STRING)", columns=(("value", "CAST(value AS STRING)", "string"),),
 ...                table=RoutingTable.uniform(16, 4, 2))
 >>> sorted(r.inputs())
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["SlotRouter", "SlotStage", "by_slot", "KEY_GROUP_OF_ROW", "SLOT_COLUMN"]
 
@@ -90,13 +91,13 @@ class SlotRouter(Stage):
 
     def __post_init__(self) -> None:
         if not self.key:
-            raise ValueError("SlotRouter: key (an SQL expression) is required")
+            raise InvalidArgumentError("SlotRouter: key (an SQL expression) is required")
         if self.table is None:
-            raise ValueError("SlotRouter: table (a balancing.routing_table.RoutingTable) is required")
+            raise InvalidArgumentError("SlotRouter: table (a balancing.routing_table.RoutingTable) is required")
         taken = {"key", KEY_GROUP_OF_ROW, SLOT_COLUMN, "src_partition", "event_time_ms"}
         for c in self.columns:
             if len(c) != 3 or c[0] in taken:
-                raise ValueError(f"SlotRouter: columns are (name, SQL expression, DDL type) with names other than "
+                raise InvalidArgumentError(f"SlotRouter: columns are (name, SQL expression, DDL type) with names other than "
                                  f"{sorted(taken)}, got {c!r}")
 
     def inputs(self) -> dict[str, str]:
@@ -121,11 +122,11 @@ class SlotRouter(Stage):
         return state["table"].to_json().encode()
 
     def load_state(self, blob: bytes) -> dict:
-        from balancing.routing_table import RoutingTable
+        from dataflow_kafka.balancing.routing_table import RoutingTable
 
         table = RoutingTable.from_json(bytes(blob).decode())
         if (table.num_key_groups, table.slot_ids) != (self.table.num_key_groups, self.table.slot_ids):
-            raise ValueError(f"SlotRouter {self.name!r}: the checkpoint's routing table has "
+            raise InvalidArgumentError(f"SlotRouter {self.name!r}: the checkpoint's routing table has "
                              f"{table.num_key_groups} key groups on slots {table.slot_ids}, the pipeline "
                              f"{self.table.num_key_groups} on {self.table.slot_ids} (pipeline changed?)")
         return {"table": table}

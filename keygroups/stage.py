@@ -41,7 +41,8 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from keygroups.contract import Modification
+from dataflow_kafka.keygroups.contract import Modification
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter", "Input", "INPUT_COLUMN"]
 
@@ -87,12 +88,12 @@ class Input:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"Input name={self.name!r}: expected a non-empty string")
+            raise InvalidArgumentError(f"Input name={self.name!r}: expected a non-empty string")
         if not isinstance(self.columns, Mapping) or not self.columns:
-            raise ValueError(f"Input {self.name!r}: columns={self.columns!r}: expected a non-empty dict "
+            raise InvalidArgumentError(f"Input {self.name!r}: columns={self.columns!r}: expected a non-empty dict "
                              "{column: SQL expression or keygroups.Computed}")
         if self.select is not None and not isinstance(self.select, Mapping):
-            raise ValueError(f"Input {self.name!r}: select={self.select!r}: expected a dict {{column: value}}")
+            raise InvalidArgumentError(f"Input {self.name!r}: select={self.select!r}: expected a dict {{column: value}}")
         object.__setattr__(self, "columns", dict(self.columns))
         if self.select is not None:
             object.__setattr__(self, "select", dict(self.select))
@@ -217,7 +218,7 @@ class Stage:
 
     def then(self, other: "Stage", fuse: bool | None = None):
         """A :class:`~keygroups.pipeline.Pipeline` of this stage followed by ``other``."""
-        from keygroups.pipeline import Pipeline
+        from dataflow_kafka.keygroups.pipeline import Pipeline
 
         return Pipeline([self]).then(other, fuse=fuse)
 

@@ -35,7 +35,7 @@ Running inside Spark (what a ``transformWithStateInPandas`` processor should do)
 
 Example
 -------
->>> from optimistic import Grouping, run_local
+>>> from dataflow_kafka.optimistic import Grouping, run_local
 >>> def parity(x): return x % 2
 >>> arrivals = [(t, 0, t, t) for t in (3, 1, 2, 4)]      # (event_time_ms, source, offset, payload)
 >>> r = run_local([Grouping(window=3, key=parity)], arrivals)
@@ -43,13 +43,13 @@ Example
 ([(1,), (2,), (1, 3), (2, 4)], 1)
 """
 
-from optimistic.barrier import Barrier, BarrierCounters
-from optimistic.buffered import BufferedPipeline
-from optimistic.local import Mode, RunResult, run_buffered, run_local, safe_punctuations
-from optimistic.order import Item, Meta
-from optimistic.pipeline import OptimisticPipeline
-from optimistic.replay import KeyedState
-from optimistic.stages import Grouping, Map, Stage, StatefulMap
+from dataflow_kafka.optimistic.barrier import Barrier, BarrierCounters
+from dataflow_kafka.optimistic.buffered import BufferedPipeline
+from dataflow_kafka.optimistic.local import Mode, RunResult, run_buffered, run_local, safe_punctuations
+from dataflow_kafka.optimistic.order import Item, Meta
+from dataflow_kafka.optimistic.pipeline import OptimisticPipeline
+from dataflow_kafka.optimistic.replay import KeyedState
+from dataflow_kafka.optimistic.stages import Grouping, Map, Operation, StatefulMap
 
 __all__ = [
     "Barrier",
@@ -63,7 +63,7 @@ __all__ = [
     "Meta",
     "OptimisticPipeline",
     "RunResult",
-    "Stage",
+    "Operation",
     "StatefulMap",
     "run_buffered",
     "run_local",

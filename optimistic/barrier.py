@@ -14,7 +14,7 @@ arrived at the barrier, items and tombstones, over the valid items it released.
 
 Example
 -------
->>> from optimistic.order import Item
+>>> from dataflow_kafka.optimistic.order import Item
 >>> b = Barrier()
 >>> late = Item.source(5, 0, 1, "x")
 >>> b.insert(late.retraction())          # the tombstone overtook its item
@@ -31,7 +31,8 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from optimistic.order import Item, Meta, locate
+from dataflow_kafka.optimistic.order import Item, Meta, locate
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Barrier", "BarrierCounters"]
 
@@ -150,7 +151,7 @@ class Barrier:
     def from_bytes(cls, data: bytes) -> "Barrier":
         fmt, bound, counters, slots = pickle.loads(data)
         if fmt != _FORMAT:
-            raise ValueError(f"Barrier format {fmt!r} is not supported (expected {_FORMAT})")
+            raise InvalidArgumentError(f"Barrier format {fmt!r} is not supported (expected {_FORMAT})")
         b = cls()
         b.released_below_ms = bound
         b.counters = BarrierCounters(**counters)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from optimistic.barrier import Barrier, BarrierCounters
-from optimistic.order import Item
-from optimistic.pipeline import _Pipeline
-from optimistic.stages import Stage
+from dataflow_kafka.optimistic.barrier import Barrier, BarrierCounters
+from dataflow_kafka.optimistic.order import Item
+from dataflow_kafka.optimistic.pipeline import _Pipeline
+from dataflow_kafka.optimistic.stages import Operation
 
 __all__ = ["BufferedPipeline"]
 
@@ -26,7 +26,7 @@ __all__ = ["BufferedPipeline"]
 class BufferedPipeline(_Pipeline):
     """One buffer before each order-sensitive stage; the same interface as the optimistic one."""
 
-    def __init__(self, stages: Sequence[Stage], *, gc: bool = True) -> None:
+    def __init__(self, stages: Sequence[Operation], *, gc: bool = True) -> None:
         super().__init__(stages, gc=gc)
         positions = [i for i, s in enumerate(self.stages) if s.order_sensitive] or [len(self.stages)]
         self.buffers = {i: Barrier() for i in positions}

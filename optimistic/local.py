@@ -15,7 +15,7 @@ buffered is released (a final punctuation at infinity) unless ``flush=False``.
 
 Example: the paper's grouping example (section V.B) under reordering
 ------------------------------------------------------------------
->>> from optimistic.stages import Grouping
+>>> from dataflow_kafka.optimistic.stages import Grouping
 >>> def parity(x): return x % 2
 >>> arrivals = [(t, 0, t, t) for t in (3, 1, 4, 2, 6, 5, 8, 7)]
 >>> r = run_local([Grouping(window=3, key=parity)], arrivals, safe_punctuations(arrivals, 2))
@@ -34,11 +34,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from optimistic.barrier import BarrierCounters
-from optimistic.buffered import BufferedPipeline
-from optimistic.order import Item
-from optimistic.pipeline import OptimisticPipeline
-from optimistic.stages import Stage
+from dataflow_kafka.optimistic.barrier import BarrierCounters
+from dataflow_kafka.optimistic.buffered import BufferedPipeline
+from dataflow_kafka.optimistic.order import Item
+from dataflow_kafka.optimistic.pipeline import OptimisticPipeline
+from dataflow_kafka.optimistic.stages import Operation
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Mode", "RunResult", "run_local", "run_buffered", "safe_punctuations"]
 
@@ -91,10 +92,10 @@ def _source_items(arrivals: Iterable[Arrival | Item]) -> list[Item]:
     seen: set[tuple[int, int]] = set()
     for item in items:
         if item.meta.path or item.tombstone:
-            raise ValueError(f"arrivals must be source items (no child path, no tombstone), got {item!r}")
+            raise InvalidArgumentError(f"arrivals must be source items (no child path, no tombstone), got {item!r}")
         sid = (item.meta.source, item.meta.offset)
         if sid in seen:
-            raise ValueError(f"arrival (source, offset) {sid!r} occurs twice; the total order needs it unique")
+            raise InvalidArgumentError(f"arrival (source, offset) {sid!r} occurs twice; the total order needs it unique")
         seen.add(sid)
     return items
 
@@ -106,10 +107,10 @@ def _check_punctuations(items: list[Item], punctuations: Iterable[tuple[int, int
     checked = sorted((int(after), bound) for after, bound in punctuations)
     for after, bound in checked:
         if not 0 <= after <= len(items):
-            raise ValueError(f"punctuation (after={after}, bound_ms={bound}) is outside 0..{len(items)} arrivals")
+            raise InvalidArgumentError(f"punctuation (after={after}, bound_ms={bound}) is outside 0..{len(items)} arrivals")
         if suffix_min[after] < bound:
             late = next(i for i in range(after, len(items)) if items[i].meta.time_ms < bound)
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"punctuation (after={after}, bound_ms={bound}) is broken by arrival {late} "
                 f"with event time {items[late].meta.time_ms}"
             )
@@ -137,11 +138,11 @@ class Mode(enum.Enum):
             return value if isinstance(value, Mode) else cls(value)
         except ValueError:
             allowed = ", ".join(repr(m.value) for m in cls)
-            raise ValueError(f"mode must be one of {allowed}, got {value!r}") from None
+            raise InvalidArgumentError(f"mode must be one of {allowed}, got {value!r}") from None
 
 
 def run_local(
-    stages: Sequence[Stage],
+    stages: Sequence[Operation],
     arrivals: Iterable[Arrival | Item],
     punctuations: Iterable[tuple[int, int | float]] = (),
     *,
@@ -177,9 +178,9 @@ def run_local(
     """
     mode = Mode.parse(mode)
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size!r}")
     if restart_every is not None and restart_every < 1:
-        raise ValueError(f"restart_every must be >= 1 or None, got {restart_every!r}")
+        raise InvalidArgumentError(f"restart_every must be >= 1 or None, got {restart_every!r}")
     kind = OptimisticPipeline if mode is Mode.OPTIMISTIC else BufferedPipeline
     pipeline: OptimisticPipeline | BufferedPipeline = kind(stages, gc=gc)
     items = _source_items(arrivals)
@@ -223,7 +224,7 @@ def run_local(
 
 
 def run_buffered(
-    stages: Sequence[Stage],
+    stages: Sequence[Operation],
     arrivals: Iterable[Arrival | Item],
     punctuations: Iterable[tuple[int, int | float]] = (),
     **options: Any,

@@ -15,10 +15,11 @@ import pickle
 import random
 from typing import Any, Sequence
 
-from optimistic.barrier import Barrier, BarrierCounters
-from optimistic.order import Item
-from optimistic.replay import KeyedState
-from optimistic.stages import Stage
+from dataflow_kafka.optimistic.barrier import Barrier, BarrierCounters
+from dataflow_kafka.optimistic.order import Item
+from dataflow_kafka.optimistic.replay import KeyedState
+from dataflow_kafka.optimistic.stages import Operation
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["OptimisticPipeline"]
 
@@ -28,7 +29,7 @@ _FORMAT = 1
 class _Pipeline:
     """What both pipelines share: stages, their states, and (de)serialisation of the states."""
 
-    def __init__(self, stages: Sequence[Stage], *, gc: bool = True) -> None:
+    def __init__(self, stages: Sequence[Operation], *, gc: bool = True) -> None:
         self.stages = list(stages)
         self.states: list[Any] = [s.open_state() for s in self.stages]
         self.gc = gc
@@ -48,14 +49,14 @@ class _Pipeline:
         return pickle.dumps((_FORMAT, type(self).__name__, self.gc, states, self._buffers_bytes()), protocol=5)
 
     @classmethod
-    def from_bytes(cls, stages: Sequence[Stage], data: bytes):
+    def from_bytes(cls, stages: Sequence[Operation], data: bytes):
         """Rebuild a pipeline of ``stages`` (the same logic) from :meth:`to_bytes`."""
         fmt, kind, gc, states, buffers = pickle.loads(data)
         if (fmt, kind) != (_FORMAT, cls.__name__):
-            raise ValueError(f"cannot load a {kind} of format {fmt!r} as a {cls.__name__} of format {_FORMAT}")
+            raise InvalidArgumentError(f"cannot load a {kind} of format {fmt!r} as a {cls.__name__} of format {_FORMAT}")
         p = cls(stages, gc=gc)
         if len(states) != len(p.stages):
-            raise ValueError(f"saved pipeline has {len(states)} stages, got {len(p.stages)}")
+            raise InvalidArgumentError(f"saved pipeline has {len(states)} stages, got {len(p.stages)}")
         p.states = [None if b is None else KeyedState.from_bytes(b) for b in states]
         p._restore_buffers(buffers)
         return p
@@ -66,7 +67,7 @@ class OptimisticPipeline(_Pipeline):
 
     buffering_stages = 1
 
-    def __init__(self, stages: Sequence[Stage], *, gc: bool = True) -> None:
+    def __init__(self, stages: Sequence[Operation], *, gc: bool = True) -> None:
         super().__init__(stages, gc=gc)
         self.barrier = Barrier()
 

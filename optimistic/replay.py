@@ -38,7 +38,8 @@ from __future__ import annotations
 import pickle
 from typing import Any, Callable, Hashable, Iterable
 
-from optimistic.order import Item, Meta, locate, same_value
+from dataflow_kafka.optimistic.order import Item, Meta, locate, same_value
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["KeyedState", "Step"]
 
@@ -181,7 +182,7 @@ class KeyedState:
     def from_bytes(cls, data: bytes) -> "KeyedState":
         fmt, initial, logs = pickle.loads(data)
         if fmt != _FORMAT:
-            raise ValueError(f"KeyedState format {fmt!r} is not supported (expected {_FORMAT})")
+            raise InvalidArgumentError(f"KeyedState format {fmt!r} is not supported (expected {_FORMAT})")
         state = cls(initial)
         state._logs = {
             key: _KeyLog(base, [_Entry(Meta(*m), p, c, s, o) for m, p, c, s, o in entries])

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
-from optimistic.stage import MODES, decode_json, encode_json, optimistic_stages
+from dataflow_kafka.optimistic.stage import MODES, decode_json, encode_json, optimistic_stages
 
 __all__ = ["MODES", "SINK_SCHEMA", "build_pipeline", "to_sink_rows", "decode_json", "encode_json", "read_metrics"]
 

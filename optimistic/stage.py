@@ -51,12 +51,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
-from keygroups.contract import CONTROL_NAMES
-from optimistic.barrier import Barrier
-from optimistic.order import Item, Meta
-from optimistic.replay import KeyedState
-from optimistic.stages import Map
+from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+from dataflow_kafka.keygroups.contract import CONTROL_NAMES
+from dataflow_kafka.optimistic.barrier import Barrier
+from dataflow_kafka.optimistic.order import Item, Meta
+from dataflow_kafka.optimistic.replay import KeyedState
+from dataflow_kafka.optimistic.stages import Map
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["OptimisticStage", "optimistic_stages", "decode_json", "encode_json", "MODES", "ITEM_COLUMN"]
 
@@ -122,18 +123,18 @@ class OptimisticStage(Stage):
 
     def __post_init__(self) -> None:
         if self.stage is None or not getattr(self.stage, "order_sensitive", False):
-            raise ValueError(f"OptimisticStage needs an order-sensitive stage (Grouping or StatefulMap), "
+            raise InvalidArgumentError(f"OptimisticStage needs an order-sensitive stage (Grouping or StatefulMap), "
                              f"got {self.stage!r}")
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
         if not isinstance(self.num_key_groups, int) or self.num_key_groups < 1:
-            raise ValueError(f"num_key_groups must be a positive int, got {self.num_key_groups!r}")
+            raise InvalidArgumentError(f"num_key_groups must be a positive int, got {self.num_key_groups!r}")
         self.maps, self.leading = tuple(self.maps), tuple(self.leading)
         self.output_schema = tuple(tuple(c) for c in self.output_schema)
         self.output_key = tuple(self.output_key)
         unknown = set(self.output_key) - {c for c, _ in self.output_schema}
         if unknown:
-            raise ValueError(f"output_key {sorted(unknown)} must name columns of output_schema {self.output_schema}")
+            raise InvalidArgumentError(f"output_key {sorted(unknown)} must name columns of output_schema {self.output_schema}")
 
     # -- pipeline configuration -------------------------------------------------------------------
     def followed_by(self, downstream: Stage | None) -> "OptimisticStage":
@@ -172,7 +173,7 @@ class OptimisticStage(Stage):
             items = [Item.source(t, p, o, x) for t, p, o, x in zip(times, parts, offs, payloads)]
             return _apply_maps(self.leading, items)
         if self.from_row is None:
-            raise ValueError(f"stage {self.name!r}: input rows have no 'value' column; pass from_row= to "
+            raise InvalidArgumentError(f"stage {self.name!r}: input rows have no 'value' column; pass from_row= to "
                              f"build a payload from the upstream stage's columns {list(data.columns)}")
         rows = data.drop(columns=[c for c in data.columns if c in _CONTROL]).to_dict("records")
         return _apply_maps(self.leading, [Item.source(t, p, o, self.from_row(r))
@@ -273,7 +274,7 @@ def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups:
     :func:`optimistic.workload.inverted_index_same_key`); fused stages' keys must agree (checked
     per row at run time).
     ``options``: passed to every :class:`OptimisticStage` (``decode``, ``encode``, ``output``, ...)."""
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
 
     leading: list = []
     segments: list[tuple[Any, list]] = []
@@ -285,15 +286,15 @@ def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups:
         else:
             leading.append(s)
     if not segments:
-        raise ValueError("optimistic_stages: at least one order-sensitive stage (Grouping or StatefulMap)")
+        raise InvalidArgumentError("optimistic_stages: at least one order-sensitive stage (Grouping or StatefulMap)")
     groups = [key_groups] * len(segments) if isinstance(key_groups, int) else list(key_groups)
     if len(groups) != len(segments) or any(not isinstance(g, int) or g < 1 for g in groups):
-        raise ValueError(f"key_groups must be a positive int or {len(segments)} positive ints "
+        raise InvalidArgumentError(f"key_groups must be a positive int or {len(segments)} positive ints "
                          f"(one per order-sensitive stage), got {key_groups!r}")
     links = ([bool(fuse_same_key)] * (len(segments) - 1) if isinstance(fuse_same_key, bool)
              else [bool(f) for f in fuse_same_key])
     if len(links) != len(segments) - 1:
-        raise ValueError(f"fuse_same_key must be a bool or {len(segments) - 1} bools (one per link between "
+        raise InvalidArgumentError(f"fuse_same_key must be a bool or {len(segments) - 1} bools (one per link between "
                          f"order-sensitive stages), got {fuse_same_key!r}")
     pipe = None
     for i, ((stage, maps), n) in enumerate(zip(segments, groups)):

@@ -25,7 +25,7 @@ cloudpickle also takes lambdas).
 
 Example
 -------
->>> from optimistic.order import Item
+>>> from dataflow_kafka.optimistic.order import Item
 >>> g = Grouping(window=3, key=_parity)
 >>> state = g.open_state()
 >>> [i.payload for i in g.process(state, [Item.source(t, 0, t, t) for t in (1, 3, 5)])]
@@ -41,10 +41,11 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Hashable, Iterable
 
-from optimistic.order import Item
-from optimistic.replay import KeyedState, Step
+from dataflow_kafka.optimistic.order import Item
+from dataflow_kafka.optimistic.replay import KeyedState, Step
+from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["Map", "Grouping", "StatefulMap", "Stage"]
+__all__ = ["Map", "Grouping", "StatefulMap", "Operation"]
 
 
 _META = operator.attrgetter("meta")
@@ -125,7 +126,7 @@ class Grouping(_Replaying):
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"Grouping.window must be an int >= 1, got {self.window!r}")
+            raise InvalidArgumentError(f"Grouping.window must be an int >= 1, got {self.window!r}")
         _check_callable("Grouping.key", self.key)
 
     @property
@@ -161,4 +162,5 @@ class StatefulMap(_Replaying):
         return self.initial
 
 
-Stage = Map | Grouping | StatefulMap
+#: One operation of an optimistic pipeline (FlameStream's operations).
+Operation = Map | Grouping | StatefulMap

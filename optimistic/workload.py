@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimistic.stages import Grouping, Map, Stage, StatefulMap
+from dataflow_kafka.optimistic.stages import Grouping, Map, Operation, StatefulMap
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "synthetic_vocabulary",
@@ -57,7 +58,7 @@ Posting = tuple[str, int, tuple[int, ...]]
 def synthetic_vocabulary(size: int, seed: int = 0) -> list[str]:
     """``size`` unique pseudo-words of 1 to 4 syllables; shorter words tend to get lower ranks."""
     if size < 1:
-        raise ValueError(f"vocabulary size must be >= 1, got {size!r}")
+        raise InvalidArgumentError(f"vocabulary size must be >= 1, got {size!r}")
     rng = np.random.default_rng(seed)
     words: list[str] = []
     seen: set[str] = set()
@@ -74,7 +75,7 @@ def synthetic_vocabulary(size: int, seed: int = 0) -> list[str]:
 def zipf_probabilities(size: int, exponent: float = 1.0) -> np.ndarray:
     """Probability of the word of rank ``r`` (1-based) proportional to ``r ** -exponent``."""
     if exponent <= 0:
-        raise ValueError(f"Zipf exponent must be > 0, got {exponent!r}")
+        raise InvalidArgumentError(f"Zipf exponent must be > 0, got {exponent!r}")
     weights = np.arange(1, size + 1, dtype=float) ** -exponent
     return weights / weights.sum()
 
@@ -90,7 +91,7 @@ def generate_documents(
     """``n_docs`` documents ``(doc_id, text)`` of Zipf-distributed synthetic words (seeded)."""
     low, high = words_per_doc
     if not 1 <= low <= high:
-        raise ValueError(f"words_per_doc must be (low, high) with 1 <= low <= high, got {words_per_doc!r}")
+        raise InvalidArgumentError(f"words_per_doc must be (low, high) with 1 <= low <= high, got {words_per_doc!r}")
     vocabulary = synthetic_vocabulary(vocabulary_size, seed)
     p = zipf_probabilities(vocabulary_size, exponent)
     rng = np.random.default_rng(seed + 1)
@@ -163,11 +164,11 @@ def inverted_index_same_key(order_sensitive: int = 1) -> list[bool]:
     return [True, False][:order_sensitive - 1]
 
 
-def inverted_index_stages(order_sensitive: int = 1) -> list[Stage]:
+def inverted_index_stages(order_sensitive: int = 1) -> list[Operation]:
     """The inverted-index pipeline with ``order_sensitive`` (1, 2 or 3) stateful stages."""
     if order_sensitive not in (1, 2, 3):
-        raise ValueError(f"order_sensitive must be 1, 2 or 3, got {order_sensitive!r}")
-    stages: list[Stage] = [Map(split_document), StatefulMap(update_postings, key=_word, initial=())]
+        raise InvalidArgumentError(f"order_sensitive must be 1, 2 or 3, got {order_sensitive!r}")
+    stages: list[Operation] = [Map(split_document), StatefulMap(update_postings, key=_word, initial=())]
     if order_sensitive >= 2:
         stages.append(StatefulMap(df_milestones, key=_word_of_change, initial=0))
     if order_sensitive >= 3:

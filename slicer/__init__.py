@@ -7,7 +7,8 @@ emitted. This package is the pure engine (numpy, no Spark):
 
 * :class:`SlicingWindowOperator` - the facade: ``add_window``, ``add_aggregation``,
   ``process_element(s)``, ``process_watermark``, ``set_allowed_lateness``, ``to_bytes``.
-* Windows and aggregations are the shared vocabulary of :mod:`windowing` (re-exported here):
+* Windows and aggregations are the shared vocabulary of :mod:`dataflow_kafka.windowing` (import them
+  from there):
   :class:`TumblingWindow`, :class:`SlidingWindow` (both with ``measure="count"`` for windows of
   records), :class:`SessionWindow`, :class:`GlobalWindow`; :class:`Sum`, :class:`Count`,
   :class:`Min`, :class:`Max`, :class:`Mean`, :class:`M4`, :class:`Median`, :class:`Quantile`,
@@ -31,6 +32,7 @@ Spark stage's) reports windows with records only, any start, by end.
 Example
 -------
 >>> import numpy as np
+>>> from dataflow_kafka.windowing import M4, SessionWindow, SlidingWindow, Sum
 >>> op = SlicingWindowOperator({"sliding": SlidingWindow(1000, 500), "session": SessionWindow(300)},
 ...                            [Sum(), M4()], allowed_lateness_ms=500)
 >>> op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([100, 200, 2100]))
@@ -49,32 +51,26 @@ On Spark
 lazily: ``import slicer`` does not import pyspark) is the one-stage pipeline.
 """
 
-from slicer.context_windows import (
+from dataflow_kafka.slicer.context_windows import (
     ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow,
     WindowContext,
 )
-from slicer.frames import ThresholdFrame
-from slicer.operator import SlicingWindowOperator, StreamOrder
-from slicer.results import WindowResult, WindowResults
-from slicer.windows import ContextFreeWindow, FixedBandWindow
-from windowing import (
-    M4, AggregateFunction, Combiner, Count, GlobalWindow, Max, Mean, Median, Min, Quantile, SessionWindow,
-    SlidingWindow, Sum, ToList, TumblingWindow, Window, WindowMeasure,
-)
+from dataflow_kafka.slicer.frames import ThresholdFrame
+from dataflow_kafka.slicer.operator import SlicingWindowOperator, StreamOrder
+from dataflow_kafka.slicer.results import WindowResult, WindowResults
+from dataflow_kafka.slicer.windows import ContextFreeWindow, FixedBandWindow
 
 __all__ = [
-    "SlicingWindowOperator", "StreamOrder", "WindowResult", "WindowResults",
-    "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
-    "FixedBandWindow", "PunctuationWindow", "SlideByTupleWindow", "ThresholdFrame", "WindowMeasure", "ContextFreeWindow", "ContextAwareWindow",
+    "SlicingWindowOperator", "StreamOrder", "WindowResult", "WindowResults", "FixedBandWindow",
+    "PunctuationWindow", "SlideByTupleWindow", "ThresholdFrame", "ContextFreeWindow", "ContextAwareWindow",
     "ForwardContextFreeWindow", "ForwardContextAwareWindow", "WindowContext",
-    "AggregateFunction", "Combiner", "Sum", "Count", "Min", "Max", "Mean", "M4", "Median", "Quantile", "ToList",
 ]
 
 
 def __getattr__(name):
     # The Spark operator imports pyspark; load it only when asked for (``import slicer`` stays Spark-free).
     if name == "slice_windows":
-        from slicer import spark
+        from dataflow_kafka.slicer import spark
 
         return getattr(spark, name)
     raise AttributeError(f"module 'slicer' has no attribute {name!r}")

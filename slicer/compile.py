@@ -4,7 +4,7 @@
 slices by (Scotty §5.4.2's window interface), and passes the slicer-only extensions through;
 :func:`kernel_for` picks the vectorised kernel of an aggregation (§5.4.1).
 
->>> from windowing import SlidingWindow, SessionWindow
+>>> from dataflow_kafka.windowing import SlidingWindow, SessionWindow
 >>> compile_window(SlidingWindow(1000, 250))
 PeriodicWindow(measure=<Measure.TIME: 'time'>, size=1000, slide=250, offset=0)
 >>> compile_window(SessionWindow(300))
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from slicer._kernels import ComponentKernel, HolisticKernel, Kernel, PythonKernel
-from slicer.context_windows import ContextAwareWindow, SessionGapWindow
-from slicer.windows import ContextFreeWindow, FixedBandWindow, PeriodicWindow
-from windowing import (
+from dataflow_kafka.slicer._kernels import ComponentKernel, HolisticKernel, Kernel, PythonKernel
+from dataflow_kafka.slicer.context_windows import ContextAwareWindow, SessionGapWindow
+from dataflow_kafka.slicer.windows import ContextFreeWindow, FixedBandWindow, PeriodicWindow
+from dataflow_kafka.windowing import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, M4, AggregateFunction, Count, GlobalWindow, Max, Mean, Median, Min,
     Quantile, SessionWindow, SlidingWindow, Sum, TumblingWindow,
 )

@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from slicer.windows import TIME, _positive_int
+from dataflow_kafka.slicer.windows import TIME, _positive_int
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "WindowContext", "ContextAwareWindow", "ForwardContextFreeWindow",
@@ -166,7 +167,8 @@ class PunctuationWindow(ForwardContextFreeWindow):
     ``[p, next)``; the first window opens at the first record. Slicer only.
 
     >>> import numpy as np
-    >>> from slicer import SlicingWindowOperator, Sum
+    >>> from dataflow_kafka.slicer import SlicingWindowOperator
+    >>> from dataflow_kafka.windowing import Sum
     >>> op = SlicingWindowOperator([PunctuationWindow(0)], [Sum()])
     >>> op.process_elements(np.array([1, 2, 0, 3, 0, 4]), np.array([5, 10, 20, 30, 40, 50]))
     >>> [(r.start, r.end, r.value) for r in op.process_watermark(100)]
@@ -178,7 +180,7 @@ class PunctuationWindow(ForwardContextFreeWindow):
 
     def __post_init__(self) -> None:
         if self.punctuation is None and self.predicate is None:
-            raise ValueError("PunctuationWindow: give punctuation=<value> or predicate=<callable>")
+            raise InvalidArgumentError("PunctuationWindow: give punctuation=<value> or predicate=<callable>")
 
     def is_punctuation(self, values: np.ndarray) -> np.ndarray:
         if self.predicate is not None:

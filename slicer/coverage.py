@@ -48,11 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from slicer._tuples import TupleBuffer
-from slicer.context_windows import PunctuationWindow, SessionGapWindow, SlideByTupleWindow, _PunctuationContext
-from slicer.frames import ThresholdFrame
-from slicer.stream_slicer import StreamSlicer
-from slicer.window_manager import Query
+from dataflow_kafka.slicer._tuples import TupleBuffer
+from dataflow_kafka.slicer.context_windows import PunctuationWindow, SessionGapWindow, SlideByTupleWindow, _PunctuationContext
+from dataflow_kafka.slicer.frames import ThresholdFrame
+from dataflow_kafka.slicer.stream_slicer import StreamSlicer
+from dataflow_kafka.slicer.window_manager import Query
 
 __all__ = ["time_coverage", "count_coverage", "NO_LIMIT"]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from slicer.context_windows import ContextAwareWindow, PunctuationWindow, SessionGapWindow
-from slicer.windows import COUNT
-from windowing import AggregateFunction
+from dataflow_kafka.slicer.context_windows import ContextAwareWindow, PunctuationWindow, SessionGapWindow
+from dataflow_kafka.slicer.windows import COUNT
+from dataflow_kafka.windowing import AggregateFunction
 
 __all__ = ["record_reasons"]
 

@@ -10,7 +10,8 @@ open, close, split or fuse frames anywhere within the allowed lateness.
 Example
 -------
 >>> import numpy as np
->>> from slicer import SlicingWindowOperator, Sum
+>>> from dataflow_kafka.slicer import SlicingWindowOperator
+>>> from dataflow_kafka.windowing import Sum
 >>> op = SlicingWindowOperator([ThresholdFrame(5)], [Sum()])
 >>> op.process_elements(np.array([1, 6, 8, 2, 9, 3, 7]), np.array([0, 10, 20, 30, 40, 50, 60]))
 >>> [(r.start, r.end, r.value) for r in op.process_watermark(100)]   # [60, ...) is still open
@@ -24,7 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from slicer.context_windows import ForwardContextAwareWindow, WindowContext, merged_records
+from dataflow_kafka.slicer.context_windows import ForwardContextAwareWindow, WindowContext, merged_records
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["ThresholdFrame", "frames"]
 
@@ -40,7 +42,7 @@ class ThresholdFrame(ForwardContextAwareWindow):
 
     def __post_init__(self) -> None:
         if self.threshold is None and self.predicate is None:
-            raise ValueError("ThresholdFrame: give threshold=<value> or predicate=<callable>")
+            raise InvalidArgumentError("ThresholdFrame: give threshold=<value> or predicate=<callable>")
 
     def passes(self, values: np.ndarray) -> np.ndarray:
         if self.predicate is not None:

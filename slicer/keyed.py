@@ -65,11 +65,12 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from slicer.compile import compile_window
-from slicer.results import WindowResults, object_array
-from slicer.windows import TIME, PeriodicWindow, progression_points
-from windowing import M4, Count, Max, Mean, Min, Sum
-from windowing.commands import WindowQueries, check_query_id, next_query_id
+from dataflow_kafka.slicer.compile import compile_window
+from dataflow_kafka.slicer.results import WindowResults, object_array
+from dataflow_kafka.slicer.windows import TIME, PeriodicWindow, progression_points
+from dataflow_kafka.windowing import M4, Count, Max, Mean, Min, Sum
+from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, next_query_id
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["KeyedSlicingOperator"]
 
@@ -96,7 +97,7 @@ class KeyedSlicingOperator(WindowQueries):
 
     def __init__(self, template) -> None:
         if not self.supports(template):
-            raise ValueError("KeyedSlicingOperator: needs time TumblingWindow/SlidingWindow queries, Sum/Count/"
+            raise InvalidArgumentError("KeyedSlicingOperator: needs time TumblingWindow/SlidingWindow queries, Sum/Count/"
                              "Min/Max/Mean/M4 aggregations, stream_order='out_of_order' and no forced record keeping")
         self.allowed_lateness_ms = int(template.allowed_lateness_ms)
         self.aggregations = list(template.aggregations)
@@ -154,7 +155,7 @@ class KeyedSlicingOperator(WindowQueries):
         """Add a time tumbling or sliding window query (see the module docstring); returns its id."""
         runtime = compile_window(window)
         if not (isinstance(runtime, PeriodicWindow) and runtime.measure is TIME):
-            raise ValueError(f"KeyedSlicingOperator.add_window({window!r}): only time TumblingWindow / SlidingWindow "
+            raise InvalidArgumentError(f"KeyedSlicingOperator.add_window({window!r}): only time TumblingWindow / SlidingWindow "
                              "queries (use one SlicingWindowOperator per key for others)")
         qid, self._next_id = next_query_id(self.query_ids, query_id, self._next_id)
         self.key_start.append(self._coverage(runtime))
@@ -463,7 +464,7 @@ class KeyedSlicingOperator(WindowQueries):
     @classmethod
     def from_bytes(cls, data: bytes, template) -> "KeyedSlicingOperator":
         if data[:4] != _MAGIC:
-            raise ValueError("KeyedSlicingOperator.from_bytes: not a keyed slicer state (bad header)")
+            raise InvalidArgumentError("KeyedSlicingOperator.from_bytes: not a keyed slicer state (bad header)")
         st = pickle.loads(data[4:])
         op = cls(template)
         op.keys = list(st["keys"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from slicer._kernels import I64_MIN
+from dataflow_kafka.slicer._kernels import I64_MIN
 
 __all__ = ["too_late"]
 

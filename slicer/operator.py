@@ -7,7 +7,7 @@ managers (records into slices, splits, merges), the :class:`~slicer.window_manag
 Example
 -------
 >>> import numpy as np
->>> from windowing import Sum, TumblingWindow
+>>> from dataflow_kafka.windowing import Sum, TumblingWindow
 >>> op = SlicingWindowOperator([TumblingWindow(1000)], [Sum()], allowed_lateness_ms=1000)
 >>> op.process_elements(np.array([1.0, 2.0, 4.0]), np.array([100, 1500, 900]))
 >>> [(r.start, r.end, r.value) for r in op.process_watermark(2000)]
@@ -21,7 +21,7 @@ Example
 Queries are added and removed while running (ids are strings; the constructor's list gave
 ``"0"``); an added query covers the records the slices still hold (:mod:`slicer.coverage`):
 
->>> from windowing import SlidingWindow
+>>> from dataflow_kafka.windowing import SlidingWindow
 >>> op.add_window(SlidingWindow(2000, 1000), query_id="2s"), op.coverage_start("2s")  # slices from 1000 on
 ('2s', 1000)
 >>> [(r.query_id, r.start, r.end, r.value) for r in op.process_watermark(4000)]
@@ -37,16 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from slicer.compile import compile_window, is_builtin, kernel_for
-from slicer.coverage import NO_LIMIT, count_coverage, time_coverage
-from slicer.decision import record_reasons
-from slicer.lateness import too_late
-from slicer.results import WindowResult, WindowResults, integral_sum
-from slicer.slice_manager import CountSliceManager, SliceManager
-from slicer.window_manager import Query, WindowManager
-from slicer.windows import COUNT, TIME, measure_of
-from windowing import AggregateFunction, Sum
-from windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
+from dataflow_kafka.slicer.compile import compile_window, is_builtin, kernel_for
+from dataflow_kafka.slicer.coverage import NO_LIMIT, count_coverage, time_coverage
+from dataflow_kafka.slicer.decision import record_reasons
+from dataflow_kafka.slicer.lateness import too_late
+from dataflow_kafka.slicer.results import WindowResult, WindowResults, integral_sum
+from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
+from dataflow_kafka.slicer.window_manager import Query, WindowManager
+from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
+from dataflow_kafka.windowing import AggregateFunction, Sum
+from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["SlicingWindowOperator", "StreamOrder"]
 
@@ -62,7 +63,7 @@ class StreamOrder(enum.Enum):
         try:
             return value if isinstance(value, StreamOrder) else cls(str(value).lower())
         except ValueError:
-            raise ValueError(f"stream_order={value!r}: expected 'in_order' or 'out_of_order'") from None
+            raise InvalidArgumentError(f"stream_order={value!r}: expected 'in_order' or 'out_of_order'") from None
 
 
 class SlicingWindowOperator(WindowQueries):
@@ -109,9 +110,9 @@ class SlicingWindowOperator(WindowQueries):
                  stream_order: StreamOrder | str = "out_of_order", store: str = "lazy",
                  keep_records: bool | None = None, emission: str = "scotty", drop_before_watermark: bool = True):
         if store not in ("lazy", "eager"):
-            raise ValueError(f"store={store!r}: expected 'lazy' or 'eager'")
+            raise InvalidArgumentError(f"store={store!r}: expected 'lazy' or 'eager'")
         if emission not in ("scotty", "compact"):
-            raise ValueError(f"emission={emission!r}: expected 'scotty' or 'compact'")
+            raise InvalidArgumentError(f"emission={emission!r}: expected 'scotty' or 'compact'")
         self.emission = emission
         self.drop_before_watermark = bool(drop_before_watermark)
         self.set_allowed_lateness(allowed_lateness_ms)
@@ -137,7 +138,7 @@ class SlicingWindowOperator(WindowQueries):
     # ------------------------------------------------------------------ configuration
     def set_allowed_lateness(self, ms: int) -> None:
         if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)) or ms < 0:
-            raise ValueError(f"allowed_lateness_ms={ms!r}: expected an integer >= 0")
+            raise InvalidArgumentError(f"allowed_lateness_ms={ms!r}: expected an integer >= 0")
         self.allowed_lateness_ms = int(ms)
         if hasattr(self, "windows"):
             self.windows.allowed_lateness_ms = self.allowed_lateness_ms
@@ -146,7 +147,7 @@ class SlicingWindowOperator(WindowQueries):
         if not isinstance(fn, AggregateFunction):
             raise TypeError(f"add_aggregation({fn!r}): expected a windowing aggregation (AggregateFunction)")
         if self._time is not None:
-            raise ValueError("add_aggregation: aggregations are fixed once records were processed")
+            raise InvalidArgumentError("add_aggregation: aggregations are fixed once records were processed")
         self.aggregations.append(fn)
 
     @property
@@ -179,7 +180,7 @@ class SlicingWindowOperator(WindowQueries):
         self.windows.queries[qid] = q
         if bool(self.record_reasons()) and self._time.tuples is None:
             del self.windows.queries[qid]
-            raise ValueError(f"add_window({window!r}) while running needs records that were not "
+            raise InvalidArgumentError(f"add_window({window!r}) while running needs records that were not "
                              "kept; construct the operator with keep_records=True")
         if q.measure is COUNT and not any(o.measure is COUNT for o in others):
             self._count = self._manager(COUNT)       # positions count from the next record
@@ -228,7 +229,7 @@ class SlicingWindowOperator(WindowQueries):
 
     def _start(self, keep: bool | None = None) -> None:
         if not self.aggregations:
-            raise ValueError("add_aggregation() before processing records")
+            raise InvalidArgumentError("add_aggregation() before processing records")
         self._time, self._count = self._manager(TIME, keep), self._manager(COUNT)
         self._configure()
 
@@ -263,11 +264,11 @@ class SlicingWindowOperator(WindowQueries):
 
     def _process(self, values: np.ndarray, ts: np.ndarray, integral: bool) -> None:
         if ts.shape != values.shape or ts.ndim != 1:
-            raise ValueError(f"values {values.shape} and timestamps {ts.shape}: expected equal 1-d shapes")
+            raise InvalidArgumentError(f"values {values.shape} and timestamps {ts.shape}: expected equal 1-d shapes")
         if self._time is None:
             self._start()
         if self.emission == "scotty" and ts.size and ts.min() < 0:
-            raise ValueError(f"emission='scotty': event time {int(ts.min())} < 0 (Scotty's time starts at 0; "
+            raise InvalidArgumentError(f"emission='scotty': event time {int(ts.min())} < 0 (Scotty's time starts at 0; "
                              "emission='compact' accepts negative times)")
         wm = self.windows.watermark
         if wm is None and not self.drop_before_watermark:
@@ -283,7 +284,7 @@ class SlicingWindowOperator(WindowQueries):
         if self.stream_order is StreamOrder.IN_ORDER:
             floor = self._max_ts if self._max_ts is not None else ts[0]
             if ts[0] < floor or np.any(ts[1:] < ts[:-1]):
-                raise ValueError("stream_order='in_order' but a record arrived out of order")
+                raise InvalidArgumentError("stream_order='in_order' but a record arrived out of order")
         seq = np.arange(self._seq, self._seq + ts.size, dtype=np.int64)
         self._seq += ts.size
         top = int(ts.max())
@@ -337,11 +338,11 @@ class SlicingWindowOperator(WindowQueries):
     @classmethod
     def from_bytes(cls, data: bytes, like: "SlicingWindowOperator | None" = None) -> "SlicingWindowOperator":
         if data[:4] != _MAGIC:
-            raise ValueError("from_bytes: not a slicer state (bad header)")
+            raise InvalidArgumentError("from_bytes: not a slicer state (bad header)")
         payload = pickle.loads(data[4:])
         cfg = payload["config"] or (like._config() if like is not None else None)
         if cfg is None:
-            raise ValueError("from_bytes: state has no configuration; pass like=<configured operator>")
+            raise InvalidArgumentError("from_bytes: state has no configuration; pass like=<configured operator>")
         op = cls(allowed_lateness_ms=cfg["lateness"], stream_order=cfg["order"], store=cfg["store"],
                  keep_records=cfg["keep"], emission=cfg.get("emission", "compact"),
                  drop_before_watermark=cfg.get("early", False))

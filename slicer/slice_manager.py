@@ -21,11 +21,11 @@ from typing import Sequence
 
 import numpy as np
 
-from slicer._kernels import Kernel
-from slicer._tuples import TupleBuffer
-from slicer.context_windows import WindowContext
-from slicer.store import AggregationStore
-from slicer.stream_slicer import StreamSlicer
+from dataflow_kafka.slicer._kernels import Kernel
+from dataflow_kafka.slicer._tuples import TupleBuffer
+from dataflow_kafka.slicer.context_windows import WindowContext
+from dataflow_kafka.slicer.store import AggregationStore
+from dataflow_kafka.slicer.stream_slicer import StreamSlicer
 
 __all__ = ["SliceManager", "CountSliceManager"]
 

@@ -9,8 +9,8 @@ time is the source's punctuations (min over Kafka partitions); window queries ca
 removed while the query runs (control-topic commands, ``docs/stages.md``). To chain it with other
 stages, use :class:`~slicer.stage.SlicerStage` in a pipeline::
 
-    from slicer.spark import slice_windows
-    from windowing import M4, SlidingWindow, Sum, TumblingWindow
+    from dataflow_kafka.slicer.spark import slice_windows
+    from dataflow_kafka.windowing import M4, SlidingWindow, Sum, TumblingWindow
 
     src = spark.readStream.format("dataflow-kafka").option("subscribe", "sensors") ... .load()
     out = slice_windows(src, key="CAST(key AS STRING)",
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from slicer.stage import SlicerStage
+from dataflow_kafka.slicer.stage import SlicerStage
 
 __all__ = ["slice_windows"]
 
@@ -53,7 +53,7 @@ def slice_windows(df, key: Any, windows: Any, aggregations: Iterable, value="try
     policy of the punctuation tracker (``None``: an idle partition holds the watermark);
     ``pack_source``: pack each task's rows of a key group into one Arrow blob before the shuffle.
     """
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
 
     stage = SlicerStage(key=key, value=value, windows=windows, aggregations=list(aggregations),
                         allowed_lateness_ms=allowed_lateness_ms, num_key_groups=num_key_groups,

@@ -48,15 +48,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from keygroups import Dropped, Stage, StageInput, StageOutput
-from slicer.keyed import KeyedSlicingOperator
-from slicer.operator import SlicingWindowOperator
-from slicer.results import object_array
-from windowing import M4, Count
-from windowing.commands import WINDOW_OPS
-from windowing.rows import (
+from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer.operator import SlicingWindowOperator
+from dataflow_kafka.slicer.results import object_array
+from dataflow_kafka.windowing import M4, Count
+from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, key_specs, output_watermark, window_command,
 )
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["SlicerStage", "SLICER_COLUMNS"]
 
@@ -94,9 +95,9 @@ class SlicerStage(Stage):
 
     def __post_init__(self) -> None:
         if not self.windows:
-            raise ValueError("SlicerStage: at least one window (windows= a list or a dict {id: window})")
+            raise InvalidArgumentError("SlicerStage: at least one window (windows= a list or a dict {id: window})")
         if not self.aggregations:
-            raise ValueError("SlicerStage: at least one aggregation")
+            raise InvalidArgumentError("SlicerStage: at least one aggregation")
         self.aggregations = list(self.aggregations)
         self.windows = dict(self.windows) if isinstance(self.windows, dict) else list(self.windows)
         self._template_bytes = self._template().to_bytes()      # validates the configuration
@@ -146,7 +147,7 @@ class SlicerStage(Stage):
     def load_state(self, blob: bytes) -> Any:
         kind, payload = blob[:1], blob[1:]
         if kind != (b"K" if self.keyed else b"E"):
-            raise ValueError(f"stage {self.name!r}: the checkpoint holds the {'keyed' if kind == b'K' else 'per-key'} "
+            raise InvalidArgumentError(f"stage {self.name!r}: the checkpoint holds the {'keyed' if kind == b'K' else 'per-key'} "
                              "slicing state, this configuration needs the other one (windows or aggregations changed?)")
         if self.keyed:
             return KeyedSlicingOperator.from_bytes(payload, SlicingWindowOperator.from_bytes(self._template_bytes))

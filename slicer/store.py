@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from slicer._kernels import I64_MAX, I64_MIN, Kernel
+from dataflow_kafka.slicer._kernels import I64_MAX, I64_MIN, Kernel
 
 __all__ = ["AggregationStore"]
 

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
-from slicer.windows import ContextFreeWindow, progression_points
+from dataflow_kafka.slicer.windows import ContextFreeWindow, progression_points
 
 __all__ = ["StreamSlicer", "fuse_progressions"]
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from slicer.context_windows import ContextAwareWindow, WindowContext
-from slicer.results import WindowResults, object_array, with_empty
-from slicer.slice_manager import CountSliceManager, SliceManager
-from slicer.windows import COUNT, TIME, Measure, PeriodicWindow, measure_of, progression_points
+from dataflow_kafka.slicer.context_windows import ContextAwareWindow, WindowContext
+from dataflow_kafka.slicer.results import WindowResults, object_array, with_empty
+from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
+from dataflow_kafka.slicer.windows import COUNT, TIME, Measure, PeriodicWindow, measure_of, progression_points
 
 __all__ = ["Query", "WindowManager"]
 

@@ -30,6 +30,7 @@ import enum
 from dataclasses import dataclass
 
 import numpy as np
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "Measure", "TIME", "COUNT", "ContextFreeWindow", "PeriodicWindow", "FixedBandWindow", "measure_of",
@@ -49,7 +50,7 @@ class Measure(enum.Enum):
         try:
             return cls(str(value).lower())
         except ValueError:
-            raise ValueError(f"measure={value!r}: expected 'time' or 'count'") from None
+            raise InvalidArgumentError(f"measure={value!r}: expected 'time' or 'count'") from None
 
 
 TIME = Measure.TIME
@@ -63,7 +64,7 @@ def measure_of(window: object) -> Measure:
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name}={value!r}: expected a positive integer")
+        raise InvalidArgumentError(f"{name}={value!r}: expected a positive integer")
     return int(value)
 
 
@@ -119,7 +120,7 @@ class PeriodicWindow(ContextFreeWindow):
         _positive_int("size", self.size)
         _positive_int("slide", self.slide)
         if not isinstance(self.offset, (int, np.integer)):
-            raise ValueError(f"offset={self.offset!r}: expected an integer")
+            raise InvalidArgumentError(f"offset={self.offset!r}: expected an integer")
 
     def progressions(self):
         return [(self.slide, self.offset % self.slide), (self.slide, (self.offset + self.size) % self.slide)]
@@ -149,7 +150,7 @@ class FixedBandWindow(ContextFreeWindow):
 
     def __init__(self, start_ms: int, size_ms: int, *, measure: "Measure | str" = "time") -> None:
         if isinstance(start_ms, bool) or not isinstance(start_ms, (int, np.integer)):
-            raise ValueError(f"FixedBandWindow: start_ms={start_ms!r}: expected an integer")
+            raise InvalidArgumentError(f"FixedBandWindow: start_ms={start_ms!r}: expected an integer")
         object.__setattr__(self, "start_ms", int(start_ms))
         object.__setattr__(self, "size_ms", _positive_int("FixedBandWindow: size_ms", size_ms))
         object.__setattr__(self, "measure", Measure.parse(measure))

@@ -14,7 +14,7 @@ from tests.support import KafkaHelper
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
-    from brokers import kafka_broker
+    from dataflow_kafka.brokers import kafka_broker
 
     with kafka_broker(workdir=tmp_path_factory.mktemp("broker")) as b:
         yield b
@@ -43,7 +43,7 @@ def bootstrap(broker) -> str:
 
 @pytest.fixture(scope="session")
 def spark(request):
-    from datasource.session import spark_session
+    from dataflow_kafka.datasource.session import spark_session
 
     # Spark stops before the broker: its Python workers keep cached Kafka clients (range stats
     # producers) that would otherwise retry a stopped broker until the process exits.

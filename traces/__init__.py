@@ -8,7 +8,7 @@
 - :mod:`traces.compile`: ``compile_dag(dag)``, any DAG (fan-out, fan-in, several sources) as stages
   of :mod:`keygroups` (:mod:`traces.stage`); :mod:`traces.spark`: ``to_spark(dag, df)``, one query.
 
->>> from traces import Dag, OpStateless, Record, Punctuation
+>>> from dataflow_kafka.traces import Dag, OpStateless, Record, Punctuation
 >>> class Double(OpStateless):
 ...     def on_item(self, key, value, emit):
 ...         emit(key, 2 * value)
@@ -20,9 +20,9 @@
 [('a', 2), ('a', 10)]
 """
 
-from traces.dag import Dag, Result, TraceTypeError, canonical
-from traces.templates import OpKeyedOrdered, OpKeyedUnordered, OpStateless
-from traces.types import Blocker, Event, Marker, O, Punctuation, Record, StreamType, TraceError, U
+from dataflow_kafka.traces.dag import Dag, Result, TraceTypeError, canonical
+from dataflow_kafka.traces.templates import OpKeyedOrdered, OpKeyedUnordered, OpStateless
+from dataflow_kafka.traces.types import Blocker, Event, Marker, O, Punctuation, Record, StreamType, TraceError, U
 
 __all__ = ["Dag", "Result", "TraceTypeError", "TraceError", "canonical", "OpStateless", "OpKeyedOrdered",
            "OpKeyedUnordered", "U", "O", "StreamType", "Marker", "Event", "Record", "Punctuation", "Blocker"]

@@ -33,13 +33,13 @@ import functools
 import math
 from typing import Any, Callable, Mapping
 
-from keygroups import Pipeline
-from keygroups.contract import conform
-from keygroups.fusion import plan_fusion
-from traces.dag import Dag, Plan, TraceTypeError
-from traces.stage import TraceStage, Topology, _Vertex, default_decode
-from traces.templates import OpKeyedOrdered, OpStateless, make_emit
-from traces.types import Marker
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import conform
+from dataflow_kafka.keygroups.fusion import plan_fusion
+from dataflow_kafka.traces.dag import Dag, Plan, TraceTypeError
+from dataflow_kafka.traces.stage import TraceStage, Topology, _Vertex, default_decode
+from dataflow_kafka.traces.templates import OpKeyedOrdered, OpStateless, make_emit
+from dataflow_kafka.traces.types import Marker
 
 __all__ = ["compile_dag", "fusion_input", "CompiledDag"]
 

@@ -35,17 +35,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from traces.glue import Direct, Merge, Optimistic, Sorted, drive, hash_instance
-from traces.templates import (OpKeyedOrdered, OpKeyedUnordered, OpStateless, Template, runtime_for)
-from traces.types import Blocker, Event, Marker, Punctuation, Record, StreamType, TraceError, U
+from dataflow_kafka.traces.glue import Direct, Merge, Optimistic, Sorted, drive, hash_instance
+from dataflow_kafka.traces.templates import (OpKeyedOrdered, OpKeyedUnordered, OpStateless, Template, runtime_for)
+from dataflow_kafka.traces.types import Blocker, Event, Marker, Punctuation, Record, StreamType, TraceError, U
+from dataflow_kafka.errors import TraceTypeError
 
 __all__ = ["Dag", "Vertex", "Result", "TraceTypeError", "canonical", "ORDERINGS"]
 
 ORDERINGS = ("sort", "optimistic", "none")
-
-
-class TraceTypeError(TraceError):
-    """The DAG is not well typed (raised by :meth:`Dag.check`, before anything runs)."""
 
 
 @dataclass
@@ -314,7 +311,7 @@ class Dag:
     def to_spark(self, df, **options):
         """This DAG as one streaming query on ``df`` (one source) or ``{source: df}``
         (:func:`traces.spark.to_spark`)."""
-        from traces.spark import to_spark
+        from dataflow_kafka.traces.spark import to_spark
 
         return to_spark(self, df, **options)
 

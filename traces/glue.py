@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from traces.templates import OpKeyedOrdered, make_emit, marker_pos
-from traces.types import Event, Marker, TraceError, order_key
+from dataflow_kafka.traces.templates import OpKeyedOrdered, make_emit, marker_pos
+from dataflow_kafka.traces.types import Event, Marker, TraceError, order_key
 
 __all__ = ["hash_instance", "Merge", "Direct", "Sorted", "Optimistic", "drive"]
 
@@ -31,7 +31,7 @@ def hash_instance(key: Hashable, n: int) -> int:
     """HASH: the instance (of ``n``) that handles ``key``."""
     if n == 1:
         return 0
-    from keygroups.routing import key_group_of
+    from dataflow_kafka.keygroups.routing import key_group_of
 
     return key_group_of(repr(key), n)
 
@@ -185,7 +185,7 @@ class Optimistic:
     """
 
     def __init__(self, op: OpKeyedOrdered, vertex: str) -> None:
-        from optimistic import Barrier, KeyedState
+        from dataflow_kafka.optimistic import Barrier, KeyedState
 
         if not isinstance(op, OpKeyedOrdered):
             raise TraceError(f"vertex {vertex!r}: the optimistic strategy is for OpKeyedOrdered inputs, "
@@ -207,7 +207,7 @@ class Optimistic:
         return state, out
 
     def item(self, e: Event) -> list[Event]:
-        from optimistic import Item, Meta
+        from dataflow_kafka.optimistic import Item, Meta
 
         out: list = []
         self.keyed.apply(e.key, Item(Meta(self.segment, e.ts, 0, tuple(e.pos)), e, False), self._step, out)
@@ -215,7 +215,7 @@ class Optimistic:
         return []
 
     def marker(self, m: Marker) -> list[Event]:
-        from optimistic import Item, Meta
+        from dataflow_kafka.optimistic import Item, Meta
 
         out: list = []
         for key in self.keyed.keys():
@@ -235,7 +235,7 @@ class Optimistic:
         return (self.keyed.to_bytes(), self.barrier.to_bytes(), self.segment)
 
     def set_state(self, state: Any) -> None:
-        from optimistic import Barrier, KeyedState
+        from dataflow_kafka.optimistic import Barrier, KeyedState
 
         k, b, self.segment = state
         self.keyed, self.barrier = KeyedState.from_bytes(k), Barrier.from_bytes(b)

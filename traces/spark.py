@@ -15,10 +15,10 @@ from __future__ import annotations
 import pickle
 from typing import Any, Callable, Iterable, Mapping
 
-from traces.compile import CompiledDag, compile_dag, fusion_input
-from traces.dag import Dag, _content
-from traces.stage import default_decode
-from traces.types import Event, Marker, Punctuation, Record
+from dataflow_kafka.traces.compile import CompiledDag, compile_dag, fusion_input
+from dataflow_kafka.traces.dag import Dag, _content
+from dataflow_kafka.traces.stage import default_decode
+from dataflow_kafka.traces.types import Event, Marker, Punctuation, Record
 
 __all__ = ["compile_dag", "fusion_input", "to_spark", "messages_from_frames", "canonical_rows", "canonical_blocks",
            "events_of_rows", "CompiledDag"]

@@ -40,10 +40,10 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from keygroups.stage import Dropped, Stage, StageInput, StageOutput
-from traces.glue import Direct, Optimistic, Sorted, hash_instance
-from traces.templates import OpStateless, Template, make_emit, runtime_for
-from traces.types import Event, Marker, TraceError
+from dataflow_kafka.keygroups.stage import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.traces.glue import Direct, Optimistic, Sorted, hash_instance
+from dataflow_kafka.traces.templates import OpStateless, Template, make_emit, runtime_for
+from dataflow_kafka.traces.types import Event, Marker, TraceError
 
 __all__ = ["TraceStage", "Topology", "default_decode", "SOURCE_COLUMNS", "OUTPUT_COLUMNS", "ANNOUNCE"]
 

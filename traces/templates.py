@@ -31,7 +31,7 @@ from __future__ import annotations
 import zlib
 from typing import Any, Callable, Hashable
 
-from traces.types import Event, Marker, StreamType, TraceError, U, O
+from dataflow_kafka.traces.types import Event, Marker, StreamType, TraceError, U, O
 
 __all__ = ["OpStateless", "OpKeyedOrdered", "OpKeyedUnordered", "Template", "runtime_for",
            "StatelessRuntime", "KeyedOrderedRuntime", "KeyedUnorderedRuntime", "key_code"]

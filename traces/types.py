@@ -23,13 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Hashable, NamedTuple
+from dataflow_kafka.errors import TraceError
 
 __all__ = ["StreamType", "U", "O", "Marker", "Event", "Record", "Punctuation", "Blocker",
            "order_key", "TraceError"]
-
-
-class TraceError(Exception):
-    """A typed pipeline was used against its contract (names the vertex, the edge or the item)."""
 
 
 @dataclass(frozen=True)

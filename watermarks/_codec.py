@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 import struct
 from typing import Any
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["encode", "decode"]
 
@@ -112,11 +113,11 @@ def _dec(b: bytes, i: int) -> tuple[Any, int]:
             x, i = _dec(b, i)
             items.append(x)
         return (items if tag == _LIST else tuple(items)), i
-    raise ValueError(f"corrupt driver state: unknown tag {tag} at byte {i - 1}")
+    raise InvalidArgumentError(f"corrupt driver state: unknown tag {tag} at byte {i - 1}")
 
 
 def decode(data: bytes) -> Any:
     value, end = _dec(data, 0)
     if end != len(data):
-        raise ValueError(f"corrupt driver state: {len(data) - end} trailing bytes")
+        raise InvalidArgumentError(f"corrupt driver state: {len(data) - end} trailing bytes")
     return value

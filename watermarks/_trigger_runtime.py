@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from watermarks import triggers as T
+from dataflow_kafka.watermarks import triggers as T
 
 __all__ = ["build", "Layout"]
 

@@ -32,7 +32,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from watermarks.windows import IntervalWindow
+from dataflow_kafka.watermarks.windows import IntervalWindow
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["AccumulationMode", "TimestampCombiner", "OnTimeBehavior", "PaneTiming", "Pane"]
 
@@ -46,7 +47,7 @@ class _ParsedEnum(enum.Enum):
         if isinstance(value, str) and value.upper() in cls.__members__:
             return cls[value.upper()]
         allowed = ", ".join(cls.__members__)
-        raise ValueError(f"{option} must be one of {allowed}, got {value!r}")
+        raise InvalidArgumentError(f"{option} must be one of {allowed}, got {value!r}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}.{self.name}"

@@ -48,7 +48,8 @@ are ignored). Advance processing time before adding the elements that arrive at 
 
 Example: fixed two-minute windows with the default trigger, one late datum (Figure 12)
 
->>> from watermarks import FixedWindows, DefaultTrigger, AccumulationMode, SumCombiner
+>>> from dataflow_kafka.watermarks import DefaultTrigger, AccumulationMode
+>>> from dataflow_kafka.windowing import FixedWindows, SumCombiner
 >>> d = TriggerDriver(FixedWindows(120_000), DefaultTrigger(), AccumulationMode.ACCUMULATING,
 ...                   allowed_lateness_ms=300_000, combiner=SumCombiner())
 >>> d.add([(5, 70_000)])
@@ -73,14 +74,15 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from watermarks import _codec
-from watermarks._trigger_runtime import Layout, build
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
-from watermarks.windows import (
+from dataflow_kafka.watermarks import _codec
+from dataflow_kafka.watermarks._trigger_runtime import Layout, build
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
+from dataflow_kafka.watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
+from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
 )
-from windowing import AggregateFunction, ToList, Window
+from dataflow_kafka.windowing import AggregateFunction, ToList, Window
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["TriggerDriver", "LateDataDropped"]
 
@@ -159,7 +161,7 @@ class TriggerDriver:
         if not isinstance(trigger, Trigger):
             raise TypeError(f"trigger must be a Trigger, got {trigger!r}")
         if not isinstance(allowed_lateness_ms, int) or allowed_lateness_ms < 0:
-            raise ValueError(f"allowed_lateness_ms={allowed_lateness_ms!r}: expected an integer >= 0 (milliseconds)")
+            raise InvalidArgumentError(f"allowed_lateness_ms={allowed_lateness_ms!r}: expected an integer >= 0 (milliseconds)")
         self.window_fn, self.trigger, self.allowed_lateness_ms = window_fn, trigger, allowed_lateness_ms
         self.accumulation_mode = AccumulationMode.parse(accumulation_mode, "accumulation_mode")
         self.timestamp_combiner = TimestampCombiner.parse(timestamp_combiner, "timestamp_combiner")
@@ -474,7 +476,7 @@ class TriggerDriver:
         """Replace this driver's state with state written by ``to_bytes`` of an equal driver."""
         fmt, fingerprint, wm, now, dropped_late, dropped_closed, keys, *gone = _codec.decode(data)
         if fmt not in _READS or fingerprint != self._fingerprint():
-            raise ValueError(f"driver state was written by a driver with a different format or configuration "
+            raise InvalidArgumentError(f"driver state was written by a driver with a different format or configuration "
                              f"(state format {fmt}, this driver reads {_FORMAT}; or another window_fn, trigger, "
                              "mode, lateness, combiner)")
         self._ctx.watermark, self._ctx.now = wm, now

@@ -36,8 +36,8 @@ behind the watermark: a new query then covers windows from the watermark on).
 
 Example
 -------
->>> from windowing import SlidingWindow, Sum, TumblingWindow
->>> from watermarks import DefaultTrigger
+>>> from dataflow_kafka.windowing import SlidingWindow, Sum, TumblingWindow
+>>> from dataflow_kafka.watermarks import DefaultTrigger
 >>> d = MultiQueryDriver({"1m": TumblingWindow(60_000)}, DefaultTrigger(), "accumulating",
 ...                      allowed_lateness_ms=60_000, combiner=Sum())
 >>> d.add([(5, 10_000), (7, 70_000)], key="k")
@@ -58,15 +58,16 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from watermarks import _codec
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from watermarks.driver import TriggerDriver
-from watermarks.triggers import Trigger
-from watermarks.windows import (
+from dataflow_kafka.watermarks import _codec
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
+from dataflow_kafka.watermarks.driver import TriggerDriver
+from dataflow_kafka.watermarks.triggers import Trigger
+from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, GlobalWindowFn, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
 )
-from windowing import AggregateFunction, Window, window_from_json
-from windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
+from dataflow_kafka.windowing import AggregateFunction, Window, window_from_json
+from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["MultiQueryDriver", "CoveredWindowFn"]
 
@@ -135,7 +136,7 @@ class MultiQueryDriver(WindowQueries):
                               timestamp_combiner, combiner, on_time_behavior)
         if history_ms is not None and (isinstance(history_ms, bool) or not isinstance(history_ms, int)
                                        or history_ms < 0):
-            raise ValueError(f"history_ms={history_ms!r}: expected an integer >= 0 (milliseconds) or None")
+            raise InvalidArgumentError(f"history_ms={history_ms!r}: expected an integer >= 0 (milliseconds) or None")
         self._shared = (trigger, probe.accumulation_mode, allowed_lateness_ms, probe.timestamp_combiner,
                         probe.combiner, probe.on_time_behavior)
         self.allowed_lateness_ms = allowed_lateness_ms
@@ -316,7 +317,7 @@ class MultiQueryDriver(WindowQueries):
         (fmt, fingerprint, self._wm, self._now, self._floor, self._next_id, self.ignored_commands,
          self.dropped_late, self.dropped_closed, queries, history, pending) = _codec.decode(data)
         if fmt != _FORMAT or fingerprint != self._fingerprint():
-            raise ValueError("multi-query driver state was written by a driver with a different format or "
+            raise InvalidArgumentError("multi-query driver state was written by a driver with a different format or "
                              "configuration (trigger, mode, lateness, combiner, history_ms)")
         self._queries = {}
         for qid, (kind, form), coverage, report_from, blob in queries:

@@ -13,18 +13,18 @@ below are derived from what the text says about Figures 5 to 14 (times are ms af
 * events are observed after they happen (processing time >= event time) and the watermark never
   passes an on-time datum before it arrives.
 
-``python -m watermarks.running_example`` prints every example's panes (docs/dataflow_running_example.md).
+``python -m dataflow_kafka.watermarks.running_example`` prints every example's panes (docs/dataflow_running_example.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior
-from watermarks.driver import TriggerDriver
-from watermarks.transcript import clock, run_transcript
-from watermarks.triggers import AtCount, AtPeriod, AtWatermark, DefaultTrigger, Repeat, RepeatUntil, SequenceOf
-from windowing import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions, SumCombiner
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior
+from dataflow_kafka.watermarks.driver import TriggerDriver
+from dataflow_kafka.watermarks.transcript import clock, run_transcript
+from dataflow_kafka.watermarks.triggers import AtCount, AtPeriod, AtWatermark, DefaultTrigger, Repeat, RepeatUntil, SequenceOf
+from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions, SumCombiner
 
 __all__ = ["ELEMENTS", "WATERMARK", "MINUTE", "streaming_steps", "batch_steps", "EXAMPLES", "main"]
 

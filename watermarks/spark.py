@@ -18,9 +18,9 @@ group and ``offset`` the emission order in it: a retraction comes before the pan
 
 Example::
 
-    from watermarks import AfterCount, AfterWatermark
-    from watermarks.spark import apply_windowing
-    from windowing import FixedWindows, Sum
+    from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+    from dataflow_kafka.watermarks.spark import apply_windowing
+    from dataflow_kafka.windowing import FixedWindows, Sum
 
     src = (spark.readStream.format("dataflow-kafka")
            .option("kafka.bootstrap.servers", "localhost:9092").option("subscribe", "scores")
@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
-from watermarks.stage import WindowingStage
-from watermarks.triggers import DefaultTrigger, Trigger
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
 
 __all__ = ["apply_windowing"]
 
@@ -69,7 +69,7 @@ def apply_windowing(
     ``ToList()``). ``idle_timeout_ms``: leave Kafka partitions idle for this long (batch
     processing time) out of the low watermark (:class:`keygroups.PunctuationTracker`).
     """
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
 
     stage = WindowingStage(key=key, value=value, windows=windows, trigger=trigger or DefaultTrigger(),
                            accumulation_mode=accumulation_mode, allowed_lateness_ms=allowed_lateness_ms,

@@ -42,15 +42,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from keygroups import Dropped, Stage, StageInput, StageOutput
-from watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
-from watermarks.multi import MultiQueryDriver
-from watermarks.triggers import DefaultTrigger, Trigger
-from windowing import ToList, Window
-from windowing.commands import WINDOW_OPS
-from windowing.rows import (
+from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
+from dataflow_kafka.watermarks.multi import MultiQueryDriver
+from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
+from dataflow_kafka.windowing import ToList, Window
+from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, json_value, key_specs, output_watermark, window_command,
 )
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["WindowingStage", "PANE_COLUMNS"]
 
@@ -96,7 +97,7 @@ class WindowingStage(Stage):
 
     def __post_init__(self) -> None:
         if self.windows is None:
-            raise ValueError("WindowingStage needs windows= (a window, a list or a dict {id: window})")
+            raise InvalidArgumentError("WindowingStage needs windows= (a window, a list or a dict {id: window})")
         if self.aggregation is None:
             self.aggregation = ToList()
         self._keys = key_specs(self.key, reserved=self._reserved())

@@ -11,7 +11,8 @@ A transcript is a list of steps::
 the order they fired. The same transcripts are meant to run through every executor (this pure
 driver, and the Spark operator), so expected panes are written once.
 
->>> from watermarks import TriggerDriver, FixedWindows, AfterCount, Repeatedly, SumCombiner
+>>> from dataflow_kafka.watermarks import TriggerDriver, AfterCount, Repeatedly
+>>> from dataflow_kafka.windowing import FixedWindows, SumCombiner
 >>> d = TriggerDriver(FixedWindows(10), Repeatedly(AfterCount(2)), "discarding", combiner=SumCombiner())
 >>> steps = [("add", [(1, 3), (2, 4)]), ("add", [(5, 6)]), ("watermark", 10)]
 >>> [p.brief() for _, p in run_transcript(d, steps)]  # one "add" is one bundle (TriggerDriver.add)
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["run_transcript", "clock"]
 
@@ -40,7 +42,7 @@ def run_transcript(driver: Any, steps: Iterable[Sequence[Any]]) -> list[tuple[in
         elif kind == "retract":
             panes = driver.add_retractions(arg, key=step[2] if len(step) > 2 else None)
         else:
-            raise ValueError(f"transcript step kind must be processing, add, retract or watermark, got {kind!r}")
+            raise InvalidArgumentError(f"transcript step kind must be processing, add, retract or watermark, got {kind!r}")
         out.extend((driver.processing_time_ms, p) for p in panes)
     return out
 

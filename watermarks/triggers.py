@@ -48,6 +48,7 @@ configurations that can drop data.
 from __future__ import annotations
 
 from typing import Any
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "Trigger",
@@ -160,7 +161,7 @@ class AfterCount(Trigger):
 
     def __init__(self, count: int) -> None:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError(f"AfterCount count must be an integer >= 1, got {count!r}")
+            raise InvalidArgumentError(f"AfterCount count must be an integer >= 1, got {count!r}")
         super().__init__(count=count)
 
     def __repr__(self) -> str:
@@ -181,9 +182,9 @@ class AfterProcessingTime(Trigger):
 
     def __init__(self, delay_ms: int = 0, *, align_ms: int | None = None) -> None:
         if not isinstance(delay_ms, int) or delay_ms < 0:
-            raise ValueError(f"AfterProcessingTime delay_ms must be an integer >= 0, got {delay_ms!r}")
+            raise InvalidArgumentError(f"AfterProcessingTime delay_ms must be an integer >= 0, got {delay_ms!r}")
         if align_ms is not None and (not isinstance(align_ms, int) or align_ms <= 0):
-            raise ValueError(f"AfterProcessingTime align_ms must be a positive integer or None, got {align_ms!r}")
+            raise InvalidArgumentError(f"AfterProcessingTime align_ms must be a positive integer or None, got {align_ms!r}")
         super().__init__(delay_ms=delay_ms, align_ms=align_ms)
 
     def _finish(self) -> str:
@@ -207,7 +208,7 @@ class _Composite(Trigger):
 
     def __init__(self, *triggers: Trigger) -> None:
         if not triggers:
-            raise ValueError(f"{type(self).__name__} needs at least one trigger")
+            raise InvalidArgumentError(f"{type(self).__name__} needs at least one trigger")
         for i, t in enumerate(triggers):
             _trigger(f"{type(self).__name__} argument {i}", t)
         super().__init__(triggers=tuple(triggers))

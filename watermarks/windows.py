@@ -21,7 +21,7 @@ advancing the watermark to ``END_OF_TIME_MS`` says "the input has ended" and clo
 
 Example
 -------
->>> from windowing import FixedWindows, Sessions, SlidingWindows
+>>> from dataflow_kafka.windowing import FixedWindows, Sessions, SlidingWindows
 >>> compile_window_fn(FixedWindows(120_000)).assign_windows(70_000)
 [IntervalWindow(start_ms=0, end_ms=120000)]
 >>> compile_window_fn(SlidingWindows(120_000, 60_000)).assign_windows(70_000)
@@ -41,9 +41,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from windowing import (
+from dataflow_kafka.windowing import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, GlobalWindow, SessionWindow, SlidingWindow, TumblingWindow,
 )
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",
@@ -188,7 +189,7 @@ def compile_window_fn(window: Any) -> WindowFn:
     if isinstance(window, WindowFn):
         return window
     if isinstance(window, (TumblingWindow, SlidingWindow)) and window.measure != "time":
-        raise ValueError(f"{window!r}: the Dataflow driver supports measure='time' only (windows of records: "
+        raise InvalidArgumentError(f"{window!r}: the Dataflow driver supports measure='time' only (windows of records: "
                          "use the slicer)")
     if isinstance(window, TumblingWindow):
         return FixedWindowFn(window.size_ms, window.offset_ms)

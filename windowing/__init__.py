@@ -21,18 +21,18 @@ fixed-band and user-defined context-free / context-aware windows, the Dataflow d
 
 Example
 -------
->>> from windowing import SlidingWindow, TumblingWindow, Sum, Mean
+>>> from dataflow_kafka.windowing import SlidingWindow, TumblingWindow, Sum, Mean
 >>> windows = {"minute": SlidingWindow(60_000, 10_000), "5s": TumblingWindow(5_000)}
 >>> [w.to_json()["type"] for w in windows.values()], [a.name for a in (Sum(), Mean())]
 (['sliding', 'tumbling'], ['sum', 'mean'])
 """
 
-from windowing.aggregations import (
+from dataflow_kafka.windowing.aggregations import (
     M4, AggregateFunction, Combiner, Count, CountCombiner, Max, MaxCombiner, Mean, MeanCombiner, Median, Min,
     MinCombiner, Quantile, Sum, SumCombiner, ToList, ToListCombiner,
 )
-from windowing.commands import AddWindow, RemoveWindow, WindowCommand, parse_command
-from windowing.windows import (
+from dataflow_kafka.windowing.commands import AddWindow, RemoveWindow, WindowCommand, parse_command
+from dataflow_kafka.windowing.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindows, GlobalWindow, GlobalWindows, SessionWindow, Sessions,
     SlidingWindow, SlidingWindows, TumblingWindow, Window, WindowMeasure, window_from_json,
 )

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median",
@@ -313,7 +314,7 @@ class Quantile(_Values):
         qs = (q,) if np.isscalar(q) else tuple(q)
         bad = [x for x in qs if not 0.0 <= float(x) <= 1.0]
         if not qs or bad:
-            raise ValueError(f"Quantile: q={q!r}: every q must be in [0, 1]")
+            raise InvalidArgumentError(f"Quantile: q={q!r}: every q must be in [0, 1]")
         self.q = q if np.isscalar(q) else tuple(float(x) for x in qs)
 
     @property

@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from windowing.windows import Window, json_object, window_from_json
+from dataflow_kafka.windowing.windows import Window, json_object, window_from_json
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["AddWindow", "RemoveWindow", "WindowCommand", "parse_command", "WindowQueries", "initial_queries",
            "next_query_id"]
@@ -71,20 +72,20 @@ def parse_command(command: Mapping | str | bytes) -> WindowCommand | None:
         return None
     extra = sorted(set(obj) - _FIELDS[op])
     if extra:
-        raise ValueError(f"{op}.{extra[0]}={obj[extra[0]]!r}: not a field of {op} (fields: "
+        raise InvalidArgumentError(f"{op}.{extra[0]}={obj[extra[0]]!r}: not a field of {op} (fields: "
                          f"{', '.join(sorted(_FIELDS[op]))})")
     qid = obj.get("id")
     if not isinstance(qid, str) or not qid:
-        raise ValueError(f"{op}.id={qid!r}: expected a non-empty string")
+        raise InvalidArgumentError(f"{op}.id={qid!r}: expected a non-empty string")
     if op == "remove_window":
         return RemoveWindow(qid)
     if "window" not in obj:
-        raise ValueError("add_window.window: missing (a window object such as "
+        raise InvalidArgumentError("add_window.window: missing (a window object such as "
                          '{"type": "tumbling", "size_ms": 60000})')
     try:
         window = window_from_json(obj["window"])
     except ValueError as err:
-        raise ValueError(f"add_window {qid!r}: {err}") from None
+        raise InvalidArgumentError(f"add_window {qid!r}: {err}") from None
     return AddWindow(qid, window)
 
 
@@ -133,7 +134,7 @@ def initial_queries(windows: Mapping[str, Any] | Iterable[Any] | None) -> list[t
 
 def check_query_id(query_id: object) -> str:
     if not isinstance(query_id, str) or not query_id:
-        raise ValueError(f"query_id={query_id!r}: expected a non-empty string")
+        raise InvalidArgumentError(f"query_id={query_id!r}: expected a non-empty string")
     return query_id
 
 
@@ -144,7 +145,7 @@ def next_query_id(taken: Iterable[str], requested: str | None, counter: int) -> 
     if requested is not None:
         check_query_id(requested)
         if requested in taken:
-            raise ValueError(f"query_id={requested!r}: a query with this id exists (ids: {sorted(taken)})")
+            raise InvalidArgumentError(f"query_id={requested!r}: a query with this id exists (ids: {sorted(taken)})")
         return requested, counter
     while str(counter) in taken:
         counter += 1

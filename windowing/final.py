@@ -37,6 +37,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["WindowFold", "current_windows", "UpsertWindows", "WINDOW_COLUMNS"]
 
@@ -66,12 +67,12 @@ class WindowFold:
     @classmethod
     def of(cls, stage: Any = None, *, key_columns: Sequence[str] | None = None, kind: str = "data") -> "WindowFold":
         if kind not in ("data", "result"):
-            raise ValueError(f"kind={kind!r}: expected 'data' or 'result'")
+            raise InvalidArgumentError(f"kind={kind!r}: expected 'data' or 'result'")
         if stage is None and key_columns is None:
-            raise ValueError("WindowFold: give the stage or key_columns")
+            raise InvalidArgumentError("WindowFold: give the stage or key_columns")
         mode = getattr(stage, "accumulation_mode", None)
         if mode is not None and getattr(mode, "name", str(mode)).upper() == "DISCARDING":
-            raise ValueError(f"stage {getattr(stage, 'name', None)!r} runs in discarding mode: its panes are deltas "
+            raise InvalidArgumentError(f"stage {getattr(stage, 'name', None)!r} runs in discarding mode: its panes are deltas "
                              "(their sum is the window's value), not results to keep; use 'accumulating' or "
                              "'accumulating_and_retracting' to fold them per window")
         keys = tuple(key_columns if key_columns is not None else stage.output_key_columns() or ())
@@ -128,7 +129,7 @@ def current_windows(frames: pd.DataFrame | Iterable[pd.DataFrame], stage: Any = 
     for frame in [frames] if isinstance(frames, pd.DataFrame) else frames:
         table = fold.apply(table, frame)
     if table is None:
-        raise ValueError("current_windows: no frames")
+        raise InvalidArgumentError("current_windows: no frames")
     return table
 
 
@@ -148,7 +149,7 @@ class UpsertWindows:
     def __init__(self, table: str | None = None, stage: Any = None, *, path: str | None = None,
                  key_columns: Sequence[str] | None = None, kind: str = "data") -> None:
         if (table is None) == (path is None):
-            raise ValueError("UpsertWindows: give a table name or a path, not both")
+            raise InvalidArgumentError("UpsertWindows: give a table name or a path, not both")
         self.table, self.path = table, path
         self.fold = WindowFold.of(stage, key_columns=key_columns, kind=kind)
 

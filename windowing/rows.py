@@ -21,8 +21,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from windowing.aggregations import M4, AggregateFunction, Count, Max, Mean, Min, Quantile, Sum
-from windowing.commands import WindowCommand, parse_command
+from dataflow_kafka.windowing.aggregations import M4, AggregateFunction, Count, Max, Mean, Min, Quantile, Sum
+from dataflow_kafka.windowing.commands import WindowCommand, parse_command
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["key_specs", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
            "RESULT_COLUMNS"]
@@ -45,7 +46,7 @@ def output_watermark(mode: str, watermark_ms: int | None, allowed_lateness_ms: i
     own allowed lateness to decide (lower latency downstream; the Dataflow model's late panes).
     """
     if mode not in OUTPUT_WATERMARKS:
-        raise ValueError(f"output_watermark={mode!r}: expected one of {OUTPUT_WATERMARKS}")
+        raise InvalidArgumentError(f"output_watermark={mode!r}: expected one of {OUTPUT_WATERMARKS}")
     if watermark_ms is None:
         return None
     return watermark_ms - allowed_lateness_ms if mode == "complete" else watermark_ms
@@ -67,13 +68,13 @@ def key_specs(key: Any, reserved: Sequence[str] = ()) -> list[tuple[str, Any]]:
             m = None if callable(e) else re.match(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$", str(e).strip())
             specs.append((m.group(1) if m else ("key" if len(exprs) == 1 else f"key_{i}"), expr(e)))
     if not specs:
-        raise ValueError("key must name at least one column or expression")
+        raise InvalidArgumentError("key must name at least one column or expression")
     names = [n for n, _ in specs]
     if len(set(names)) != len(names):
-        raise ValueError(f"key columns {names}: names must be distinct (pass a dict name -> expression)")
+        raise InvalidArgumentError(f"key columns {names}: names must be distinct (pass a dict name -> expression)")
     clash = set(names) & set(reserved)
     if clash:
-        raise ValueError(f"key column name(s) {sorted(clash)} clash with output columns; pass a dict "
+        raise InvalidArgumentError(f"key column name(s) {sorted(clash)} clash with output columns; pass a dict "
                          "{name: expression} to rename them")
     return specs
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import enum
 import json
 from typing import Any, ClassVar
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
     "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "WindowMeasure",
@@ -72,7 +73,7 @@ def _scotty_args(cls: str, args: tuple, measure: str) -> tuple[tuple, str]:
     first argument, ours ``(size, ..., measure=)`` passed through."""
     if args and isinstance(args[0], WindowMeasure):
         if measure != "time":
-            raise ValueError(f"{cls}: measure given twice ({args[0]!r} and measure={measure!r})")
+            raise InvalidArgumentError(f"{cls}: measure given twice ({args[0]!r} and measure={measure!r})")
         return args[1:], args[0].value
     return args, measure
 
@@ -86,12 +87,12 @@ def _integer(cls: str, name: str, value: object, low: int | None = None, high: i
         want = f"an integer in [{low}, {high})"
     else:
         want = "a positive integer" if low == 1 else f"an integer >= {low}"
-    raise ValueError(f"{cls}: {name}={value!r}: expected {want}")
+    raise InvalidArgumentError(f"{cls}: {name}={value!r}: expected {want}")
 
 
 def _measure(cls: str, value: object) -> str:
     if value not in MEASURES:
-        raise ValueError(f"{cls}: measure={value!r}: expected 'time' or 'count'")
+        raise InvalidArgumentError(f"{cls}: measure={value!r}: expected 'time' or 'count'")
     return value.value if isinstance(value, WindowMeasure) else str(value)
 
 
@@ -207,7 +208,7 @@ class SlidingWindow(Window):
     def _init(self, size_ms: int, slide_ms: int | None = None, offset_ms: int = 0, *,
               measure: str = "time", period_ms: int | None = None) -> None:
         if (slide_ms is None) == (period_ms is None):
-            raise ValueError(f"SlidingWindow: give slide_ms or period_ms (Beam's name), got slide_ms={slide_ms!r}, "
+            raise InvalidArgumentError(f"SlidingWindow: give slide_ms or period_ms (Beam's name), got slide_ms={slide_ms!r}, "
                              f"period_ms={period_ms!r}")
         name, value = ("slide_ms", slide_ms) if period_ms is None else ("period_ms", period_ms)
         slide = _integer("SlidingWindow", name, value, 1)
@@ -235,7 +236,7 @@ class SessionWindow(Window):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         args, measure = _scotty_args("SessionWindow", args, "time")
         if measure != "time":
-            raise ValueError(f"SessionWindow: measure={measure!r}: sessions are time windows only")
+            raise InvalidArgumentError(f"SessionWindow: measure={measure!r}: sessions are time windows only")
         self._init(*args, **kwargs)
 
     def _init(self, gap_ms: int) -> None:
@@ -271,9 +272,9 @@ def json_object(obj: Any, name: str, needs: str) -> dict:
         try:
             obj = json.loads(obj)
         except ValueError as err:
-            raise ValueError(f"{name} {obj!r}: not JSON ({err})") from None
+            raise InvalidArgumentError(f"{name} {obj!r}: not JSON ({err})") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"{name}={obj!r}: expected a JSON object with {needs}")
+        raise InvalidArgumentError(f"{name}={obj!r}: expected a JSON object with {needs}")
     return obj
 
 
@@ -288,16 +289,16 @@ def window_from_json(obj: dict | str) -> Window:
     kind = obj.get("type")
     cls = _TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"window.type={kind!r}: expected one of tumbling (fixed), sliding, session (sessions), global")
+        raise InvalidArgumentError(f"window.type={kind!r}: expected one of tumbling (fixed), sliding, session (sessions), global")
     allowed = set(cls._fields) | ({"period_ms"} if cls is SlidingWindow else set())
     fields = {k: v for k, v in obj.items() if k != "type"}
     unknown = sorted(set(fields) - allowed)
     if unknown:
-        raise ValueError(f"window.{unknown[0]}={fields[unknown[0]]!r}: not a field of a {cls.type_name} window "
+        raise InvalidArgumentError(f"window.{unknown[0]}={fields[unknown[0]]!r}: not a field of a {cls.type_name} window "
                          f"(fields: {', '.join(sorted(allowed)) or 'none'})")
     for name in _REQUIRED[cls]:
         if name not in fields:
-            raise ValueError(f"window.{name}: missing (a {cls.type_name} window needs {', '.join(_REQUIRED[cls])})")
+            raise InvalidArgumentError(f"window.{name}: missing (a {cls.type_name} window needs {', '.join(_REQUIRED[cls])})")
     if cls is SlidingWindow and "slide_ms" not in fields and "period_ms" not in fields:
-        raise ValueError("window.slide_ms: missing (a sliding window needs size_ms and slide_ms)")
+        raise InvalidArgumentError("window.slide_ms: missing (a sliding window needs size_ms and slide_ms)")
     return cls(**fields)

@@ -247,8 +247,8 @@ def main(argv=None) -> None:
     queries = [get(n) for n in a.queries.split(",") if n]
     phases = set(a.phases.split(","))
 
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     try:
         from bench import spark_kafka

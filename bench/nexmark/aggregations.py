@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Sequence
 
-from windowing import Combiner
+from dataflow_kafka.windowing import Combiner
 
 __all__ = ["ArgMax"]
 

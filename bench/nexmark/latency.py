@@ -30,7 +30,7 @@ import pandas as pd
 from bench.nexmark.generator import Event
 from bench.nexmark.query import Query
 from bench.nexmark.runs import FrameCollector
-from windowing.final import WindowFold
+from dataflow_kafka.windowing.final import WindowFold
 
 __all__ = ["EventTrickle", "TimedCollector", "Measured", "run_timed", "measure"]
 

@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from keygroups import Computed, Pipeline
-from windowing.final import current_windows
+from dataflow_kafka.keygroups import Computed, Pipeline
+from dataflow_kafka.windowing.final import current_windows
 
 __all__ = ["Query", "Projection", "Settings", "field", "raw_value", "BID_DDL", "parse_bids", "bids_frame",
            "window_rows", "ms", "epoch_ms"]

@@ -113,11 +113,11 @@ def run_native(spark, bootstrap: str, topic: str, query: Query, delay: str, chec
 
 def replayed_batches(bootstrap: str, topic: str, checkpoint: str, batch_ids: Sequence[int]) -> list[pd.DataFrame]:
     """The source's micro-batches of a finished run of ours, rebuilt from the topic's records and
-    the run's offset log (``tests.support.source_batches``), with ``endOfInput``'s punctuation on
+    the run's offset log (``dataflow_kafka.datasource.replay.source_batches``), with ``endOfInput``'s punctuation on
     the batch the log marks ``eoi``."""
-    from tests.support import KafkaHelper, offset_log, source_batches
+    from dataflow_kafka.datasource.replay import offset_log, read_topic, source_batches
 
-    frames = source_batches(KafkaHelper(bootstrap).consume_all(topic), checkpoint, batch_ids, "dateTime")
+    frames = source_batches(read_topic(bootstrap, topic), checkpoint, batch_ids, "dateTime")
     for b, frame in zip(batch_ids, frames):
         if offset_log(checkpoint, b).get("eoi"):
             frame.loc[frame["kind"] == "punctuation", "punctuation_ms"] = END_OF_TIME_MS

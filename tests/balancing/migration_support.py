@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from keygroups import key_group_of
-from keygroups.contract import control_frame
+from dataflow_kafka.keygroups import key_group_of
+from dataflow_kafka.keygroups.contract import control_frame
 
 RESULT = ("key", "query_id", "window_start_ms", "window_end_ms", "sum", "count", "min", "max", "mean")
 
@@ -56,7 +56,7 @@ def results(frame: pd.DataFrame) -> list[tuple]:
 def reference(batches: list[list[tuple]], watermarks: list[int | None], windows: dict) -> list[list[tuple]]:
     """Brute force: per batch, the windows (with records) whose end passes the batch's watermark,
     from records not late (event time >= the watermark before their batch)."""
-    from balancing.consolidate import window_grid
+    from dataflow_kafka.balancing.consolidate import window_grid
 
     kept, out, wm = [], [], None
     for recs, new_wm in zip(batches, watermarks):
@@ -94,7 +94,7 @@ def low_watermarks(punctuations: list[dict]) -> list[int | None]:
 def batches_with_moves(batches, puncts, moves: dict, num_key_groups: int) -> list[pd.DataFrame]:
     """Source micro-batches; ``moves`` = {batch index: [(key group, to slot)]} sent as control
     commands in that batch (control offsets 0, 1, ...)."""
-    from balancing.routing_table import move_command
+    from dataflow_kafka.balancing.routing_table import move_command
 
     frames, off = [], 0
     for b, (recs, p) in enumerate(zip(batches, puncts)):

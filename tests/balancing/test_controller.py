@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancing.controller import ControllerConfig, FluxController, key_group_loads, move_command, plan_moves
+from dataflow_kafka.balancing.controller import ControllerConfig, FluxController, key_group_loads, move_command, plan_moves
 
 
 def _slot_loads(loads, routing, slots):
@@ -276,8 +276,7 @@ def test_bad_load_or_routing_names_the_slot_and_key_group():
 
 
 def test_docstring_examples():
-    import balancing.controller as module
-
+    import dataflow_kafka.balancing.controller as module
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 

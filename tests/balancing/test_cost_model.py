@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancing.cost_model import (COMBINE, SPLIT, Measurement, SplitCombinePolicy, combine_cpu_ms,
+from dataflow_kafka.balancing.cost_model import (COMBINE, SPLIT, Measurement, SplitCombinePolicy, combine_cpu_ms,
                                   combine_latency_ms, decide, migration_cost_ms, split_cpu_ms,
                                   split_latency_ms, window_shape)
-from windowing import SlidingWindow, TumblingWindow
+from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
 
 def _paper(T_p, E, W, PW_p, MK_p, K_1, L, G):
@@ -154,7 +154,6 @@ def test_bad_policy_names_the_option(kw, message):
 
 
 def test_docstring_examples():
-    import balancing.cost_model as module
-
+    import dataflow_kafka.balancing.cost_model as module
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -9,8 +9,8 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancing.migration_disruptive import MemoryHandoff, ordered_pipeline
-from balancing.routing_table import RoutingTable
+from dataflow_kafka.balancing.migration_disruptive import MemoryHandoff, ordered_pipeline
+from dataflow_kafka.balancing.routing_table import RoutingTable
 from tests.balancing.migration_support import batches_with_moves, canonical
 from tests.balancing.test_migration_local import _workload
 

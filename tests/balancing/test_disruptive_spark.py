@@ -12,8 +12,8 @@ import uuid
 import pandas as pd
 import pytest
 
-from balancing.migration_disruptive import KafkaHandoff, MemoryHandoff, ordered_pipeline
-from balancing.routing_table import RoutingTable, move_command
+from dataflow_kafka.balancing.migration_disruptive import KafkaHandoff, MemoryHandoff, ordered_pipeline
+from dataflow_kafka.balancing.routing_table import RoutingTable, move_command
 from tests.balancing.migration_support import available_now, canonical, source_df
 from tests.balancing.test_migration_spark import KEY, VALUE, _inputs, _strip_moves
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches

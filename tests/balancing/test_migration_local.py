@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancing.migration import consolidate_extra_rows, load_of, windowed_aggregation
-from balancing.routing_table import RoutingTable
+from dataflow_kafka.balancing.migration import consolidate_extra_rows, load_of, windowed_aggregation
+from dataflow_kafka.balancing.routing_table import RoutingTable
 from tests.balancing.migration_support import batches_with_moves, low_watermarks, reference, results, source_batch
-from windowing import SlidingWindow, TumblingWindow
+from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
 KG, SLOTS, PARTS = 8, 3, 2
 WINDOWS = {"s": SlidingWindow(1_000, 500), "t": TumblingWindow(1_500)}
@@ -99,7 +99,7 @@ def test_malformed_move_is_an_error_row_and_the_query_goes_on():
 
 
 def test_routing_table_state_survives_bytes_and_rejects_another_table():
-    from keygroups.slots import SlotRouter
+    from dataflow_kafka.keygroups.slots import SlotRouter
 
     t = RoutingTable.uniform(KG, SLOTS, 2).moved(3, 0, version=7)
     r = SlotRouter(key="key", table=RoutingTable.uniform(KG, SLOTS, 2))

@@ -10,12 +10,12 @@ import random
 import pandas as pd
 import pytest
 
-from balancing.migration import load_of, windowed_aggregation
-from balancing.routing_table import RoutingTable, move_command, murmur3_int, slot_ids_for
-from keygroups import key_group_of
+from dataflow_kafka.balancing.migration import load_of, windowed_aggregation
+from dataflow_kafka.balancing.routing_table import RoutingTable, move_command, murmur3_int, slot_ids_for
+from dataflow_kafka.keygroups import key_group_of
 from tests.balancing.migration_support import available_now, low_watermarks, reference, results, source_df
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
-from windowing import SlidingWindow, TumblingWindow
+from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
 pytestmark = pytest.mark.spark
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from balancing.routing_table import RoutingTable, murmur3_int, parse_move, slot_ids_for
-from keygroups import Modification
+from dataflow_kafka.balancing.routing_table import RoutingTable, murmur3_int, parse_move, slot_ids_for
+from dataflow_kafka.keygroups import Modification
 
 
 def test_murmur3_known_values():

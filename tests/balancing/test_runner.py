@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import pytest
 
-from balancing.controller import ControllerConfig, FluxController
-from balancing.runner import BalancerRunner, ControlTopicWriter, encode_command
+from dataflow_kafka.balancing.controller import ControllerConfig, FluxController
+from dataflow_kafka.balancing.runner import BalancerRunner, ControlTopicWriter, encode_command
 
 SKEWED = {0: {0: (300, 30.0), 1: (200, 20.0), 2: (100, 5.0)}, 1: {3: (100, 10.0)}}
 

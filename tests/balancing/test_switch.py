@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy
-from balancing.switch import (
+from dataflow_kafka.balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy
+from dataflow_kafka.balancing.switch import (
     NOTHING_READ, SmoothSwitch, SwitchPlan, fold_output_watermark, last_committed_batch, longest_window_ms, newest_event_ms,
     newest_in_offset, read_offset_log, starting_offsets, switch_time,
 )
-from windowing import SlidingWindow, TumblingWindow
+from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
 WINDOWS = {"s": SlidingWindow(2_000, 1_000), "t": TumblingWindow(3_000)}
 OFFSET = {"v": 2, "batchTimeMs": 5, "control": {}, "mods": {},

@@ -9,14 +9,14 @@ import random
 
 import pytest
 
-from balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy, window_shape
-from balancing.migration import windowed_aggregation
-from balancing.switch import SmoothSwitch, last_committed_batch, longest_window_ms, read_offset_log, switch_time
-from keygroups.pipeline import Pipeline
-from slicer.stage import SlicerStage
+from dataflow_kafka.balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy, window_shape
+from dataflow_kafka.balancing.migration import windowed_aggregation
+from dataflow_kafka.balancing.switch import SmoothSwitch, last_committed_batch, longest_window_ms, read_offset_log, switch_time
+from dataflow_kafka.keygroups.pipeline import Pipeline
+from dataflow_kafka.slicer.stage import SlicerStage
 from tests.balancing.migration_support import available_now, canonical, source_df
 from tests.support import BatchCollector, now_ms
-from windowing import Count, Max, Mean, Min, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import Count, Max, Mean, Min, SlidingWindow, Sum, TumblingWindow
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.kafka
 
 
 def _consumer(bootstrap):
-    from datasource import kafka_read
+    from dataflow_kafka.datasource import kafka_read
 
     return kafka_read.consumer({"bootstrap.servers": bootstrap})
 
@@ -53,7 +53,7 @@ def test_high_watermarks_are_exact_after_each_produce(kafka):
 
 
 def test_read_exact_offset_range(kafka):
-    from datasource import kafka_read
+    from dataflow_kafka.datasource import kafka_read
 
     topic = kafka.topic(partitions=1)
     kafka.produce(topic, [{"value": str(i).encode(), "partition": 0} for i in range(100)])
@@ -226,7 +226,7 @@ def test_fetch_size_limits_are_honoured(kafka):
     ``fetch.max.bytes`` (what bounds a micro-batch's network and memory cost on a long backlog)."""
     import json as _json
 
-    from datasource import kafka_read
+    from dataflow_kafka.datasource import kafka_read
 
     topic = kafka.topic(partitions=1)
     # ~3 MB in record batches of at most 16 KB (a fetch returns whole batches, at least one)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from brokers import kafka_broker
+from dataflow_kafka.brokers import kafka_broker
 from tests.support import KafkaHelper, own_broker_kind
 
 pytestmark = pytest.mark.kafka
@@ -110,7 +110,7 @@ def test_a_broker_killed_under_producer_load_keeps_every_acknowledged_record(tmp
 def test_stopping_the_broker_closes_our_cached_producers_first(tmp_path, capfd):
     """A range-stats or sink producer left open in this process would log "Connection refused"
     until the process exits once the broker is gone."""
-    from datasource import range_stats, sink
+    from dataflow_kafka.datasource import range_stats, sink
 
     with kafka_broker(_restartable_kind(), workdir=tmp_path) as b:
         topic = KafkaHelper(b.bootstrap_servers).topic(1, prefix="stats")

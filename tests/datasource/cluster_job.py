@@ -6,7 +6,7 @@ Usage: python cluster_job.py MASTER_URL BOOTSTRAP TOPIC CHECKPOINT OUT_JSON
 import json
 import sys
 
-from datasource.session import spark_session
+from dataflow_kafka.datasource.session import spark_session
 
 master, bootstrap, topic, checkpoint, out_path = sys.argv[1:6]
 spark = spark_session(master=master, app_name="dataflow-kafka-cluster-test", shuffle_partitions=2,

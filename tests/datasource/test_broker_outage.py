@@ -84,7 +84,7 @@ def _outage(broker, how: str, down_s: float) -> None:
 
 @pytest.mark.parametrize("how", ["stop", "kill"])
 def test_a_short_broker_restart_under_a_file_sink_query_costs_only_latency(spark, tmp_path, how):
-    from brokers import kafka_broker
+    from dataflow_kafka.brokers import kafka_broker
 
     with kafka_broker(own_broker_kind(), workdir=tmp_path / "broker") as b:
         topic = KafkaHelper(b.bootstrap_servers).topic(2, prefix="outage")
@@ -118,7 +118,7 @@ def _sunk(spark, path) -> int:
 
 def test_a_short_broker_restart_under_the_kafka_sink_loses_and_duplicates_nothing(spark, tmp_path):
     """source -> exactly-once dataflow-kafka sink: both retry through a SIGKILL and restart."""
-    from brokers import kafka_broker
+    from dataflow_kafka.brokers import kafka_broker
 
     with kafka_broker(own_broker_kind(), workdir=tmp_path / "broker") as b:
         helper = KafkaHelper(b.bootstrap_servers)
@@ -166,7 +166,7 @@ def _committed(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def test_a_long_outage_fails_the_query_with_a_clear_error(spark, tmp_path):
-    from brokers import kafka_broker
+    from dataflow_kafka.brokers import kafka_broker
 
     with kafka_broker(own_broker_kind(), workdir=tmp_path / "broker") as b:
         helper = KafkaHelper(b.bootstrap_servers)

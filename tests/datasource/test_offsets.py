@@ -7,10 +7,10 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from datasource import kafka_read
-from datasource.offsets import rate_limit, resolve_partitions, starting_offsets
-from datasource.options import OptionError, parse_source_options
-from datasource.source import OffsetRange, RangeGroup, _apply_max_partitions, _apply_min_partitions
+from dataflow_kafka.datasource import kafka_read
+from dataflow_kafka.datasource.offsets import rate_limit, resolve_partitions, starting_offsets
+from dataflow_kafka.datasource.options import OptionError, parse_source_options
+from dataflow_kafka.datasource.source import OffsetRange, RangeGroup, _apply_max_partitions, _apply_min_partitions
 from tests.support import now_ms
 
 

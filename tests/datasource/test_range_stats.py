@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from datasource import kafka_read, range_stats
-from datasource.options import parse_source_options
-from datasource.source import DataflowKafkaStreamReader, _stats_field
+from dataflow_kafka.datasource import kafka_read, range_stats
+from dataflow_kafka.datasource.options import parse_source_options
+from dataflow_kafka.datasource.source import DataflowKafkaStreamReader, _stats_field
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from tests.support import now_ms
 
@@ -132,7 +132,7 @@ def test_a_run_after_available_now_scans_the_last_range_once(kafka, caplog):
         second = _reader(kafka, topic, stats)
         try:
             _produce(kafka, topic, [base + 20])
-            with caplog.at_level("WARNING", logger="datasource.source"):
+            with caplog.at_level("WARNING", logger="dataflow_kafka.datasource.source"):
                 end2, p2 = _run_batch(second, end1)
             assert end2["partitions"][topic]["0"] == {"o": 4, "s": 3, "p": base + 30}   # scanned
             assert p2 == [base + 30]

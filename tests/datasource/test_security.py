@@ -34,7 +34,7 @@ def secured(tmp_path_factory):
         AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType,
     )
 
-    from brokers import Scram, kafka_broker
+    from dataflow_kafka.brokers import Scram, kafka_broker
 
     scram = Scram(users=USERS)
     with kafka_broker("kafka", workdir=tmp_path_factory.mktemp("scram"), scram=scram) as b:
@@ -183,9 +183,9 @@ def test_a_missing_acl_fails_naming_principal_topic_and_operation(spark, secured
 def test_a_task_denied_read_names_the_topic_and_operation(secured):
     """Executor side, past the driver's check (an ACL removed while the query runs): the read of a
     range fails naming the principal, topic and READ."""
-    from datasource.kafka_security import KafkaAuthorizationError
-    from datasource.options import parse_source_options
-    from datasource.source import OffsetRange, _read
+    from dataflow_kafka.datasource.kafka_security import KafkaAuthorizationError
+    from dataflow_kafka.datasource.options import parse_source_options
+    from dataflow_kafka.datasource.source import OffsetRange, _read
 
     opts = parse_source_options(_source_options(secured, "bob"), streaming=True)
     with pytest.raises(KafkaAuthorizationError, match=f"User:bob is not authorized to READ topic '{IN}'"):
@@ -197,9 +197,9 @@ def test_a_task_denied_write_names_the_topic_and_operation(secured):
     removed while the query runs): the task fails naming the principal, topic and WRITE."""
     import pyarrow as pa
 
-    from datasource import sink
-    from datasource.kafka_security import KafkaAuthorizationError
-    from datasource.options import parse_sink_options
+    from dataflow_kafka.datasource import sink
+    from dataflow_kafka.datasource.kafka_security import KafkaAuthorizationError
+    from dataflow_kafka.datasource.options import parse_sink_options
 
     opts = parse_sink_options({"kafka.bootstrap.servers": secured.bootstrap_servers, "topic": OUT,
                                "kafka.delivery.timeout.ms": "10000", **secured.scram.spark_options("carol")})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from datasource.session import python_without_pyspark_zip
+from dataflow_kafka.datasource.session import python_without_pyspark_zip
 
 ZIP = Path(pyspark.__file__).resolve().parent / "python" / "lib" / "pyspark.zip"
 
@@ -36,7 +36,7 @@ def test_wrapper_drops_only_pysparks_zip_and_runs_this_interpreter(tmp_path):
 # -- low-latency defaults -----------------------------------------------------------------------------
 
 def test_low_latency_defaults_on_local_masters_only_and_extra_overrides_them():
-    from datasource.session import LOW_LATENCY_DEFAULTS, ROCKSDB_PROVIDER, session_settings
+    from dataflow_kafka.datasource.session import LOW_LATENCY_DEFAULTS, ROCKSDB_PROVIDER, session_settings
 
     local = session_settings("local[2]")
     assert {k: local[k] for k in LOW_LATENCY_DEFAULTS} == LOW_LATENCY_DEFAULTS
@@ -58,7 +58,7 @@ def test_the_session_runs_stateful_queries_with_changelog_checkpoints(spark, tmp
     """The setting name is real: Spark's RocksDB store reads its settings by prefix and would
     ignore a typo, so check what it did: changelog files instead of snapshot zips (and the total
     row count, which we leave on, is still reported)."""
-    from datasource.session import LOW_LATENCY_DEFAULTS
+    from dataflow_kafka.datasource.session import LOW_LATENCY_DEFAULTS
 
     assert all(spark.conf.get(k) == v for k, v in LOW_LATENCY_DEFAULTS.items())
     ck = tmp_path / "ck"
@@ -93,7 +93,7 @@ def test_writing_from_another_thread_needs_the_session_active_there_and_register
     thread gets a JVM thread without one (datasource.session.use_in_this_thread)."""
     import threading
 
-    from datasource import register
+    from dataflow_kafka.datasource import register
 
     topic = kafka.topic(1, prefix="thread")
     outcome: dict = {}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from datasource import sink
-from datasource.options import parse_sink_options
-from datasource.source import DataflowKafkaDataSource
+from dataflow_kafka.datasource import sink
+from dataflow_kafka.datasource.options import parse_sink_options
+from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 from tests.support import now_ms
 
 

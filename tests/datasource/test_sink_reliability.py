@@ -8,9 +8,9 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from brokers.launcher import _free_port
-from datasource import sink
-from datasource.options import OptionError, parse_sink_options
+from dataflow_kafka.brokers.launcher import _free_port
+from dataflow_kafka.datasource import sink
+from dataflow_kafka.datasource.options import OptionError, parse_sink_options
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_unreachable_broker_fails_the_task_naming_bootstrap_servers_and_the_caus
 
 @pytest.mark.kafka
 def test_broker_stopping_mid_stream_fails_the_task_naming_servers_and_topic(fresh_producers, tmp_path, monkeypatch):
-    from brokers import kafka_broker, launcher
+    from dataflow_kafka.brokers import kafka_broker, launcher
     from tests.support import own_broker_kind
 
     # the broker goes away under the producer (Broker.stop would first close this process's producers)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from datasource.schema import source_schema
+from dataflow_kafka.datasource.schema import source_schema
 from tests.support import BatchCollector, forget_batches_from, now_ms, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

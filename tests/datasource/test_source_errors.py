@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from datasource.options import OptionError, parse_sink_options, parse_source_options
+from dataflow_kafka.datasource.options import OptionError, parse_sink_options, parse_source_options
 from tests.support import BatchCollector, now_ms, run_available_now
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}

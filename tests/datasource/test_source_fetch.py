@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from datasource import kafka_read
+from dataflow_kafka.datasource import kafka_read
 
 pytestmark = pytest.mark.kafka
 

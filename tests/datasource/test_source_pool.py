@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from datasource import kafka_read
-from datasource.options import parse_source_options
-from datasource.source import OffsetRange, RangeGroup, _read
+from dataflow_kafka.datasource import kafka_read
+from dataflow_kafka.datasource.options import parse_source_options
+from dataflow_kafka.datasource.source import OffsetRange, RangeGroup, _read
 from tests.support import now_ms
 
 #: The ranges' processing time (event times ahead of it by more than maxEventTimeAheadMs are errors).

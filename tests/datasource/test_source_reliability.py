@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from datasource import kafka_read
-from datasource.options import parse_source_options
-from datasource.source import DataflowKafkaStreamReader, OffsetRange, _read
+from dataflow_kafka.datasource import kafka_read
+from dataflow_kafka.datasource.options import parse_source_options
+from dataflow_kafka.datasource.source import DataflowKafkaStreamReader, OffsetRange, _read
 from tests.support import BatchCollector, forget_batches_from, now_ms, run_available_now, own_broker_kind
 
 def _opts(kafka, topic, **extra) -> dict:
@@ -202,7 +202,7 @@ def test_broker_down_mid_stream_names_servers_and_topic(spark, tmp_path):
     """A broker of its own (the session's serves the other tests), stopped under a running query."""
     import time
 
-    from brokers import kafka_broker
+    from dataflow_kafka.brokers import kafka_broker
     from tests.support import KafkaHelper
 
     with kafka_broker(own_broker_kind(), workdir=tmp_path / "broker") as b:

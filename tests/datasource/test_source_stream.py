@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from datasource import consumer_lag
+from dataflow_kafka.datasource import consumer_lag
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

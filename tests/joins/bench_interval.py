@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from joins import LEFT, RIGHT, IntervalJoin, Joined, Punctuation, Row
-from joins.interval_join import IntervalJoinEngine
+from dataflow_kafka.joins import LEFT, RIGHT, IntervalJoin, Joined, SidePunctuation, Row
+from dataflow_kafka.joins.interval_join import IntervalJoinEngine
 
 
 class RowByRow(IntervalJoinEngine):
@@ -39,7 +39,7 @@ class RowByRow(IntervalJoinEngine):
 
     @staticmethod
     def _empty():
-        from joins.interval_join import _Buffer
+        from dataflow_kafka.joins.interval_join import _Buffer
 
         return _Buffer()
 
@@ -55,7 +55,7 @@ def workload(rows_per_side: int, keys: int, batch: int, seed: int = 1):
     for b in range(0, len(rows), batch):
         part = rows[b:b + batch]
         wm = max(r.ts_ms for r in part) - 40
-        out.append((part, [Punctuation(LEFT, wm), Punctuation(RIGHT, wm)]))
+        out.append((part, [SidePunctuation(LEFT, wm), SidePunctuation(RIGHT, wm)]))
     return out
 
 

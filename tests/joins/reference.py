@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from joins import LEFT, RIGHT, Punctuation, Row
-from keygroups.routing import key_group_of
-from windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, TumblingWindow
+from dataflow_kafka.joins import LEFT, RIGHT, SidePunctuation, Row
+from dataflow_kafka.keygroups.routing import key_group_of
+from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, TumblingWindow
 
 KEYS = ["k0", "k1", "k2", 7]
 
@@ -34,14 +34,14 @@ def random_batches(rng: random.Random, n_batches: int = 8, per_batch: int = 8, d
             rows.append(Row(side, rng.choice(keys), max(ts, 0), rng.randrange(100)))
         for side in (LEFT, RIGHT):
             if rng.random() < 0.6:
-                puncts.append(Punctuation(side, newest[side] - rng.randrange(8)))
+                puncts.append(SidePunctuation(side, newest[side] - rng.randrange(8)))
         out.append((rows, puncts, 10 * b))
     return out
 
 
 def flush() -> tuple[list, list, int]:
     """The last batch: both sides at the end of time (every window and row is complete)."""
-    return [], [Punctuation(LEFT, END_OF_TIME_MS), Punctuation(RIGHT, END_OF_TIME_MS)], 10 ** 9
+    return [], [SidePunctuation(LEFT, END_OF_TIME_MS), SidePunctuation(RIGHT, END_OF_TIME_MS)], 10 ** 9
 
 
 def run_in_key_groups(make_engine, batches: list, groups: int) -> list:

@@ -4,12 +4,13 @@ import doctest
 
 import pytest
 
-import joins
-import joins.interval_join
-import joins.stage
-import joins.window_join
-
-
+from dataflow_kafka import joins
+import dataflow_kafka.joins.interval_join  # noqa: F401
+from dataflow_kafka import joins
+import dataflow_kafka.joins.stage  # noqa: F401
+from dataflow_kafka import joins
+import dataflow_kafka.joins.window_join  # noqa: F401
+from dataflow_kafka import joins
 @pytest.mark.parametrize("module", [joins, joins.window_join, joins.interval_join, joins.stage])
 def test_docstring_examples(module):
     result = doctest.testmod(module)

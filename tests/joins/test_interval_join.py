@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from joins import LEFT, RIGHT, Dropped, IntervalJoin, JoinError, Joined, Punctuation, Row
-from joins.interval_join import IntervalJoinEngine
+from dataflow_kafka.joins import LEFT, RIGHT, JoinDropped, IntervalJoin, JoinError, Joined, SidePunctuation, Row
+from dataflow_kafka.joins.interval_join import IntervalJoinEngine
 from tests.joins.reference import flush, interval_join, random_batches, run_in_key_groups, watermarks_before
 
 HOWS = ["inner", "left_outer", "right_outer", "full_outer"]
@@ -27,22 +27,22 @@ def test_sql_between_is_flinks_between():
 def test_outer_rows_are_emitted_once_they_can_no_longer_match_and_state_is_freed():
     e = IntervalJoin.between(0, 10, how="full_outer", allowed_lateness_ms=5).engine()
     out = e.process([Row(LEFT, "k", 100, "a"), Row(RIGHT, "k", 50, "x"), Row(RIGHT, "k", 105, "y")],
-                    [Punctuation(LEFT, 100)])
+                    [SidePunctuation(LEFT, 100)])
     assert out.rows == [Joined("k", (100, "a"), (105, "y"))]                    # right side silent: nothing freed
-    out = e.process([], [Punctuation(RIGHT, 100)])                             # bar 95: x (50 - 0 < 95) freed
+    out = e.process([], [SidePunctuation(RIGHT, 100)])                             # bar 95: x (50 - 0 < 95) freed
     assert out.rows == [Joined("k", None, (50, "x"))]
     assert e.buffered() == {LEFT: 1, RIGHT: 1}
-    out = e.process([Row(RIGHT, "k", 96, "z"), Row(LEFT, "k", 94, "late")], [Punctuation(LEFT, 120),
-                                                                              Punctuation(RIGHT, 120)])
-    assert out.dropped == [Dropped(LEFT, "k", "late", 1)]                      # 94 < 100 - 5
+    out = e.process([Row(RIGHT, "k", 96, "z"), Row(LEFT, "k", 94, "late")], [SidePunctuation(LEFT, 120),
+                                                                              SidePunctuation(RIGHT, 120)])
+    assert out.dropped == [JoinDropped(LEFT, "k", "late", 1)]                      # 94 < 100 - 5
     assert out.rows == [Joined("k", None, (96, "z"))]                          # a (100) cannot reach 96: freed too
     assert e.buffered() == {LEFT: 0, RIGHT: 0}
 
 
 def test_a_slow_side_holds_the_join_back_and_nothing_is_dropped():
     e = IntervalJoin.between(-2, 2).engine()
-    e.process([Row(LEFT, "k", t, t) for t in range(0, 1000, 10)], [Punctuation(LEFT, 1000)])
-    out = e.process([Row(RIGHT, "k", 11, "r")], [Punctuation(RIGHT, 12)])
+    e.process([Row(LEFT, "k", t, t) for t in range(0, 1000, 10)], [SidePunctuation(LEFT, 1000)])
+    out = e.process([Row(RIGHT, "k", 11, "r")], [SidePunctuation(RIGHT, 12)])
     assert out.dropped == [] and out.rows == [Joined("k", (10, 10), (11, "r"))]
     assert e.buffered()[LEFT] == 99                                            # only 0 (0 + 2 < 12) freed
 

@@ -21,16 +21,16 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from joins import LEFT, RIGHT, Punctuation, Row
-from joins.stage import IntervalJoinStage, JoinInput, WindowJoinStage, current_joins
-from keygroups import Computed, Pipeline
-from keygroups.pipeline import stateful_operators
+from dataflow_kafka.joins import LEFT, RIGHT, SidePunctuation, Row
+from dataflow_kafka.joins.stage import IntervalJoinStage, JoinInput, WindowJoinStage, current_joins
+from dataflow_kafka.keygroups import Computed, Pipeline
+from dataflow_kafka.keygroups.pipeline import stateful_operators
 from tests.joins.reference import window_join
 from tests.keygroups.test_composed_spark import _canonical
 from tests.keygroups.toy_stages import TumblingCount
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
-from watermarks import AfterCount, AfterWatermark
-from windowing import TumblingWindow
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.windowing import TumblingWindow
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -118,7 +118,7 @@ def _engine_batches(frames: dict[str, list[pd.DataFrame]]) -> list:
                     newest[(name, p)] = max(newest.get((name, p), int(w)), int(w))
             marks = [w for (n, _), w in newest.items() if n == name]
             if len(marks) == PARTITIONS:
-                puncts.append(Punctuation(side, min(marks)))
+                puncts.append(SidePunctuation(side, min(marks)))
         out.append((rows, puncts, 0))
     return out
 

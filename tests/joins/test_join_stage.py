@@ -13,17 +13,17 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from joins import LEFT, JoinError, Punctuation
-from joins.stage import IntervalJoinStage, JoinInput, WindowJoinStage, current_joins
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from keygroups.operator import run_key_group
-from keygroups.pipeline import frame_types
+from dataflow_kafka.joins import LEFT, JoinError, SidePunctuation
+from dataflow_kafka.joins.stage import IntervalJoinStage, JoinInput, WindowJoinStage, current_joins
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.keygroups.operator import run_key_group
+from dataflow_kafka.keygroups.pipeline import frame_types
 from tests.joins.reference import flush, interval_join, random_batches, window_join
 from tests.joins.test_window_join import HOWS, MODES, TRIGGERS, _late_rows, _window
 from tests.keygroups.toy_stages import TumblingCount
-from watermarks import AfterCount, AfterWatermark
-from windowing import END_OF_TIME_MS, SessionWindow, TumblingWindow
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, TumblingWindow
 
 KEYS = ["k0", "k1", "k2", "k3"]
 TOPIC = {LEFT: "persons"}
@@ -234,8 +234,8 @@ def test_a_replayed_batch_gives_the_same_rows(seed, interval):
     """Each key group's operator runs every batch twice from the state committed before it (a
     crash before the commit) and goes on from the replay's state: the same rows each time, and
     the same rows as a run without replays."""
-    from keygroups.fan_in import tag_frame
-    from keygroups.pipeline import _by_key_group, _groups_of_columns
+    from dataflow_kafka.keygroups.fan_in import tag_frame
+    from dataflow_kafka.keygroups.pipeline import _by_key_group, _groups_of_columns
 
     rng = random.Random(seed)
     stage = (IntervalJoinStage.between(*sides(True), -10, 10, how="full_outer", num_key_groups=3) if interval else
@@ -263,4 +263,4 @@ def test_the_punctuation_of_a_partition_reaches_only_the_input_that_selects_its_
     stage = IntervalJoinStage.between(*sides(True), 0, 0)
     out = Pipeline([stage]).run_local([_frame([], [("persons", 7)])])
     assert '"watermarks": {"persons": 7, "auctions": null}' in out[0].loc[out[0].kind == "metrics", "metrics"].iloc[0]
-    assert Punctuation(LEFT, 7) in stage._punctuations(type("B", (), {"input_watermarks": {"persons": 7}})())
+    assert SidePunctuation(LEFT, 7) in stage._punctuations(type("B", (), {"input_watermarks": {"persons": 7}})())

@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from joins import LEFT, RIGHT, Dropped, JoinError, JoinType, Pair, Punctuation, Row, WindowJoin, fold
-from joins.window_join import WindowJoinEngine
+from dataflow_kafka.joins import LEFT, RIGHT, JoinDropped, JoinError, JoinType, Pair, SidePunctuation, Row, WindowJoin, fold
+from dataflow_kafka.joins.window_join import WindowJoinEngine
 from tests.joins.reference import flush, random_batches, run_in_key_groups, window_join
-from watermarks import AfterCount, AfterProcessingTime, AfterWatermark, DefaultTrigger, Repeatedly
-from windowing import SessionWindow, SlidingWindow, TumblingWindow
+from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark, DefaultTrigger, Repeatedly
+from dataflow_kafka.windowing import SessionWindow, SlidingWindow, TumblingWindow
 
 HOWS = ["inner", "left_outer", "right_outer", "full_outer"]
 MODES = ["discarding", "accumulating", "accumulating_and_retracting"]
@@ -35,7 +35,7 @@ def _engine(how="left_outer", mode="accumulating_and_retracting", lateness=20, w
 # -- transcripts ----------------------------------------------------------------------------------
 def test_early_outer_pane_is_retracted_and_corrected_by_a_late_right_row():
     e = _engine()
-    both = lambda t: [Punctuation(LEFT, t), Punctuation(RIGHT, t)]            # noqa: E731
+    both = lambda t: [SidePunctuation(LEFT, t), SidePunctuation(RIGHT, t)]            # noqa: E731
     l, lr = (Pair((3, "l"), None),), (Pair((3, "l"), (7, "r")),)
     assert _brief(e.process([Row(LEFT, "k", 3, "l")]).panes) == [("k", 0, "EARLY", "+", l)]
     assert _brief(e.process([], both(12)).panes) == [("k", 0, "EARLY", "R", l), ("k", 0, "ON_TIME", "+", l)]
@@ -44,13 +44,13 @@ def test_early_outer_pane_is_retracted_and_corrected_by_a_late_right_row():
     assert e.live_windows() == {"k": [(0, 10)]}
     assert e.process([], both(30)).panes == [] and e.live_windows() == {}      # end 10 + 20: freed
     out = e.process([Row(RIGHT, "k", 8, "r2"), Row(LEFT, "k", 31, "x")])
-    assert out.dropped == [Dropped(RIGHT, "k", "late", 1)]
+    assert out.dropped == [JoinDropped(RIGHT, "k", "late", 1)]
     assert _brief(out.panes) == [("k", 30, "EARLY", "+", (Pair((31, "x"), None),))]
 
 
 def test_discarding_panes_carry_new_rows_and_retract_outer_rows_replaced():
     e = _engine(mode="discarding")
-    both = lambda t: [Punctuation(LEFT, t), Punctuation(RIGHT, t)]            # noqa: E731
+    both = lambda t: [SidePunctuation(LEFT, t), SidePunctuation(RIGHT, t)]            # noqa: E731
     l = (Pair((3, "l"), None),)
     first = e.process([Row(LEFT, "k", 3, "l")], both(12)).panes
     assert _brief(first) == [("k", 0, "EARLY", "+", l)]                           # on time: nothing new
@@ -79,9 +79,9 @@ def test_sessions_form_across_both_sides_and_merging_retracts_the_old_sessions()
 
 def test_a_slow_side_holds_the_join_back_and_nothing_is_dropped():
     e = _engine(how="inner", lateness=0)
-    e.process([Row(LEFT, "k", t, t) for t in range(0, 100, 5)], [Punctuation(LEFT, 100)])
+    e.process([Row(LEFT, "k", t, t) for t in range(0, 100, 5)], [SidePunctuation(LEFT, 100)])
     assert e.watermark.low_watermark_ms is None                 # the right side said nothing yet
-    out = e.process([Row(RIGHT, "k", 3, "r")], [Punctuation(RIGHT, 4)])
+    out = e.process([Row(RIGHT, "k", 3, "r")], [SidePunctuation(RIGHT, 4)])
     assert out.dropped == [] and e.watermark.low_watermark_ms == 4
     assert fold(out.panes, "accumulating_and_retracting") == {("k", (0, 10)): (Pair((0, 0), (3, "r")),
                                                                                 Pair((5, 5), (3, "r")))}
@@ -91,8 +91,8 @@ def test_closed_windows_drop_rows_with_reason_closed():
     with pytest.warns(UserWarning, match="never used"):
         join = WindowJoin(TumblingWindow(10), trigger=AfterWatermark(), allowed_lateness_ms=50)
     e = join.engine()
-    e.process([Row(LEFT, "k", 1, "l"), Row(RIGHT, "k", 2, "r")], [Punctuation(LEFT, 10), Punctuation(RIGHT, 10)])
-    assert e.process([Row(LEFT, "k", 4, "late")]).dropped == [Dropped(LEFT, "k", "closed", 1)]
+    e.process([Row(LEFT, "k", 1, "l"), Row(RIGHT, "k", 2, "r")], [SidePunctuation(LEFT, 10), SidePunctuation(RIGHT, 10)])
+    assert e.process([Row(LEFT, "k", 4, "late")]).dropped == [JoinDropped(LEFT, "k", "closed", 1)]
 
 
 def test_specs_are_validated_with_the_bad_value_named():

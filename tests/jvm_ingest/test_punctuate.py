@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from jvm_ingest.punctuate import _Punctuator
+from dataflow_kafka.jvm_ingest.punctuate import _Punctuator
 
 US = pa.timestamp("us", tz="UTC")
 
@@ -58,7 +58,7 @@ def test_same_input_same_rows_and_no_rows_without_input():
 
 @pytest.mark.parametrize("bad", [{}, {"docs": 0}, {"docs": "4"}])
 def test_partitions_must_name_counts(bad):
-    from jvm_ingest import punctuate
+    from dataflow_kafka.jvm_ingest import punctuate
 
     with pytest.raises(ValueError, match="partitions"):
         punctuate(None, partitions=bad)

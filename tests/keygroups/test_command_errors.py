@@ -9,13 +9,13 @@ import json
 import pandas as pd
 import pytest
 
-from balancing.routing_table import RoutingTable
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from keygroups.slots import SlotRouter
-from slicer.stage import SlicerStage
-from watermarks.stage import WindowingStage
-from windowing import FixedWindows, Median, Sum, TumblingWindow
+from dataflow_kafka.balancing.routing_table import RoutingTable
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.keygroups.slots import SlotRouter
+from dataflow_kafka.slicer.stage import SlicerStage
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import FixedWindows, Median, Sum, TumblingWindow
 
 PARTS = 3
 

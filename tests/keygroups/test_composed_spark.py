@@ -24,14 +24,14 @@ import random
 import pandas as pd
 import pytest
 
-from keygroups import Pipeline
-from optimistic import StatefulMap
-from optimistic.stage import OptimisticStage
-from slicer.stage import SlicerStage
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.optimistic import StatefulMap
+from dataflow_kafka.optimistic.stage import OptimisticStage
+from dataflow_kafka.slicer.stage import SlicerStage
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
-from watermarks import AfterCount, AfterWatermark
-from watermarks.stage import WindowingStage
-from windowing import Count, FixedWindows, Max, Mean, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import Count, FixedWindows, Max, Mean, SlidingWindow, Sum, TumblingWindow
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

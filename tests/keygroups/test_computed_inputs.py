@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups import Computed, Pipeline, json_object
-from keygroups.contract import control_frame
-from keygroups.pipeline import frame_types
-from slicer.stage import SlicerStage
+from dataflow_kafka.keygroups import Computed, Pipeline, json_object
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
-from watermarks.stage import WindowingStage
-from windowing import Count, FixedWindows, Max, Sum, TumblingWindow
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import Count, FixedWindows, Max, Sum, TumblingWindow
 
 
 def bids(seed: int, n_batches: int = 5, per_batch: int = 25) -> list[pd.DataFrame]:
@@ -127,7 +127,6 @@ def test_an_emitted_column_whose_type_clashes_with_the_output_is_an_error():
 def test_docstring_examples():
     import doctest
 
-    import keygroups.computed as module
-
+    import dataflow_kafka.keygroups.computed as module
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

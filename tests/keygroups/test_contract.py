@@ -6,7 +6,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups.contract import Modification, _in_offset_order, split_rows
+from dataflow_kafka.keygroups.contract import Modification, _in_offset_order, split_rows
 
 _rows = st.lists(
     st.tuples(st.sampled_from(["data", "data", "data", "punctuation", "modification", "dropped", "error"]),
@@ -63,7 +63,7 @@ def test_in_offset_order_matches_a_sort(rows):
 
 
 def test_conform_types_nulls_and_missing_columns():
-    from keygroups.contract import conform
+    from dataflow_kafka.keygroups.contract import conform
 
     a = pd.DataFrame({"kind": ["data", "data"], "n": [1, 2], "x": [0.5, None], "flag": [True, False],
                       "extra": ["dropped", "too"]})

@@ -17,14 +17,14 @@ import random
 
 import pytest
 
-from keygroups import Computed, Pipeline, json_object
-from keygroups.pipeline import frame_types
-from slicer.stage import SlicerStage
+from dataflow_kafka.keygroups import Computed, Pipeline, json_object
+from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
 from tests.support import BatchCollector, now_ms, source_batches
-from watermarks import AfterCount, AfterWatermark
-from watermarks.stage import WindowingStage
-from windowing import Count, FixedWindows, Max, Median, TumblingWindow
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import Count, FixedWindows, Max, Median, TumblingWindow
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

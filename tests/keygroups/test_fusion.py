@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups.fusion import ENORM_EXAMPLE_ATTRIBUTES, Component, inter_component_rate, plan_chain, plan_fusion
+from dataflow_kafka.keygroups.fusion import ENORM_EXAMPLE_ATTRIBUTES, Component, inter_component_rate, plan_chain, plan_fusion
 
 # Figure 1: op1 (per tuple, PA = all), op2/op3 (per area), op4/op5 (global, PA = {}).
 FIGURE_1_PA = {"op1": ENORM_EXAMPLE_ATTRIBUTES, "op2": {"area"}, "op3": {"area"}, "op4": set(), "op5": set()}
@@ -237,7 +237,6 @@ def test_plan_chain_checks_the_number_of_links():
 
 
 def test_docstring_examples():
-    import keygroups.fusion as module
-
+    import dataflow_kafka.keygroups.fusion as module
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

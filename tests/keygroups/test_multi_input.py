@@ -9,9 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from keygroups import Input, InputWatermarks, Pipeline, PunctuationTracker
-from keygroups.contract import control_frame
-from keygroups.operator import run_key_group
+from dataflow_kafka.keygroups import Input, InputWatermarks, Pipeline, PunctuationTracker
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.keygroups.operator import run_key_group
 from tests.keygroups.toy_stages import InputCount, TumblingCount
 
 BOTH = {"left": ("k", {"topic": "L"}), "right": ("k", {"topic": "R"})}
@@ -159,7 +159,6 @@ def test_the_shape_is_checked_when_the_pipeline_is_built():
 def test_docstring_examples():
     import doctest
 
-    import keygroups.punctuation as module
-
+    import dataflow_kafka.keygroups.punctuation as module
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

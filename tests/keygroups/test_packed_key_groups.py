@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from keygroups.packed import PAYLOAD_COLUMN, pack_batches, pack_key_groups, unpack_key_group
+from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, pack_batches, pack_key_groups, unpack_key_group
 
 
 def _batch(rows):
@@ -43,7 +43,7 @@ def test_pack_then_unpack_gives_each_groups_rows_sorted_by_position():
 def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path):
     """One query reads the topic twice: a pipeline on packed source rows and the same pipeline on
     unpacked rows give every micro-batch the same output (same rows, same watermarks)."""
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
     from tests.keygroups.toy_stages import TumblingCount
     from tests.support import BatchCollector, now_ms
 
@@ -81,10 +81,10 @@ def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path
 def test_ingest_packing_routes_like_the_local_runner():
     """The Python-routed first operator's one-step ingest (route, fan out markers, pack) gives each
     key group exactly the rows the local runner routes to it."""
-    from keygroups.contract import control_frame
-    from keygroups.pipeline import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
-    from optimistic.stage import OptimisticStage
-    from optimistic.stages import StatefulMap
+    from dataflow_kafka.keygroups.contract import control_frame
+    from dataflow_kafka.keygroups.pipeline import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
+    from dataflow_kafka.optimistic.stage import OptimisticStage
+    from dataflow_kafka.optimistic.stages import StatefulMap
 
     def key(x):
         return x[0]
@@ -117,7 +117,7 @@ def test_ingest_packing_routes_like_the_local_runner():
 
 
 def _blob(frame, columns):
-    from keygroups.pipeline import arrow_schema
+    from dataflow_kafka.keygroups.pipeline import arrow_schema
 
     schema = arrow_schema(columns)
     sink = pa.BufferOutputStream()

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline, key_group_of
-from keygroups.contract import control_frame
-from keygroups.operator import FusionError
+from dataflow_kafka.keygroups import Pipeline, key_group_of
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.keygroups.operator import FusionError
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
 
 PARTS = 3
@@ -148,7 +148,7 @@ def test_modification_applied_at_the_same_point_in_every_key_group_and_forwarded
 
 
 def test_python_routing_uses_the_same_hash_as_the_jvm_formula():
-    from keygroups.routing import hash_key
+    from dataflow_kafka.keygroups.routing import hash_key
 
     # values computed by Spark 4.3: SELECT xxhash64('hello'), xxhash64(CAST(7 AS BIGINT)), ...
     assert hash_key("hello") == -4367754540140381902 == hash_key(b"hello")

@@ -9,7 +9,7 @@ import random
 import pandas as pd
 import pytest
 
-from keygroups import Pipeline
+from dataflow_kafka.keygroups import Pipeline
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 
@@ -50,7 +50,7 @@ def _rows(frame: pd.DataFrame) -> list:
 
 
 def test_count_stateful_operators_fused_and_unfused(spark, kafka):
-    from keygroups.pipeline import stateful_operators
+    from dataflow_kafka.keygroups.pipeline import stateful_operators
 
     topic = kafka.topic(1)
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)

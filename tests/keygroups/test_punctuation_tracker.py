@@ -2,7 +2,7 @@
 
 from hypothesis import given, strategies as st
 
-from keygroups.punctuation import PunctuationTracker
+from dataflow_kafka.keygroups.punctuation import PunctuationTracker
 
 batches = st.lists(st.dictionaries(st.sampled_from(["p0", "p1", "p2"]), st.integers(0, 10_000), min_size=1),
                    min_size=1, max_size=20)

@@ -6,7 +6,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_key_groups_route_data_and_replicate_markers(spark):
-    from keygroups import with_key_groups
+    from dataflow_kafka.keygroups import with_key_groups
 
     rows = [("data", "k%d" % (i % 10)) for i in range(100)] + [("punctuation", None), ("modification", None),
                                                                ("error", None)]
@@ -31,7 +31,7 @@ def test_python_routing_equals_the_jvm_routing(spark):
     stages use: strings, binary, bigint, int, double, boolean, nulls and several key columns."""
     import random
 
-    from keygroups import key_group_of, key_groups_of, with_key_groups
+    from dataflow_kafka.keygroups import key_group_of, key_groups_of, with_key_groups
 
     rnd = random.Random(3)
     rows = [("data", f"u{rnd.randrange(10**6)}", bytes([rnd.randrange(256) for _ in range(rnd.randrange(9))]),

@@ -9,12 +9,12 @@ import json
 import pandas as pd
 import pytest
 
-from keygroups import Pipeline
-from keygroups.contract import Modification
-from keygroups.operator import unclaimed_command
-from slicer.stage import SlicerStage
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import Modification
+from dataflow_kafka.keygroups.operator import unclaimed_command
+from dataflow_kafka.slicer.stage import SlicerStage
 from tests.support import BatchCollector, forget_batches_from, now_ms
-from windowing import Count, TumblingWindow
+from dataflow_kafka.windowing import Count, TumblingWindow
 
 CLAIMS = (("windows", frozenset({"add_window", "remove_window"})), ("tail", frozenset()))
 ADD = {"op": "add_window", "id": "2s", "window": {"type": "tumbling", "size_ms": 2000}}

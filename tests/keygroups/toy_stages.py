@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
-from windowing import AggregateFunction
+from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+from dataflow_kafka.windowing import AggregateFunction
 
 
 @dataclass
@@ -162,7 +162,7 @@ class InputCount(Stage):
     commands = frozenset({"bump"})
 
     def stage_inputs(self):
-        from keygroups import Input
+        from dataflow_kafka.keygroups import Input
 
         return tuple(Input(n, {"k": key}, select) for n, (key, select) in self.sources.items())
 

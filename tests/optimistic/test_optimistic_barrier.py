@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimistic import Barrier, Item, Meta
+from dataflow_kafka.optimistic import Barrier, Item, Meta
 
 
 def item(t: int, offset: int, payload="x", path=()) -> Item:

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimistic import Grouping, Map, StatefulMap, run_buffered, run_local, safe_punctuations
-from optimistic.workload import document_arrivals, generate_documents, inverted_index_stages
+from dataflow_kafka.optimistic import Grouping, Map, StatefulMap, run_buffered, run_local, safe_punctuations
+from dataflow_kafka.optimistic.workload import document_arrivals, generate_documents, inverted_index_stages
 
 
 # -- user functions (module level, so stages pickle) -----------------------------------------

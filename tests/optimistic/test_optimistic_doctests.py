@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["optimistic", "optimistic.order", "optimistic.stages", "optimistic.barrier", "optimistic.local",
-           "optimistic.workload"]
+MODULES = ["dataflow_kafka.optimistic", "dataflow_kafka.optimistic.order", "dataflow_kafka.optimistic.stages", "dataflow_kafka.optimistic.barrier", "dataflow_kafka.optimistic.local",
+           "dataflow_kafka.optimistic.workload"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimistic import Grouping, Item, Meta, run_local, safe_punctuations
+from dataflow_kafka.optimistic import Grouping, Item, Meta, run_local, safe_punctuations
 
 # The paper, section V.B: inputs 1, 2, ..., key = parity, window = 3.
 PAPER_GROUPS = [(1,), (2,), (1, 3), (2, 4), (1, 3, 5), (2, 4, 6), (3, 5, 7), (4, 6, 8)]

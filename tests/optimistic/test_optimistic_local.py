@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimistic import Grouping, Map, StatefulMap, run_buffered, run_local, safe_punctuations
-from optimistic.workload import document_arrivals, generate_documents, inverted_index_stages
+from dataflow_kafka.optimistic import Grouping, Map, StatefulMap, run_buffered, run_local, safe_punctuations
+from dataflow_kafka.optimistic.workload import document_arrivals, generate_documents, inverted_index_stages
 
 
 def parity(x: int) -> int:

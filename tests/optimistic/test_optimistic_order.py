@@ -7,7 +7,7 @@ import pickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimistic import Item, Meta
+from dataflow_kafka.optimistic import Item, Meta
 
 meta_st = st.builds(
     Meta,

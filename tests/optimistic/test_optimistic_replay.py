@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimistic import Item, KeyedState, Meta, StatefulMap
+from dataflow_kafka.optimistic import Item, KeyedState, Meta, StatefulMap
 
 
 def key(p: tuple) -> str:

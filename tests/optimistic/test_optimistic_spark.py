@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from optimistic import run_local
-from optimistic.spark import build_pipeline, encode_json, read_metrics
-from optimistic.workload import generate_documents, inverted_index_stages
+from dataflow_kafka.optimistic import run_local
+from dataflow_kafka.optimistic.spark import build_pipeline, encode_json, read_metrics
+from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_stages
 from tests.support import forget_batches_from, now_ms
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from optimistic import Meta, run_local
-from optimistic.spark import build_pipeline, encode_json
-from optimistic.workload import inverted_index_same_key, inverted_index_stages
+from dataflow_kafka.optimistic import Meta, run_local
+from dataflow_kafka.optimistic.spark import build_pipeline, encode_json
+from dataflow_kafka.optimistic.workload import inverted_index_same_key, inverted_index_stages
 from tests.optimistic.test_optimistic_spark import GRACE_MS, PARTITIONS, _check_output, _expected, _records, decode_doc
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

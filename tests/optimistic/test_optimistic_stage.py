@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups.contract import control_frame
-from optimistic import run_local
-from optimistic.order import Meta
-from optimistic.stage import OptimisticStage, optimistic_stages
-from optimistic.stages import Grouping
-from optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.optimistic import run_local
+from dataflow_kafka.optimistic.order import Meta
+from dataflow_kafka.optimistic.stage import OptimisticStage, optimistic_stages
+from dataflow_kafka.optimistic.stages import Grouping
+from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
 PARTS = 3
 
@@ -128,7 +128,7 @@ def test_output_mapping_feeds_typed_columns():
              "processing_time_ms": 0} for i, v in enumerate((3, 1, 2, 4))]
     frame = pd.concat([pd.DataFrame(rows), control_frame([{"kind": "punctuation", "topic": "t", "partition": 0,
                                                             "offset": 4, "punctuation_ms": 100}])])
-    from keygroups import Pipeline
+    from dataflow_kafka.keygroups import Pipeline
 
     (out,) = Pipeline([stage]).run_local([frame])
     data = out[out["kind"] == "data"].sort_values("event_time_ms")

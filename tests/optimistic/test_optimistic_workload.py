@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from optimistic import Item, StatefulMap
-from optimistic.workload import (
+from dataflow_kafka.optimistic import Item, StatefulMap
+from dataflow_kafka.optimistic.workload import (
     document_arrivals,
     generate_documents,
     inverted_index_stages,

@@ -34,7 +34,7 @@ def _stateful_writer(folder: Path):
 
 
 def main(mode: str, bootstrap: str, src: str, workdir: str) -> None:
-    from datasource.session import spark_session
+    from dataflow_kafka.datasource.session import spark_session
 
     work = Path(workdir)
     (work / "stateful").mkdir(parents=True, exist_ok=True)

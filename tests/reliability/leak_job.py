@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 def _cpu_s(pgid: int) -> float:
     """CPU seconds used so far by the live processes of process group ``pgid``."""
-    from brokers.launcher import proc_stats
+    from dataflow_kafka.brokers.launcher import proc_stats
 
     ticks = sum(int(f[11]) + int(f[12]) for _, f in proc_stats() if int(f[2]) == pgid)
     return ticks / os.sysconf("SC_CLK_TCK")
@@ -24,7 +24,7 @@ def _cpu_s(pgid: int) -> float:
 
 def _descendants(pid: int) -> list[str]:
     """Command lines of the live descendants of ``pid``."""
-    from brokers.launcher import proc_stats
+    from dataflow_kafka.brokers.launcher import proc_stats
 
     children: dict[int, list[int]] = {}
     for child, f in proc_stats():
@@ -52,8 +52,8 @@ def _kafka_threads() -> list[str]:
 
 
 def main() -> None:
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
     from tests.support import KafkaHelper, own_broker_kind
 
     wrappers_before = set(Path(tempfile.gettempdir()).glob("dataflow-kafka-python-*"))

@@ -78,7 +78,7 @@ def test_sigkill_the_driver_and_restart_loses_nothing_and_exactly_once_sinks_dup
     kills = int(os.environ.get("DFK_CRASH_KILLS", "1"))
     rng = random.Random(int(os.environ.get("DFK_CRASH_SEED", "13")))
     src = kafka.topic(2, prefix="crash")
-    from datasource.sink import ensure_topic
+    from dataflow_kafka.datasource.sink import ensure_topic
 
     for suffix in ("alo", "eos"):                 # the job's output topics
         ensure_topic({"bootstrap.servers": kafka.bootstrap}, f"{src}-{suffix}", partitions=2)

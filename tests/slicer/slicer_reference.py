@@ -22,12 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicer import (
-    M4, AggregateFunction, Count, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow,
-    Quantile, SessionWindow, SlideByTupleWindow, SlidingWindow, Sum, ThresholdFrame, TumblingWindow,
-)
-from slicer.compile import compile_window
-from slicer.windows import COUNT, measure_of
+from dataflow_kafka.slicer import FixedBandWindow, PunctuationWindow, SlideByTupleWindow, ThresholdFrame
+from dataflow_kafka.windowing import M4, AggregateFunction, Count, Max, Mean, Median, Min, Quantile, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.slicer.compile import compile_window
+from dataflow_kafka.slicer.windows import COUNT, measure_of
 
 
 class Concat(AggregateFunction):

@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slicer import (
-    M4, ContextFreeWindow, Count, FixedBandWindow, Mean, PunctuationWindow, SessionWindow,
-    SlideByTupleWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
-)
-from slicer import AggregateFunction
+from dataflow_kafka.slicer import ContextFreeWindow, FixedBandWindow, PunctuationWindow, SlideByTupleWindow, SlicingWindowOperator
+from dataflow_kafka.windowing import M4, Count, Mean, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import AggregateFunction
 
 
 def make(*windows, aggs=(Sum(),), lateness=1000, **kw):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slicer import SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow
 from bench.buckets_baseline import BucketsOperator
 
 

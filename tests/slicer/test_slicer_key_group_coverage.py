@@ -10,11 +10,11 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from slicer.stage import SlicerStage
-from windowing import Count, Median, Sum, TumblingWindow
-from windowing.final import current_windows
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.slicer.stage import SlicerStage
+from dataflow_kafka.windowing import Count, Median, Sum, TumblingWindow
+from dataflow_kafka.windowing.final import current_windows
 
 PARTS = 2
 

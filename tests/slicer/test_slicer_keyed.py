@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slicer import (
-    M4, Count, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
-)
-from slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
 _AGGS = [Sum, Count, Min, Max, Mean, M4]
 
@@ -177,8 +176,7 @@ def test_lateness_boundary_matches_per_key(windows):
 
 
 def test_slice_start_is_the_latest_edge_in_chunks(monkeypatch):
-    import slicer.keyed as keyed
-
+    import dataflow_kafka.slicer.keyed as keyed
     template = _template([SlidingWindow(30, 7, 3), TumblingWindow(11, 7)], [Sum], 0)
     op = KeyedSlicingOperator(template)
     ts = np.arange(-200, 400, 3, dtype=np.int64)
@@ -194,7 +192,7 @@ def test_slice_start_is_the_latest_edge_in_chunks(monkeypatch):
 def test_stage_refuses_a_state_of_the_other_path():
     """A checkpoint written by one engine per key is refused (clearly) by the keyed path and the
     other way round, e.g. after the windows or aggregations of a query changed."""
-    from slicer.stage import SlicerStage
+    from dataflow_kafka.slicer.stage import SlicerStage
 
     keyed = SlicerStage(key="k", value="v", windows=[TumblingWindow(10)], aggregations=[Sum()], name="w")
     per_key = SlicerStage(key="k", value="v", windows=[SessionWindow(10)], aggregations=[Sum()], name="w")

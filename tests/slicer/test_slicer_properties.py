@@ -13,10 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from slicer import (
-    M4, Count, FixedBandWindow, Max, Mean, Median, Min, PunctuationWindow, Quantile,
-    SessionWindow, SlideByTupleWindow, SlidingWindow, SlicingWindowOperator, Sum, ThresholdFrame, TumblingWindow,
-)
+from dataflow_kafka.slicer import FixedBandWindow, PunctuationWindow, SlideByTupleWindow, SlicingWindowOperator, ThresholdFrame
+from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, Quantile, SessionWindow, SlidingWindow, Sum, TumblingWindow
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helper importable
 from slicer_reference import row_order, Concat, Reference, is_seven, rows_of, same_rows  # noqa: E402

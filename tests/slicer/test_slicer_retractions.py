@@ -20,13 +20,14 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from slicer import Count, SessionWindow, SlicingWindowOperator, Sum, TumblingWindow
-from slicer.compile import compile_window
-from slicer.stage import SlicerStage
-from slicer.windows import COUNT, PeriodicWindow, measure_of
-from windowing.final import current_windows
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.windowing import Count, SessionWindow, Sum, TumblingWindow
+from dataflow_kafka.slicer.compile import compile_window
+from dataflow_kafka.slicer.stage import SlicerStage
+from dataflow_kafka.slicer.windows import COUNT, PeriodicWindow, measure_of
+from dataflow_kafka.windowing.final import current_windows
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
 from slicer_reference import Reference, close, ref_aggregate, ref_windows  # noqa: E402
@@ -100,7 +101,7 @@ def test_folded_output_equals_the_final_windows_for_every_window_type(windows, n
 def test_the_property_sees_retractions():
     """The fold property is not vacuous: late records within the lateness retract sessions,
     punctuation windows, slide-by-tuple windows and frames in these streams."""
-    from slicer import PunctuationWindow, SlideByTupleWindow, ThresholdFrame
+    from dataflow_kafka.slicer import PunctuationWindow, SlideByTupleWindow, ThresholdFrame
 
     rnd = np.random.default_rng(3)
     seen = 0

@@ -17,14 +17,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from slicer import (
-    FixedBandWindow, PunctuationWindow, SessionWindow, SlidingWindow, SlicingWindowOperator, Sum, TumblingWindow,
-)
-from slicer.compile import compile_window
-from slicer.frames import ThresholdFrame
-from slicer.keyed import KeyedSlicingOperator
-from slicer.windows import COUNT, TIME, measure_of
-from windowing import AddWindow, Count, Max, Mean, Min, RemoveWindow, parse_command
+from dataflow_kafka.slicer import FixedBandWindow, PunctuationWindow, SlicingWindowOperator
+from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.slicer.compile import compile_window
+from dataflow_kafka.slicer.frames import ThresholdFrame
+from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
+from dataflow_kafka.windowing import AddWindow, Count, Max, Mean, Min, RemoveWindow, parse_command
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
 from slicer_reference import row_order, Reference, rows_of, same_rows  # noqa: E402

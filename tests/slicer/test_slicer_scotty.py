@@ -14,11 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slicer import (
-    Count, ForwardContextFreeWindow, M4, PunctuationWindow, SessionWindow, SlideByTupleWindow, SlidingWindow,
-    SlicingWindowOperator, Sum, ThresholdFrame, TumblingWindow, WindowContext, WindowMeasure,
-)
-from slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer import ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow, SlicingWindowOperator, ThresholdFrame, WindowContext
+from dataflow_kafka.windowing import Count, M4, SessionWindow, SlidingWindow, Sum, TumblingWindow, WindowMeasure
+from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
 from slicer_reference import Reference, same_rows  # noqa: E402

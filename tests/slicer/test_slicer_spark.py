@@ -14,10 +14,9 @@ import random
 
 import pytest
 
-from slicer import (
-    M4, Count, Max, Mean, Median, Min, SessionWindow, SlicingWindowOperator, SlidingWindow, Sum, TumblingWindow,
-)
-from slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from tests.slicer.slicer_reference import same_rows
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log
 
@@ -67,7 +66,7 @@ def _flat(values) -> tuple:
 def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> tuple[dict, dict]:
     """``{batch: sorted rows}`` of the pure engine, batches cut as in the offset log, and
     ``{batch: low watermark}``."""
-    from keygroups import PunctuationTracker
+    from dataflow_kafka.keygroups import PunctuationTracker
 
     by_part: dict[int, list] = {}
     for m in records:
@@ -116,7 +115,7 @@ def _reference(records, checkpoint: str, batches: list[int], windows, aggs) -> t
 def _spark_rows(collector: BatchCollector, aggs) -> dict:
     """Window and dropped rows of each batch; every key group's punctuation is checked to be
     its output watermark (the input watermark minus the allowed lateness) on the way."""
-    from windowing.rows import aggregation_columns
+    from dataflow_kafka.windowing.rows import aggregation_columns
 
     cols = [c for c, _ in aggregation_columns(aggs)]
     out = {}
@@ -144,7 +143,7 @@ def _output_watermarks(collector: BatchCollector) -> dict:
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp_path, config):
-    from slicer.spark import slice_windows
+    from dataflow_kafka.slicer.spark import slice_windows
 
     windows, aggs = CONFIGS[config]
     assert KeyedSlicingOperator.supports(_template(windows, aggs)) == (config == "keyed")

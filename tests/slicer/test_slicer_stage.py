@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from slicer import SlicingWindowOperator
-from slicer.stage import SlicerStage
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.slicer.stage import SlicerStage
 from tests.slicer.slicer_reference import same_rows
-from windowing import M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
+from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
 
 PARTS = 3
 LATENESS = 700
@@ -104,7 +104,7 @@ def _reference(config: str, batches) -> list[list[tuple]]:
 
 
 def _rows(outs, config: str) -> list[list[tuple]]:
-    from windowing.rows import aggregation_columns
+    from dataflow_kafka.windowing.rows import aggregation_columns
 
     cols = [c for c, _ in aggregation_columns(CONFIGS[config][1])]
     got = []

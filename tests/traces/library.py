@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from traces import O, OpKeyedOrdered, OpKeyedUnordered, OpStateless, Punctuation, Record, U
+from dataflow_kafka.traces import O, OpKeyedOrdered, OpKeyedUnordered, OpStateless, Punctuation, Record, U
 
 
 class AddOne(OpStateless):

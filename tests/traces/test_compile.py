@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 from tests.traces.frames import source_frames
 from tests.traces.library import AddOne, Diff, DropEven, Rekey, Seq, SumPerKey
 from tests.traces.test_engine import Heartbeat
-from traces import Dag, TraceTypeError
-from traces.examples.iot import build
-from traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
+from dataflow_kafka.traces import Dag, TraceTypeError
+from dataflow_kafka.traces.examples.iot import build
+from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
 
 
 def _batches(seed: int, n_batches: int = 8, per_batch: int = 15):
@@ -131,8 +131,8 @@ _FUSION_LIBRARY = [AddOne, Rekey, DropEven, KeepDropEven, Seq, SumPerKey, KeepSu
 def _old_segments(dag: Dag) -> tuple[list[str], list[list[str]]]:
     """The rule compile_dag applied before it asked the planner (transcribed): the router prefix and
     the stages' vertex names."""
-    from traces.compile import _keeps_key
-    from traces.templates import OpStateless
+    from dataflow_kafka.traces.compile import _keeps_key
+    from dataflow_kafka.traces.templates import OpStateless
 
     prefix, segments, keeps = [], [], False
     for n in [n for n in dag.check().order if dag.vertices[n].kind == "op"]:
@@ -199,7 +199,7 @@ def test_planner_compiled_random_dags_equal_run_local(seed, groups):
 
 
 def test_fusion_input_and_bad_rates():
-    from traces.spark import fusion_input
+    from dataflow_kafka.traces.spark import fusion_input
 
     dag = Dag()
     prev = dag.source("src", 10, 2)

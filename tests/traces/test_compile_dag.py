@@ -14,8 +14,8 @@ from tests.traces.frames import source_frames
 from tests.traces.library import AddOne, Seq, SumPerKey, Total
 from tests.traces.test_engine import _random_dag
 from tests.traces.test_multi_source import _random_multi_source_dag
-from traces import Blocker, Dag, Marker, TraceTypeError
-from traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
+from dataflow_kafka.traces import Blocker, Dag, Marker, TraceTypeError
+from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
 
 
 def _rows(compiled, frames):
@@ -163,7 +163,7 @@ def test_multi_source_inputs_must_name_every_source():
 @pytest.mark.parametrize("groups", [1, 3])
 def test_load_prediction_example_compiled_equals_run_local(groups):
     """Figure 5's DAG (fan-out to the features, fan-in at Predict, two sinks) on the stage layer."""
-    from traces.examples.loads import build, measurements
+    from dataflow_kafka.traces.examples.loads import build, measurements
 
     dag = build(period_ms=1_000)
     assert [[v.name for s in op for v in s.vertices] for op in compile_dag(dag).plan()] == [

@@ -2,9 +2,7 @@
 
 import doctest
 
-import traces
-
-
+from dataflow_kafka import traces
 def test_package_doctest():
     result = doctest.testmod(traces)
     assert result.attempted > 0 and result.failed == 0

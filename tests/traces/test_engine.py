@@ -9,11 +9,11 @@ from hypothesis import given, settings, strategies as st
 
 from tests.traces.library import (INT_OUTPUT, AddOne, Diff, Rekey, Seq, SumPerKey, assert_parallel_equals_local,
                                    fan_out_and_in, random_input)
-from traces import (Dag, Event, Marker, O, OpKeyedOrdered, OpStateless, Punctuation, Record, TraceError,
+from dataflow_kafka.traces import (Dag, Event, Marker, O, OpKeyedOrdered, OpStateless, Punctuation, Record, TraceError,
                     TraceTypeError, U)
-from traces.examples.iot import LinearInterpolation, build
-from traces.glue import Merge
-from traces.types import Blocker
+from dataflow_kafka.traces.examples.iot import LinearInterpolation, build
+from dataflow_kafka.traces.glue import Merge
+from dataflow_kafka.traces.types import Blocker
 
 
 # -- blocks -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.traces.library import (INT_OUTPUT, AddOne, Seq, SumPerKey, Total, assert_parallel_equals_local,
                                    fan_out_and_in, random_input, shifted)
-from traces import Blocker, Dag, Marker, Punctuation, Record, TraceTypeError
+from dataflow_kafka.traces import Blocker, Dag, Marker, Punctuation, Record, TraceTypeError
 
 
 def _two_source_sum() -> Dag:

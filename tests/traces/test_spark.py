@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
-from traces.examples.iot import build
-from traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
+from dataflow_kafka.traces.examples.iot import build
+from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -13,8 +13,8 @@ import pytest
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 from tests.traces.library import AddOne, Seq, SumPerKey, Total
 from tests.traces.test_compile_dag import _assert_sinks_equal
-from traces import Dag, OpStateless
-from traces.spark import compile_dag, messages_from_frames
+from dataflow_kafka.traces import Dag, OpStateless
+from dataflow_kafka.traces.spark import compile_dag, messages_from_frames
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from bench.traces import HandWindowCount
-from keygroups import Pipeline
+from dataflow_kafka.keygroups import Pipeline
 from tests.traces.frames import source_frames
-from traces.examples.yahoo import build, events
-from traces.spark import compile_dag, events_of_rows, messages_from_frames
+from dataflow_kafka.traces.examples.yahoo import build, events
+from dataflow_kafka.traces.spark import compile_dag, events_of_rows, messages_from_frames
 
 
 def test_typed_yahoo_query_equals_hand_written_and_run_local():

@@ -7,24 +7,9 @@ import warnings
 
 import pytest
 
-from watermarks import (
-    AccumulationMode,
-    AfterCount,
-    AfterWatermark,
-    DefaultTrigger,
-    FixedWindows,
-    IntervalWindow,
-    MaxCombiner,
-    MeanCombiner,
-    Repeatedly,
-    Sessions,
-    SlidingWindows,
-    SumCombiner,
-    TimestampCombiner,
-    ToListCombiner,
-    TriggerDriver,
-)
-from watermarks.transcript import run_transcript
+from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, Repeatedly, TimestampCombiner, TriggerDriver
+from dataflow_kafka.windowing import FixedWindows, MaxCombiner, MeanCombiner, Sessions, SlidingWindows, SumCombiner, ToListCombiner
+from dataflow_kafka.watermarks.transcript import run_transcript
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")

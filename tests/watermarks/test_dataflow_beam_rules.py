@@ -23,28 +23,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from watermarks import (
-    END_OF_TIME_MS,
-    AfterCount,
-    AfterWatermark,
-    DefaultTrigger,
-    FixedWindows,
-    IntervalWindow,
-    LateDataDropped,
-    MultiQueryDriver,
-    Repeatedly,
-    Sessions,
-    SlidingWindows,
-    SumCombiner,
-    TriggerDriver,
-)
-from watermarks.running_example import EXAMPLES
-from watermarks.stage import WindowingStage
-from watermarks.transcript import run_transcript
-from watermarks.windows import compile_window_fn
-from windowing import Sum
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, LateDataDropped, MultiQueryDriver, Repeatedly, TriggerDriver
+from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, Sessions, SlidingWindows, SumCombiner
+from dataflow_kafka.watermarks.running_example import EXAMPLES
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.watermarks.transcript import run_transcript
+from dataflow_kafka.watermarks.windows import compile_window_fn
+from dataflow_kafka.windowing import Sum
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
 from test_dataflow_triggers import _per_step as per_step  # noqa: E402

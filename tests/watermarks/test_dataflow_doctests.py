@@ -11,8 +11,8 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
 
 
-@pytest.mark.parametrize("name", ["watermarks.driver", "watermarks.windows", "watermarks.transcript",
-                                  "watermarks.multi"])
+@pytest.mark.parametrize("name", ["dataflow_kafka.watermarks.driver", "dataflow_kafka.watermarks.windows", "dataflow_kafka.watermarks.transcript",
+                                  "dataflow_kafka.watermarks.multi"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0

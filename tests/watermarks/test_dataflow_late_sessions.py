@@ -16,13 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from watermarks import AfterCount, AfterWatermark, DefaultTrigger, Sessions, ToListCombiner, TriggerDriver
-from watermarks.stage import WindowingStage
-from watermarks.windows import windows_of
-from windowing import Count
-from windowing.final import current_windows
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark, DefaultTrigger, TriggerDriver
+from dataflow_kafka.windowing import Sessions, ToListCombiner
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.watermarks.windows import windows_of
+from dataflow_kafka.windowing import Count
+from dataflow_kafka.windowing.final import current_windows
 
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
 

@@ -18,12 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watermarks import (
-    END_OF_TIME_MS, DefaultTrigger, FixedWindows, MultiQueryDriver, Sessions, SlidingWindows, TriggerDriver,
-)
-from watermarks.multi import CoveredWindowFn
-from watermarks.windows import compile_window_fn
-from windowing import AddWindow, GlobalWindow, RemoveWindow, SessionWindow, Sum, TumblingWindow, parse_command
+from dataflow_kafka.watermarks import DefaultTrigger, MultiQueryDriver, TriggerDriver
+from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, Sessions, SlidingWindows
+from dataflow_kafka.watermarks.multi import CoveredWindowFn
+from dataflow_kafka.watermarks.windows import compile_window_fn
+from dataflow_kafka.windowing import AddWindow, GlobalWindow, RemoveWindow, SessionWindow, Sum, TumblingWindow, parse_command
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
 from test_dataflow_properties import OPEN_TRIGGERS, WINDOW_FNS  # noqa: E402

@@ -15,23 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watermarks import (
-    END_OF_TIME_MS,
-    AfterAny,
-    AfterCount,
-    AfterEach,
-    AfterProcessingTime,
-    AfterWatermark,
-    DefaultTrigger,
-    FixedWindows,
-    OrFinally,
-    Repeatedly,
-    Sessions,
-    SlidingWindows,
-    TriggerDriver,
-)
-from watermarks.transcript import run_transcript
-from watermarks.windows import compile_window_fn, windows_of
+from dataflow_kafka.watermarks import AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, DefaultTrigger, OrFinally, Repeatedly, TriggerDriver
+from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, Sessions, SlidingWindows
+from dataflow_kafka.watermarks.transcript import run_transcript
+from dataflow_kafka.watermarks.windows import compile_window_fn, windows_of
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")

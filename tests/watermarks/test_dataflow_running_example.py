@@ -9,19 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from watermarks import (
-    END_OF_TIME_MS,
-    GLOBAL_WINDOW,
-    AccumulationMode,
-    AfterCount,
-    AfterWatermark,
-    AtPeriod,
-    FixedWindows,
-    SumCombiner,
-    TriggerDriver,
-)
-from watermarks.running_example import ELEMENTS, EXAMPLES, MINUTE, streaming_steps
-from watermarks.transcript import run_transcript
+from dataflow_kafka.watermarks import GLOBAL_WINDOW, AccumulationMode, AfterCount, AfterWatermark, AtPeriod, TriggerDriver
+from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, SumCombiner
+from dataflow_kafka.watermarks.running_example import ELEMENTS, EXAMPLES, MINUTE, streaming_steps
+from dataflow_kafka.watermarks.transcript import run_transcript
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
@@ -167,7 +158,7 @@ def test_the_streaming_timeline_ends_the_input():
 def test_the_docs_show_the_panes_the_driver_prints():
     from pathlib import Path
 
-    from watermarks.running_example import format_pane
+    from dataflow_kafka.watermarks.running_example import format_pane
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "dataflow_running_example.md").read_text()
     for name, (_, make, steps) in EXAMPLES.items():

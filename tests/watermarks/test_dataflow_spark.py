@@ -23,8 +23,8 @@ import json
 import pytest
 
 from tests.support import BatchCollector, forget_batches_from, offset_log
-from watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
-from windowing import FixedWindows, Sessions, SumCombiner
+from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
+from dataflow_kafka.windowing import FixedWindows, Sessions, SumCombiner
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
@@ -105,7 +105,7 @@ def observed(collector: BatchCollector, query: str) -> list[dict]:
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_replay(spark, kafka, tmp_path):
-    from watermarks.spark import apply_windowing
+    from dataflow_kafka.watermarks.spark import apply_windowing
 
     topic = kafka.topic(2)
     src = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)

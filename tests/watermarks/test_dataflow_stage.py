@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroups import Pipeline
-from keygroups.contract import control_frame
-from watermarks import AfterCount, AfterProcessingTime, AfterWatermark, MultiQueryDriver
-from watermarks.stage import WindowingStage
-from windowing import FixedWindows, Sessions, SlidingWindow, Sum, parse_command
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups.contract import control_frame
+from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark, MultiQueryDriver
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import FixedWindows, Sessions, SlidingWindow, Sum, parse_command
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")

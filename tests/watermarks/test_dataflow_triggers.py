@@ -11,32 +11,10 @@ import warnings
 
 import pytest
 
-from watermarks import (
-    END_OF_TIME_MS,
-    GLOBAL_WINDOW,
-    AfterAll,
-    AfterAny,
-    AfterCount,
-    AfterEach,
-    AfterProcessingTime,
-    AfterWatermark,
-    AtCount,
-    AtPeriod,
-    AtWatermark,
-    DefaultTrigger,
-    FixedWindows,
-    GlobalWindows,
-    OrFinally,
-    Repeat,
-    Repeatedly,
-    RepeatUntil,
-    SequenceOf,
-    Sessions,
-    SumCombiner,
-    TriggerDriver,
-)
-from watermarks.transcript import run_transcript
-from watermarks.triggers import finishes
+from dataflow_kafka.watermarks import GLOBAL_WINDOW, AfterAll, AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, AtCount, AtPeriod, AtWatermark, DefaultTrigger, OrFinally, Repeat, Repeatedly, RepeatUntil, SequenceOf, TriggerDriver
+from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions, SumCombiner
+from dataflow_kafka.watermarks.transcript import run_transcript
+from dataflow_kafka.watermarks.triggers import finishes
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")

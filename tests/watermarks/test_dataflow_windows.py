@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from watermarks import (
-    GLOBAL_WINDOW,
-    DefaultTrigger,
-    FixedWindows,
-    GlobalWindows,
-    IntervalWindow,
-    Sessions,
-    SlidingWindows,
-    SumCombiner,
-    TriggerDriver,
-    WindowFn,
-)
-from watermarks.transcript import run_transcript
-from watermarks.windows import compile_window_fn, windows_of
+from dataflow_kafka.watermarks import GLOBAL_WINDOW, DefaultTrigger, IntervalWindow, TriggerDriver, WindowFn
+from dataflow_kafka.windowing import FixedWindows, GlobalWindows, Sessions, SlidingWindows, SumCombiner
+from dataflow_kafka.watermarks.transcript import run_transcript
+from dataflow_kafka.watermarks.windows import compile_window_fn, windows_of
 
 W = IntervalWindow
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from windowing import AddWindow, RemoveWindow, SessionWindow, SlidingWindow, TumblingWindow, parse_command
-from windowing.commands import initial_queries, next_query_id
+from dataflow_kafka.windowing import AddWindow, RemoveWindow, SessionWindow, SlidingWindow, TumblingWindow, parse_command
+from dataflow_kafka.windowing.commands import initial_queries, next_query_id
 
 
 def test_add_window_command():

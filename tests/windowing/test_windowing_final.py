@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slicer.stage import SlicerStage
-from watermarks.stage import WindowingStage
-from windowing import Count, FixedWindows, Sum, TumblingWindow
-from windowing.final import UpsertWindows, WindowFold, current_windows
+from dataflow_kafka.slicer.stage import SlicerStage
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import Count, FixedWindows, Sum, TumblingWindow
+from dataflow_kafka.windowing.final import UpsertWindows, WindowFold, current_windows
 
 COLS = ["k", "query_id", "window_start_ms", "window_end_ms"]
 
@@ -100,7 +100,6 @@ def test_upsert_windows_keeps_a_table_keyed_by_window(spark, tmp_path):
 def test_docstring_examples():
     import doctest
 
-    import windowing.final as module
-
+    import dataflow_kafka.windowing.final as module
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -8,7 +8,7 @@ at every marker, the maximum over blocks of the block's average (sums kept as ex
 
 Records: key = sensor id (str), value = ``{"id", "scalar", "ts"}`` (ts in time units of ``step``).
 
-Run on the embedded broker (``python -m traces.examples.iot``): produces a few readings to a topic,
+Run on the embedded broker (``python -m dataflow_kafka.traces.examples.iot``): produces a few readings to a topic,
 runs the DAG on Spark with ``format("dataflow-kafka")`` and prints the per-home maxima next to
 ``run_local``'s.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from traces import Dag, O, OpKeyedOrdered, OpKeyedUnordered, OpStateless, U
+from dataflow_kafka.traces import Dag, O, OpKeyedOrdered, OpKeyedUnordered, OpStateless, U
 
 __all__ = ["JoinFilterMap", "LinearInterpolation", "ToHome", "MaxOfAvgPerID", "build", "LOCATION", "HOME"]
 
@@ -133,7 +133,7 @@ def main() -> None:   # pragma: no cover - an example run by hand
     import json
     import time
 
-    from traces.examples.run import run_example
+    from dataflow_kafka.traces.examples.run import run_example
 
     def produce():
         base = (int(time.time() * 1000) - 120_000) // 1_000 * 1_000

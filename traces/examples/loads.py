@@ -23,7 +23,7 @@ The paper's text lists the stages one after the other (Predict computes its feat
 here the two features are branches of a fan-out that meet again at Predict. Sinks: ``averages``
 (per device type and second) and ``predictions``.
 
-``python -m traces.examples.loads`` produces readings to the embedded broker, runs the DAG on
+``python -m dataflow_kafka.traces.examples.loads`` produces readings to the embedded broker, runs the DAG on
 Spark (``format("dataflow-kafka")``) and prints the last predictions and whether every block of
 every sink equals ``run_local``'s.
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 
-from traces import Dag, O, OpKeyedOrdered, OpStateless, U
+from dataflow_kafka.traces import Dag, O, OpKeyedOrdered, OpStateless, U
 
 __all__ = ["PLUG_DEVICE", "JoinFilterMap", "Interpolate", "ToDeviceType", "Average", "PastMinute", "CurrentLoad",
            "Predict", "build", "measurements", "GRID_MS", "HORIZON_MS"]
@@ -217,7 +217,7 @@ def main() -> None:   # pragma: no cover - an example run by hand
     import json
     import time
 
-    from traces.examples.run import run_example
+    from dataflow_kafka.traces.examples.run import run_example
 
     def produce():
         base = (int(time.time() * 1000) - 240_000) // 1_000 * 1_000

@@ -6,7 +6,7 @@ import tempfile
 import time
 from typing import Callable
 
-from traces.dag import Dag
+from dataflow_kafka.traces.dag import Dag
 
 
 def run_example(dag: Dag, produce: Callable[[], list[tuple[bytes | None, bytes]]], partitions: int = 2,
@@ -16,11 +16,11 @@ def run_example(dag: Dag, produce: Callable[[], list[tuple[bytes | None, bytes]]
     output rows of Spark and of ``dag.run_local`` on the same micro-batches, and whether all agree."""
     from confluent_kafka import Producer
 
-    from bench._kafka import create_topics
-    from brokers import kafka_broker
-    from datasource.session import spark_session
-    from tests.support import BatchCollector, KafkaHelper, source_batches
-    from traces.spark import canonical_blocks, canonical_rows, events_of_rows, messages_from_frames
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.brokers.admin import create_topics
+    from dataflow_kafka.datasource.replay import BatchCollector, read_topic, source_batches
+    from dataflow_kafka.datasource.session import spark_session
+    from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, events_of_rows, messages_from_frames
 
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
@@ -42,7 +42,7 @@ def run_example(dag: Dag, produce: Callable[[], list[tuple[bytes | None, bytes]]
         rows = got.rows()
         sinks = [n for n, v in dag.vertices.items() if v.kind == "sink"]
         types = dag.check().out_types
-        frames = source_batches(KafkaHelper(bs).consume_all(topic), ck, sorted(got.batches), topic=topic)
+        frames = source_batches(read_topic(bs, topic), ck, sorted(got.batches), topic=topic)
         ref = dag.run_local(messages_from_frames(frames))
         print(f"Spark: {len(got.batches)} micro-batches, {sum(r['kind'] == 'data' for r in rows)} output rows, "
               f"{sum(r['dropped_count'] or 0 for r in rows if r['kind'] == 'dropped')} late items dropped (counted after the stateless vertices of the router)")

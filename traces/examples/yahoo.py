@@ -8,7 +8,7 @@ ad's campaign in a table and counts, per campaign, the views of the last 10 s ev
   the monoid (``+``); the state keeps the last ``window_blocks`` block counts; at every marker
   (period = the slide, 1 s) a campaign with views in the window emits ``(window end, count)``.
 
-``python -m traces.examples.yahoo`` produces events to the embedded broker, runs the DAG on Spark
+``python -m dataflow_kafka.traces.examples.yahoo`` produces events to the embedded broker, runs the DAG on Spark
 (``format("dataflow-kafka")``) and prints the last windows next to ``run_local``'s.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 
-from traces import Dag, OpKeyedUnordered, OpStateless, U
+from dataflow_kafka.traces import Dag, OpKeyedUnordered, OpStateless, U
 
 __all__ = ["ADS", "view_campaign", "ViewsToCampaigns", "WindowCount", "build", "events"]
 
@@ -97,7 +97,7 @@ def events(n: int, base_ms: int, spacing_ms: float = 1.0, disorder_ms: int = 300
 
 
 def main() -> None:   # pragma: no cover - an example run by hand
-    from traces.examples.run import run_example
+    from dataflow_kafka.traces.examples.run import run_example
 
     n = 3_000
     base = None

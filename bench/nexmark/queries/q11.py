@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from keygroups import Pipeline
-from slicer.stage import SlicerStage
-from watermarks import AfterCount, AfterWatermark
-from watermarks.stage import WindowingStage
-from windowing import Count, SessionWindow
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.slicer.stage import SlicerStage
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import Count, SessionWindow
 
 from bench.nexmark.query import Query, Settings, field, window_rows
 

@@ -31,10 +31,10 @@ import pandas as pd
 
 from bench.nexmark.generator import Event
 from bench.nexmark.query import Query, Settings, epoch_ms
-from joins.stage import JoinInput, WindowJoinStage, current_joins
-from keygroups import Pipeline
-from watermarks import AfterCount, Repeatedly
-from windowing import GlobalWindow
+from dataflow_kafka.joins.stage import JoinInput, WindowJoinStage, current_joins
+from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.watermarks import AfterCount, Repeatedly
+from dataflow_kafka.windowing import GlobalWindow
 
 __all__ = ["Q3", "PersonAuctionJoin", "join_batches", "run_ours", "run_native", "replayed_batches",
            "PERSON_DDL", "AUCTION_DDL"]
@@ -281,7 +281,7 @@ def produce_in_order(bootstrap: str, prefix: str, events: Sequence[Event], parti
     broker, its retries reordered up to 282 of 16,000 records by up to 80 s, which no longer is
     "delayed up to 5 s"); otherwise produced again into new topics. Returns ``{kind: topic}``."""
     from bench.nexmark.generator import produce
-    from tests.support import KafkaHelper
+    from dataflow_kafka.datasource.replay import read_topic
 
     arrival = {(e.kind, e.record["id"]): e.arrival_ms for e in events if e.kind in kinds}
     for attempt in range(attempts):
@@ -289,7 +289,7 @@ def produce_in_order(bootstrap: str, prefix: str, events: Sequence[Event], parti
         behind = 0
         for kind in kinds:
             newest: dict = {}
-            for m in KafkaHelper(bootstrap).consume_all(topics[kind]):
+            for m in read_topic(bootstrap, topics[kind]):
                 a = arrival[(kind, json.loads(m.value())["id"])]
                 behind += a < newest.get(m.partition(), a)
                 newest[m.partition()] = max(newest.get(m.partition(), a), a)
@@ -338,10 +338,9 @@ def replayed_batches(bootstrap: str, topics: Mapping[str, str], checkpoint: str,
                      kinds: Sequence[str] = JOIN_KINDS) -> list[pd.DataFrame]:
     """The micro-batches a finished run of ours read (one source, both topics), rebuilt from the
     records and its offset log, ``endOfInput``'s punctuation on the batch the log marks ``eoi``."""
-    from tests.support import KafkaHelper, offset_log, source_batches
+    from dataflow_kafka.datasource.replay import offset_log, read_topic, source_batches
 
-    kafka = KafkaHelper(bootstrap)
-    records = [m for k in kinds for m in kafka.consume_all(topics[k])]
+    records = [m for k in kinds for m in read_topic(bootstrap, topics[k])]
     frames = source_batches(records, checkpoint, batch_ids, "dateTime")
     for b, frame in zip(batch_ids, frames):
         if offset_log(checkpoint, b).get("eoi"):

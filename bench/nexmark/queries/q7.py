@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from keygroups import Pipeline, json_object
-from slicer.stage import SlicerStage
-from watermarks import AfterCount, AfterWatermark
-from watermarks.stage import WindowingStage
-from windowing import FixedWindows, Max, TumblingWindow
+from dataflow_kafka.keygroups import Pipeline, json_object
+from dataflow_kafka.slicer.stage import SlicerStage
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import FixedWindows, Max, TumblingWindow
 
 from bench.nexmark.aggregations import ArgMax
 from bench.nexmark.query import Query, Settings, field, raw_value, window_rows

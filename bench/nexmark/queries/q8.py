@@ -36,9 +36,9 @@ import pandas as pd
 from bench.nexmark.generator import NexmarkConfig, generate, produce
 from bench.nexmark.queries.q3 import Q3, PersonAuctionJoin, native_dropped, parse_auctions, parse_persons
 from bench.nexmark.queries.q3 import produce_in_order, run_native, run_ours
-from joins.stage import JoinInput, WindowJoinStage
-from watermarks import AfterCount, AfterWatermark
-from windowing import TumblingWindow
+from dataflow_kafka.joins.stage import JoinInput, WindowJoinStage
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark
+from dataflow_kafka.windowing import TumblingWindow
 
 __all__ = ["Q8", "main"]
 
@@ -226,8 +226,8 @@ def main(argv=None) -> None:
     p.add_argument("--csv", default=None)
     a = p.parse_args(argv)
     from bench import spark_kafka
-    from brokers import kafka_broker
-    from datasource.session import spark_session
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
 
     jars = spark_kafka.connector_jars()
     connector = "kafka" if jars else "dataflow-kafka"

@@ -1,0 +1,49 @@
+"""Topics on a Kafka cluster: the one admin helper of the jobs, tests and benchmarks."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Mapping
+
+__all__ = ["create_topics", "unique_topic"]
+
+
+def _conf(kafka: str | Mapping[str, str]) -> dict[str, str]:
+    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+
+
+def unique_topic(prefix: str = "t") -> str:
+    """A topic name no other run uses: ``<prefix>-<10 hex digits>``."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topics(kafka: str | Mapping[str, str], topics: Mapping[str, int], replication: int = 1,
+                  exist_ok: bool = False, timeout_s: float = 30.0) -> None:
+    """Create ``{name: partitions}`` and wait until every broker's metadata shows all their
+    partitions (a topic is usable then, not only created). ``kafka``: a bootstrap address or
+    librdkafka settings (a SASL login, say). An existing topic is an error unless ``exist_ok``;
+    any other failure is raised as the client's ``KafkaException`` (the caller names its role)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    conf = _conf(kafka)
+    admin = AdminClient({**conf, "log_level": 3})
+    futures = admin.create_topics([NewTopic(t, p, replication) for t, p in topics.items()],
+                                  request_timeout=timeout_s)
+    for topic, future in futures.items():
+        try:
+            future.result(timeout_s)
+        except Exception as e:  # noqa: BLE001 - only "already exists" may pass
+            if not (exist_ok and "TOPIC_ALREADY_EXISTS" in str(e)):
+                raise
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        missing = [t for t, p in topics.items()
+                   if t not in md or md[t].error is not None or len(md[t].partitions) < p]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic(s) {missing} not visible at kafka.bootstrap.servers="
+                               f"{conf.get('bootstrap.servers')!r} within {timeout_s:.0f} s of their creation")
+        time.sleep(0.1)
