@@ -110,9 +110,10 @@ def query(spark, kind: str, src, key_groups: int):
     from pyspark.sql import functions as F
 
     from dataflow_kafka.keygroups import Pipeline
+    from dataflow_kafka.traces.spark import to_spark
 
     if kind == "typed":
-        return build().to_spark(src, num_key_groups=key_groups)
+        return to_spark(build(), src, num_key_groups=key_groups)
     if kind == "hand":
         return Pipeline([HandWindowCount(num_key_groups=key_groups)]).apply(src)
     ads = spark.createDataFrame(sorted(ADS.items()), ["ad_id", "campaign"])

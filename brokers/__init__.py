@@ -4,5 +4,5 @@
 from dataflow_kafka.brokers.apache_kafka import KAFKA_VERSION, KafkaSetupError, resolve_kafka_jars
 from dataflow_kafka.brokers.launcher import EMBEDDED_KINDS, Broker, BrokerError, Scram, kafka_broker, wait_until_healthy
 
-__all__ = ["Broker", "BrokerError", "EMBEDDED_KINDS", "KAFKA_VERSION", "KafkaSetupError", "Scram", "kafka_broker",
-           "resolve_kafka_jars", "wait_until_healthy"]
+__all__ = ["Broker", "EMBEDDED_KINDS", "KAFKA_VERSION", "Scram", "kafka_broker", "resolve_kafka_jars",
+           "wait_until_healthy"]

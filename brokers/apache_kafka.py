@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from dataflow_kafka.errors import KafkaSetupError
 
-__all__ = ["KAFKA_VERSION", "KafkaSetupError", "Scram", "kafka_jars", "resolve_kafka_jars", "KafkaNode"]
+__all__ = ["KAFKA_VERSION", "Scram", "kafka_jars", "resolve_kafka_jars", "KafkaNode"]
 
 #: The pinned Apache Kafka release (``brokers/pom.xml`` says the same).
 KAFKA_VERSION = "4.1.1"

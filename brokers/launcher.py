@@ -41,7 +41,7 @@ from typing import Iterator
 from dataflow_kafka.brokers.apache_kafka import KafkaNode, KafkaSetupError, Scram
 from dataflow_kafka.errors import BrokerError
 
-__all__ = ["Broker", "BrokerError", "kafka_broker", "EMBEDDED_KINDS", "Scram"]
+__all__ = ["Broker", "kafka_broker", "EMBEDDED_KINDS", "Scram"]
 
 EMBEDDED_KINDS = ("kafka", "noida-db", "tansu")
 

@@ -12,8 +12,8 @@ from dataflow_kafka.datasource.options import OptionError
 from dataflow_kafka.datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, PUNCTUATION_HEADER
 from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
-__all__ = ["DataflowKafkaDataSource", "register", "consumer_lag", "OptionError", "KIND_DATA",
-           "KIND_PUNCTUATION", "KIND_MODIFICATION", "KIND_ERROR", "PUNCTUATION_HEADER"]
+__all__ = ["DataflowKafkaDataSource", "register", "consumer_lag", "KIND_DATA", "KIND_PUNCTUATION",
+           "KIND_MODIFICATION", "KIND_ERROR", "PUNCTUATION_HEADER"]
 
 
 def register(spark) -> None:

@@ -27,9 +27,9 @@ from dataflow_kafka.datasource.schema import (
 )
 from dataflow_kafka.errors import DataLossError, InvalidArgumentError, KafkaUnavailableError
 
-__all__ = ["DataLossError", "KafkaUnavailableError", "naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics", "watermarks", "fetch_range", "RangeRecords",
-           "records_to_batch", "event_times", "event_time_problem", "make_rows_batch", "MIN_EVENT_MS",
-           "MAX_EVENT_MS"]
+__all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
+           "watermarks", "fetch_range", "RangeRecords", "records_to_batch", "event_times",
+           "event_time_problem", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS"]
 
 CHUNK = 20_000
 #: Polls of 0.5 s that return nothing before a read asks for the log's bounds (a busy machine or a

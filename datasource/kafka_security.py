@@ -18,8 +18,7 @@ import re
 from typing import Iterable, Mapping
 from dataflow_kafka.errors import InvalidArgumentError, KafkaAuthenticationError, KafkaAuthorizationError
 
-__all__ = ["KafkaAuthenticationError", "KafkaAuthorizationError", "librdkafka_conf", "principal",
-           "require_topic_operations", "SECRET_KEYS"]
+__all__ = ["librdkafka_conf", "principal", "require_topic_operations", "SECRET_KEYS"]
 
 #: librdkafka / Java client settings whose values are secrets (never shown).
 SECRET_KEYS = ("sasl.password", "sasl.jaas.config", "ssl.key.password", "ssl.keystore.password",

@@ -17,8 +17,8 @@ from typing import Mapping
 from dataflow_kafka.datasource.kafka_security import librdkafka_conf
 from dataflow_kafka.errors import OptionError
 
-__all__ = ["OptionError", "SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options",
-           "GROUP_ID_CAUTION", "DEFAULT_MAX_EVENT_TIME_AHEAD_MS"]
+__all__ = ["SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options", "GROUP_ID_CAUTION",
+           "DEFAULT_MAX_EVENT_TIME_AHEAD_MS"]
 
 
 SPARK_SOURCE_OPTIONS = {

@@ -24,5 +24,5 @@ from dataflow_kafka.joins.spec import LEFT, RIGHT, JoinDropped, JoinError, Joine
 from dataflow_kafka.joins.window_join import JoinOutput, WindowJoin, WindowJoinEngine, fold
 
 __all__ = ["WindowJoin", "WindowJoinEngine", "JoinOutput", "fold", "IntervalJoin", "IntervalJoinEngine",
-           "IntervalJoinOutput", "Joined", "CoGroup", "join_pairs", "JoinType", "Side", "LEFT", "RIGHT", "Row",
-           "SidePunctuation", "Pair", "JoinDropped", "JoinError"]
+           "IntervalJoinOutput", "Joined", "CoGroup", "join_pairs", "JoinType", "Side", "LEFT", "RIGHT",
+           "Row", "SidePunctuation", "Pair", "JoinDropped"]

@@ -21,7 +21,7 @@ from typing import Any, Hashable, NamedTuple
 from dataflow_kafka.keygroups.punctuation import PunctuationTracker
 from dataflow_kafka.errors import JoinError
 
-__all__ = ["JoinError", "Side", "LEFT", "RIGHT", "JoinType", "Row", "SidePunctuation", "Pair", "Joined", "JoinDropped",
+__all__ = ["Side", "LEFT", "RIGHT", "JoinType", "Row", "SidePunctuation", "Pair", "Joined", "JoinDropped",
            "TwoInputWatermark"]
 
 

@@ -39,7 +39,7 @@ from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
 from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.errors import FusionError, InvalidArgumentError
 
-__all__ = ["OperatorSpec", "OperatorState", "run_key_group", "FusionError"]
+__all__ = ["OperatorSpec", "OperatorState", "run_key_group"]
 
 _MAGIC = b"KGO1"
 _TOKEN = 16

@@ -24,5 +24,5 @@ from dataflow_kafka.traces.dag import Dag, Result, TraceTypeError, canonical
 from dataflow_kafka.traces.templates import OpKeyedOrdered, OpKeyedUnordered, OpStateless
 from dataflow_kafka.traces.types import Blocker, Event, Marker, O, Punctuation, Record, StreamType, TraceError, U
 
-__all__ = ["Dag", "Result", "TraceTypeError", "TraceError", "canonical", "OpStateless", "OpKeyedOrdered",
-           "OpKeyedUnordered", "U", "O", "StreamType", "Marker", "Event", "Record", "Punctuation", "Blocker"]
+__all__ = ["Dag", "Result", "canonical", "OpStateless", "OpKeyedOrdered", "OpKeyedUnordered", "U", "O",
+           "StreamType", "Marker", "Event", "Record", "Punctuation", "Blocker"]

@@ -40,7 +40,7 @@ from dataflow_kafka.traces.templates import (OpKeyedOrdered, OpKeyedUnordered, O
 from dataflow_kafka.traces.types import Blocker, Event, Marker, Punctuation, Record, StreamType, TraceError, U
 from dataflow_kafka.errors import TraceTypeError
 
-__all__ = ["Dag", "Vertex", "Result", "TraceTypeError", "canonical", "ORDERINGS"]
+__all__ = ["Dag", "Vertex", "Result", "canonical", "ORDERINGS"]
 
 ORDERINGS = ("sort", "optimistic", "none")
 
@@ -308,12 +308,6 @@ class Dag:
         return Result(sinks, {n: b.late for n, b in blockers.items()},
                       {n: plan.out_types[n] for n in sinks})
 
-    def to_spark(self, df, **options):
-        """This DAG as one streaming query on ``df`` (one source) or ``{source: df}``
-        (:func:`traces.spark.to_spark`)."""
-        from dataflow_kafka.traces.spark import to_spark
-
-        return to_spark(self, df, **options)
 
     def _inputs(self, inputs) -> dict[str, list]:
         srcs = self.sources()
@@ -398,15 +392,15 @@ def canonical(stream: list, ordered: bool) -> list:
     blocks, cur = [], []
     for m in stream:
         if isinstance(m, Marker):
-            blocks.append((tuple(m), _content(cur, ordered)))
+            blocks.append((tuple(m), block_content(cur, ordered)))
             cur = []
         else:
             cur.append(m)
-    blocks.append((None, _content(cur, ordered)))
+    blocks.append((None, block_content(cur, ordered)))
     return blocks
 
 
-def _content(events: list[Event], ordered: bool):
+def block_content(events: list[Event], ordered: bool):
     if not ordered:
         return sorted(Counter((repr(e.key), repr(e.value), e.ts) for e in events).items())
     per_key: dict[str, list] = {}

@@ -16,7 +16,7 @@ import pickle
 from typing import Any, Callable, Iterable, Mapping
 
 from dataflow_kafka.traces.compile import CompiledDag, compile_dag, fusion_input
-from dataflow_kafka.traces.dag import Dag, _content
+from dataflow_kafka.traces.dag import Dag, block_content
 from dataflow_kafka.traces.stage import default_decode
 from dataflow_kafka.traces.types import Event, Marker, Punctuation, Record
 
@@ -78,7 +78,7 @@ def canonical_rows(rows: Iterable[dict], ordered: bool, sink: str | None = None)
     by_block: dict[int, list] = {}
     for b, e in events_of_rows(rows, sink):
         by_block.setdefault(b, []).append(e)
-    return {b: _content(es, ordered) for b, es in sorted(by_block.items())}
+    return {b: block_content(es, ordered) for b, es in sorted(by_block.items())}
 
 
 def canonical_blocks(stream: list, ordered: bool) -> dict[int, Any]:
@@ -96,4 +96,4 @@ def canonical_blocks(stream: list, ordered: bool) -> dict[int, Any]:
             cur.append(m)
     if cur:
         by_block[(last or 0) + 1] = cur
-    return {b: _content(es, ordered) for b, es in sorted(by_block.items())}
+    return {b: block_content(es, ordered) for b, es in sorted(by_block.items())}

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable, NamedTuple
 from dataflow_kafka.errors import TraceError
 
-__all__ = ["StreamType", "U", "O", "Marker", "Event", "Record", "Punctuation", "Blocker",
-           "order_key", "TraceError"]
+__all__ = ["StreamType", "U", "O", "Marker", "Event", "Record", "Punctuation", "Blocker", "order_key"]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 from dataflow_kafka.traces.examples.iot import build
-from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
+from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames, to_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -48,7 +48,7 @@ def test_iot_dag_on_spark_equals_run_local_across_restart_and_replay(spark, kafk
     reader = spark.readStream.format("dataflow-kafka")
     for k, v in opts.items():
         reader = reader.option(k, v)
-    out = dag.to_spark(reader.load(), num_key_groups=2)
+    out = to_spark(dag, reader.load(), num_key_groups=2)
     ck, got = str(tmp_path / "ck"), BatchCollector()
 
     def run():

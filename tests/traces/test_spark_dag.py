@@ -14,7 +14,7 @@ from tests.support import BatchCollector, forget_batches_from, now_ms, source_ba
 from tests.traces.library import AddOne, Seq, SumPerKey, Total
 from tests.traces.test_compile_dag import _assert_sinks_equal
 from dataflow_kafka.traces import Dag, OpStateless
-from dataflow_kafka.traces.spark import compile_dag, messages_from_frames
+from dataflow_kafka.traces.spark import compile_dag, messages_from_frames, to_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -75,7 +75,7 @@ def run(spark, kafka, tmp_path_factory):
             r = r.option(k, v)
         return r.load()
 
-    out = dag.to_spark({s: reader(t) for s, t in topics.items()}, num_key_groups=2)
+    out = to_spark(dag, {s: reader(t) for s, t in topics.items()}, num_key_groups=2)
     ck, got = str(root / "ck"), BatchCollector()
 
     def start():

@@ -20,7 +20,7 @@ def run_example(dag: Dag, produce: Callable[[], list[tuple[bytes | None, bytes]]
     from dataflow_kafka.brokers.admin import create_topics
     from dataflow_kafka.datasource.replay import BatchCollector, read_topic, source_batches
     from dataflow_kafka.datasource.session import spark_session
-    from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, events_of_rows, messages_from_frames
+    from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, events_of_rows, messages_from_frames, to_spark
 
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
@@ -36,7 +36,7 @@ def run_example(dag: Dag, produce: Callable[[], list[tuple[bytes | None, bytes]]
                .option("maxOffsetsPerTrigger", str(batch)).load())
         got = BatchCollector()
         ck = tempfile.mkdtemp(prefix="traces-example-")
-        q = dag.to_spark(src).writeStream.foreachBatch(got).option("checkpointLocation", ck) \
+        q = to_spark(dag, src).writeStream.foreachBatch(got).option("checkpointLocation", ck) \
             .trigger(availableNow=True).start()
         q.awaitTermination()
         rows = got.rows()
