@@ -8,7 +8,7 @@
   median micro-batch per query and cycle;
 * ``jvm_latency.png`` from ``latency_jvm-*.csv`` (``bench/latency_experiment.py``): p50 and p99
   per variant, rate and invocation;
-* ``jvm_windows.png`` from ``slicer_spark_jvm.json`` (``bench.slicer_spark``): rows/s and state
+* ``jvm_windows.png`` from ``slicer_spark_jvm*.json`` (``bench.slicer_spark``): rows/s and state
   size against the number of windows.
 
 A figure whose data file is missing is skipped.
@@ -122,25 +122,28 @@ def latency(data: Path, img: Path) -> None:
 def windows(data: Path, img: Path) -> None:
     import matplotlib.pyplot as plt
 
-    path = data / "slicer_spark_jvm.json"
-    if not path.exists():
+    files = sorted(data.glob("slicer_spark_jvm*.json"))
+    if not files:
         return
-    doc = json.loads(path.read_text())
-    res = doc["results"]
-    ws = [r["windows"] for r in res]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for side, c in (("slicer", "tab:purple"), (doc["baseline"], "tab:brown")):
-        a.plot(ws, [r[f"{side}_rows_s"] for r in res], "o-", color=c, label=side)
-        b.plot(ws, [r[f"{side}_state_disk_bytes"] / 1e3 for r in res], "o-", color=c, label=f"{side}, checkpoint")
-        b.plot(ws, [max(r[f"{side}_state_memory_bytes"], 1) / 1e3 for r in res], "x--", color=c,
-               label=f"{side}, memory (state store metric)")
+    for path, ls in zip(files, ("-", ":", "-.")):
+        doc = json.loads(path.read_text())
+        res = doc["results"]
+        ws = [r["windows"] for r in res]
+        tag = f"{doc['date'][11:]}, load {res[0]['loadavg']}"
+        for side, c in (("slicer", "tab:purple"), (doc["baseline"], "tab:brown")):
+            a.plot(ws, [r[f"{side}_rows_s"] for r in res], "o" + ls, color=c, label=f"{side} ({tag})")
+            b.plot(ws, [r[f"{side}_state_disk_bytes"] / 1e3 for r in res], "o" + ls, color=c,
+                   label=f"{side}, checkpoint ({tag})")
+            b.plot(ws, [max(r[f"{side}_state_memory_bytes"], 1) / 1e3 for r in res], "x" + ls, color=c, alpha=0.6,
+                   label=f"{side}, state store memory ({tag})")
     for ax, label in ((a, "rows/s"), (b, "state at the end, kB")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("concurrent sliding windows")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
-    a.set_title(f"{doc['records']:,} records, {doc['keys']} keys ({doc['date']})", fontsize=9)
+        ax.legend(fontsize=6)
+    a.set_title(f"{doc['records']:,} records, {doc['keys']} keys, 2026-11-27", fontsize=9)
     _save(fig, img / "jvm_windows.png")
 
 
