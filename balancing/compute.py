@@ -2,7 +2,7 @@
 
 Enorm splits a windowed reduce into **compute** (stateful, *flexible*: it does not care which keys
 it gets) and **consolidate** (merges partials into windows). :class:`PaneCompute` is the compute
-side as a slot stage (:mod:`keygroups.slots`): grouped by slot, it keeps, for every key group the
+side as a slot stage (:mod:`balancing.slots`): grouped by slot, it keeps, for every key group the
 slot serves, one :class:`slicer.keyed.KeyedSlicingOperator` whose only query is a tumbling window
 of one **pane** (the gcd of the window lengths and slides): its slices are the partial aggregates
 (sum, count, min, max) that overlapping windows share (Scotty; Enorm §3.3). When the input low
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.slots import KEY_GROUP_OF_ROW, SlotStage
+from dataflow_kafka.balancing.slots import KEY_GROUP_OF_ROW, SlotStage
 from dataflow_kafka.keygroups.stage import Dropped, StageInput, StageOutput
 from dataflow_kafka.errors import InvalidArgumentError
 

@@ -20,7 +20,6 @@ a migration (Enorm §5.1.1, ``MK_p * K_1``).
 from __future__ import annotations
 
 import math
-import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,7 +72,7 @@ class Consolidate(Stage):
     def inputs(self) -> dict[str, str]:
         return {"key": "key", "pane_start_ms": "pane_start_ms", **{c: c for c in _NAMES}}
 
-    def key_columns(self) -> list[str]:
+    def routing(self) -> list[str]:
         return ["key"]
 
     def output_columns(self) -> list[tuple[str, str]]:
@@ -82,15 +81,9 @@ class Consolidate(Stage):
     def output_key_columns(self) -> list[str]:
         return ["key"]
 
-    # -- state: pane table (one row per key and pane) and the watermark ------------------------------
+    # -- state: pane table (one row per key and pane) and the watermark (the default codec) ----------
     def new_state(self) -> dict:
         return {"wm": None, "panes": _empty()}
-
-    def dump_state(self, state: dict) -> bytes:
-        return pickle.dumps(state, protocol=5)
-
-    def load_state(self, blob: bytes) -> dict:
-        return pickle.loads(bytes(blob))
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:
         panes = state["panes"]

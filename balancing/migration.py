@@ -2,7 +2,7 @@
 
 :func:`windowed_aggregation` builds the three-operator pipeline of **instant migration**:
 
-1. :class:`keygroups.slots.SlotRouter` (grouped by source partition): key group
+1. :class:`balancing.slots.SlotRouter` (grouped by source partition): key group
    ``pmod(xxhash64(key), n)`` and its slot from the routing table in its state; move commands
    from the control topic change the table at the start of their batch;
 2. :class:`balancing.compute.PaneCompute` (grouped by slot): partials per (key group, key, pane);
@@ -34,7 +34,7 @@ from dataflow_kafka.balancing.consolidate import Consolidate, pane_of
 from dataflow_kafka.balancing.routing_table import RoutingTable
 from dataflow_kafka.keygroups.contract import KIND_METRICS
 from dataflow_kafka.keygroups.pipeline import Pipeline
-from dataflow_kafka.keygroups.slots import SlotRouter
+from dataflow_kafka.balancing.slots import SlotRouter
 
 __all__ = ["windowed_aggregation", "load_of", "consolidate_extra_rows"]
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.slots import KEY_GROUP_OF_ROW, SlotStage
+from dataflow_kafka.balancing.slots import KEY_GROUP_OF_ROW, SlotStage
 from dataflow_kafka.keygroups.stage import StageInput, StageOutput
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -219,7 +219,7 @@ def ordered_pipeline(key: str, value: str, table, handoff, *, routers: int = 2, 
     """Router -> :class:`RunningTotal` (grouped by slot): a keyed ordered operator whose key groups
     move by disruptive migration. ``key``, ``value``: SQL expressions over the source rows."""
     from dataflow_kafka.keygroups.pipeline import Pipeline
-    from dataflow_kafka.keygroups.slots import SlotRouter
+    from dataflow_kafka.balancing.slots import SlotRouter
 
     router = SlotRouter(key=key, columns=(("value", f"CAST({value} AS DOUBLE)", "double"),), table=table,
                         key_type=key_type, num_key_groups=routers)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from bench._kafka import dataflow_kafka_source
 from bench._stream import loadavg
-from dataflow_kafka.keygroups import Stage, StageInput, StageOutput, key_group_of
+from dataflow_kafka.keygroups import PythonRouter, Stage, StageInput, StageOutput, key_group_of
 from dataflow_kafka.keygroups.stage import Dropped
 from dataflow_kafka.traces.examples.yahoo import ADS, build, events, view_campaign
 
@@ -48,8 +48,8 @@ class HandWindowCount(Stage):
     num_key_groups: int = 2
     name: str | None = "hand"
 
-    def python_router(self):
-        return self._route
+    def routing(self):
+        return PythonRouter(self._route, [("campaign", "string")])
 
     def _route(self, frame: pd.DataFrame):
         camps = [view_campaign(json.loads(bytes(v))) for v in frame["value"]]
@@ -59,24 +59,11 @@ class HandWindowCount(Stage):
                              "event_time_ms": frame["event_time_ms"].to_numpy()[keep].astype(np.int64)})
         return rows, np.asarray([key_group_of(c, self.num_key_groups) for c in kept], dtype=np.int64)
 
-    def routed_columns(self):
-        return [("campaign", "string")]
-
     def output_columns(self):
         return [("campaign", "string"), ("window_end_ms", "bigint"), ("count", "bigint")]
 
-    def new_state(self):
+    def new_state(self):                    # the default state codec
         return {"slices": {}, "emitted": None}
-
-    def dump_state(self, state):
-        import pickle
-
-        return pickle.dumps(state, protocol=5)
-
-    def load_state(self, blob):
-        import pickle
-
-        return pickle.loads(blob)
 
     def process(self, state, batch: StageInput) -> StageOutput:
         slices, done, late = state["slices"], state["emitted"], {}

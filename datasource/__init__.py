@@ -10,17 +10,9 @@
 from dataflow_kafka.datasource.lag import consumer_lag
 from dataflow_kafka.datasource.options import OptionError
 from dataflow_kafka.datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, PUNCTUATION_HEADER
+from dataflow_kafka.datasource.session import register
 from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
 __all__ = ["DataflowKafkaDataSource", "register", "consumer_lag", "KIND_DATA", "KIND_PUNCTUATION",
            "KIND_MODIFICATION", "KIND_ERROR", "PUNCTUATION_HEADER"]
 
-
-def register(spark) -> None:
-    """Make ``format("dataflow-kafka")`` available in ``spark``, and make ``spark`` the active
-    session of the calling thread (Spark looks Python data sources up in the thread's active
-    session: see :func:`datasource.session.use_in_this_thread`)."""
-    from dataflow_kafka.datasource.session import use_in_this_thread
-
-    spark.dataSource.register(DataflowKafkaDataSource)
-    use_in_this_thread(spark)

@@ -79,10 +79,18 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from dataflow_kafka.datasource import register
-
     register(spark)
     return spark
+
+
+def register(spark) -> None:
+    """Make ``format("dataflow-kafka")`` available in ``spark``, and make ``spark`` the active
+    session of the calling thread (Spark looks Python data sources up in the thread's active
+    session: see :func:`use_in_this_thread`). Also ``dataflow_kafka.datasource.register``."""
+    from dataflow_kafka.datasource.source import DataflowKafkaDataSource
+
+    spark.dataSource.register(DataflowKafkaDataSource)
+    use_in_this_thread(spark)
 
 
 def session_settings(master: str = "local[2]", shuffle_partitions: int | None = None,

@@ -122,7 +122,7 @@ class _JoinStage(Stage):
         if len(self.left.key_specs) != len(self.right.key_specs):
             raise JoinError(f"input {self.left.name!r} has {len(self.left.key_specs)} key columns, "
                             f"{self.right.name!r} {len(self.right.key_specs)}: the keys are matched by position")
-        taken: dict[str, str] = {k: "the key" for k in self.key_columns()}
+        taken: dict[str, str] = {k: "the key" for k in self._key_names()}
         for c, _ in self._fixed_columns():
             taken[c] = "a column of the join's rows"
         for inp in (self.left, self.right):
@@ -137,14 +137,18 @@ class _JoinStage(Stage):
 
     # -- input ------------------------------------------------------------------------------------
     def stage_inputs(self) -> tuple[Input, ...]:
-        names = self.key_columns()
+        names = self._key_names()
         return tuple(Input(inp.name, {**{n: e for n, (_, e) in zip(names, inp.key_specs)}, **inp.columns},
                            inp.select, inp.where) for inp in (self.left, self.right))
 
     def inputs(self) -> dict[str, Any]:
         return {c: e for inp in self.stage_inputs() for c, e in inp.columns.items()}
 
-    def key_columns(self) -> list[str]:
+    def routing(self) -> list[str]:
+        return self._key_names()
+
+    def _key_names(self) -> list[str]:
+        """The output key columns: the left input's key names (the right's are matched by position)."""
         return [n for n, _ in self.left.key_specs]
 
     def bind(self, input_types: dict[str, str]) -> "_JoinStage":
@@ -155,14 +159,14 @@ class _JoinStage(Stage):
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self) -> list[tuple[str, str]]:
         t = self.types
-        keys = [(k, t.get(k, "string")) for k in self.key_columns()]
+        keys = [(k, t.get(k, "string")) for k in self._key_names()]
         sides = [(c, t.get(c, "string")) for inp in (self.left, self.right)
                  for c in [*inp.columns, inp.time_column]]
         sides = [(c, "bigint") if c.endswith("_event_time_ms") and c not in t else (c, ty) for c, ty in sides]
         return keys + self._fixed_columns() + sides
 
     def output_key_columns(self) -> list[str]:
-        return self.key_columns()
+        return self._key_names()
 
     # -- rows to the engine -------------------------------------------------------------------------
     def _rows(self, data: pd.DataFrame | None) -> tuple[list[Row], list[Dropped]]:
@@ -176,7 +180,7 @@ class _JoinStage(Stage):
             part = data[(data[INPUT_COLUMN] == inp.name).to_numpy(bool)]
             if not len(part):
                 continue
-            keys = _keys(part, self.key_columns())
+            keys = _keys(part, self._key_names())
             values = list(zip(*(_column(part[c], self.types.get(c)) for c in inp.columns))) if inp.columns \
                 else [()] * len(part)
             for k, ts, v in zip(keys, part["event_time_ms"].astype("int64").tolist(), values):
@@ -205,7 +209,7 @@ class _JoinStage(Stage):
         return {n: dict(c) for n, c in per.items()}
 
     def _key_values(self, key: Any) -> tuple:
-        return key if len(self.key_columns()) > 1 else (key,)
+        return key if len(self._key_names()) > 1 else (key,)
 
     # -- state: the engine of one key group ----------------------------------------------------------
     def new_state(self) -> WindowJoinEngine | IntervalJoinEngine:
@@ -363,7 +367,7 @@ def current_joins(frames: Iterable[pd.DataFrame], stage: WindowJoinStage | Inter
     windowed join (its panes folded as :func:`joins.fold` does, per accumulation mode), ``{key:
     Counter}`` for an interval join (every pair once)."""
     windowed = isinstance(stage, WindowJoinStage)
-    keys = stage.key_columns()
+    keys = stage._key_names()
     panes: list[Pane] = []
     joined: dict = {}
     for frame in frames:

@@ -12,18 +12,23 @@ state. This package is the one home of what every engine's Spark operator shares
   with several inputs;
 - :mod:`keygroups.contract`: the inter-stage row contract (data, punctuation, modification,
   error, dropped and metrics rows);
-- :mod:`keygroups.stage`: the :class:`Stage` protocol an engine adapter implements once;
+- :mod:`keygroups.stage`: the :class:`Stage` abstract base class an engine adapter implements
+  once (routing as one value: key columns or a :class:`PythonRouter`); it imports only the row
+  contract; :mod:`keygroups.examples`: a worked example stage;
 - :mod:`keygroups.operator` / :mod:`keygroups.processor`: a stage operator (fused stages of one
   key group) as pure logic and as a ``transformWithStateInPandas`` processor;
 - :mod:`keygroups.pipeline`: :class:`Pipeline` (``stage_a.then(stage_b)``,
-  ``Pipeline.join(stage, left=..., right=...)``), fusion, the Spark plan and a local runner;
+  ``Pipeline.join(stage, left=..., right=...)``), the Spark plan and a local runner, built from
+  :mod:`keygroups.plan` (links, names, types, the fusion rule), :mod:`keygroups.frames` (rows to
+  key groups in pandas) and :mod:`keygroups.spark_steps` (the Spark steps before a shuffle);
 - :mod:`keygroups.fan_in`: stages with several inputs (:class:`Input`): inputs tagged, unioned
   and routed by the one routing function, a watermark per input; fan-out of one upstream;
 - :mod:`keygroups.computed`: :class:`Computed` stage inputs (a Python function of the upstream
   rows) that Spark and the local runner evaluate alike;
-- :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle;
-- :mod:`keygroups.slots`: routing by slot (a routing table in a router stage's state) so key
-  groups can move between shuffle partitions at runtime (Enorm §4.4.2, §4.5).
+- :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle.
+
+Routing by slot (key groups that move between shuffle partitions, Enorm §4.4.2) is built on this
+layer in :mod:`balancing.slots`.
 
 >>> from dataflow_kafka.keygroups import key_group_of
 >>> key_group_of("user-17", 8) in range(8)
@@ -37,12 +42,12 @@ from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
 from dataflow_kafka.keygroups.pipeline import Pipeline
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, hash_key, key_group_of, key_groups_of, with_key_groups
-from dataflow_kafka.keygroups.stage import Dropped, Input, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import Dropped, Input, PythonRouter, Stage, StageInput, StageOutput
 
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
     "PunctuationTracker", "InputWatermarks", "CONTROL_COLUMNS", "Modification",
-    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "Pipeline", "Computed", "json_object",
+    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "PythonRouter", "Pipeline", "Computed", "json_object",
     "StageProcessor", "deferred",
 ]
 

@@ -46,12 +46,18 @@ import pandas as pd
 from dataflow_kafka.keygroups.computed import Computed, evaluate
 from dataflow_kafka.keygroups.contract import KIND_DATA, control_frame
 from dataflow_kafka.keygroups.operator import OperatorSpec
-from dataflow_kafka.keygroups.pipeline import Head, Pipeline, _distinct, _Link, _type_of, _unused, frame_types, plain_column
+from dataflow_kafka.keygroups.plan import Head, _distinct, _Link, _type_of, _unused, frame_types, plain_column
 from dataflow_kafka.keygroups.routing import MARKER_KINDS
-from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input, Stage
+from dataflow_kafka.keygroups.spark_steps import _compute_spark, _with_ms_columns
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input, Stage, group_ids_of, key_columns_of
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["dag_specs", "apply_dag", "run_dag_local", "tag_frame", "tag_spark", "input_types", "source_names"]
+
+#: :class:`keygroups.pipeline.Pipeline`, in annotations: this module gets the class from
+#: :meth:`~keygroups.Pipeline.join` and the query's pipelines as objects, and imports no pipeline
+#: (pipeline.py imports this module).
+Pipeline = Any
 
 
 # -- the query's shape ---------------------------------------------------------------------------------
@@ -119,7 +125,7 @@ def _expected(p: Pipeline, upstream_specs: Mapping[int, list[OperatorSpec]]) -> 
             continue
         spec = upstream_specs[id(u)][-1]
         first = spec.stages[0]
-        ids = first.key_group_ids() or range(first.num_key_groups)
+        ids = group_ids_of(first) or range(first.num_key_groups)
         out.append((inp.name, tuple(f"{spec.name}-{int(g)}" for g in ids)))
     return tuple(out)
 
@@ -189,9 +195,10 @@ def dag_specs(root: Pipeline, fuse: bool, idle_timeout_ms: int | None,
 
 # -- building the query ---------------------------------------------------------------------------------
 
-def join_upstreams(stage: Stage, upstreams: Mapping[str, Any]) -> dict[str, Pipeline | None]:
-    """:meth:`keygroups.Pipeline.join`'s upstreams of ``stage``'s inputs, checked, as pipelines
-    (a stage as a one-stage pipeline), their stages renamed where names clash across them."""
+def join_upstreams(pipeline: type, stage: Stage, upstreams: Mapping[str, Any]) -> dict[str, Pipeline | None]:
+    """:meth:`keygroups.Pipeline.join`'s upstreams of ``stage``'s inputs, checked, as pipelines of
+    class ``pipeline`` (a stage as a one-stage pipeline), their stages renamed where names clash
+    across them."""
     inputs = stage.stage_inputs() if isinstance(stage, Stage) else None
     if not inputs:
         raise InvalidArgumentError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
@@ -202,13 +209,13 @@ def join_upstreams(stage: Stage, upstreams: Mapping[str, Any]) -> dict[str, Pipe
         raise InvalidArgumentError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
     taken: set = set()
     memo: dict = {}
-    out: dict[str, Pipeline | None] = {}
+    out: dict[str, Any] = {}
     for n in names:
         u = upstreams.get(n)
-        if u is not None and not isinstance(u, (Pipeline, Stage)):
+        if u is not None and not isinstance(u, (pipeline, Stage)):
             raise TypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
         if isinstance(u, Stage):
-            u = memo.setdefault(("stage", id(u)), Pipeline([u]))
+            u = memo.setdefault(("stage", id(u)), pipeline([u]))
         out[n] = None if u is None else _renamed(u, taken, memo)
     return out
 
@@ -232,7 +239,7 @@ def _renamed(p: Pipeline, taken: set, memo: dict) -> Pipeline:
             object.__setattr__(s, "name", name)
         links.append(_Link(s, lk.fuse))
     same = all(a.stage is b.stage for a, b in zip(links, p._links)) and ups == p._upstreams
-    out = p if same else Pipeline(_links=links, _emit=emit, _upstreams=ups)
+    out = p if same else type(p)(_links=links, _emit=emit, _upstreams=ups)
     memo[id(p)] = out
     return out
 
@@ -325,8 +332,6 @@ def tag_spark(df, inputs: Sequence[Input], stage: str):
     and columns in ``mapInPandas`` steps (only when an input has them)."""
     from pyspark.sql import functions as F
 
-    from dataflow_kafka.keygroups.pipeline import _compute_spark, _with_ms_columns
-
     # the stage layer reads the epoch-ms columns; pandas steps could not hold the source's timestamps
     # (endOfInput's 9999-12-31 punctuation overflows nanoseconds)
     df = _with_ms_columns(df)
@@ -411,7 +416,7 @@ def _check_key_types(tagged: list, stage: Stage) -> None:
     seen: dict[str, tuple[str, str]] = {}
     for df, inputs in tagged:
         for inp in inputs:
-            for k in stage.key_columns() or []:
+            for k in key_columns_of(stage) or []:
                 expr = inp.columns[k]
                 if isinstance(expr, Computed):
                     t = expr.type

@@ -36,7 +36,7 @@ from dataflow_kafka.keygroups.contract import (
 from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput, router_of
 from dataflow_kafka.errors import FusionError, InvalidArgumentError
 
 __all__ = ["OperatorSpec", "OperatorState", "run_key_group"]
@@ -169,8 +169,9 @@ def _key_text(key: Any) -> str | None:
 
 def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
     """The previous fused stage's output as ``stage``'s input data."""
-    if stage.python_router() is not None:
-        rows, groups = stage.fused_input(prev_data)
+    router = router_of(stage)
+    if router is not None:
+        rows, groups = router.fused_input(prev_data)
         groups = np.asarray(groups)
         if len(groups) and bool((groups != key_group).any()):
             bad = int(np.flatnonzero(groups != key_group)[0])

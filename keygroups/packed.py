@@ -43,7 +43,7 @@ def pack_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, c
     ``columns``: what to pack (names or Columns; default every column but the key group).
     Unpack with :func:`unpack_key_group` (the stage processor does, with ``packed=True``).
     """
-    from dataflow_kafka.keygroups import KEY_GROUP_COLUMN, with_key_groups
+    from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, with_key_groups
 
     column = column or KEY_GROUP_COLUMN
     grouped = df if keys is None else with_key_groups(df, keys, num_key_groups, column)

@@ -112,7 +112,7 @@ def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, c
 
     ``keys``: column name(s) or SQL expression(s) identifying the key of a data row.
     ``group_ids``: the grouping values when they are not ``0..n-1`` (slots,
-    :meth:`keygroups.Stage.key_group_ids`; needs ``keys=None``): markers go to each of them,
+    ``keygroups.PythonRouter.group_ids``; needs ``keys=None``): markers go to each of them,
     other rows to the first.
     """
     from pyspark.sql import functions as F

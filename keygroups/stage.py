@@ -15,42 +15,93 @@ window it may still emit or update (minus one, the window's last instant); for a
 barrier, its release bound. The framework keeps it monotone and sends it downstream as a
 punctuation row after the batch's data rows.
 
-How a stage gets its input
---------------------------
-- **Column inputs** (:meth:`Stage.inputs` and :meth:`Stage.key_columns`): named input columns
-  given as SQL expressions over the upstream rows (the source's, or the previous stage's), which
-  Spark evaluates before the shuffle; the key columns are hashed in the JVM. A stage whose inputs
-  are plain column names of the previous stage's output, keyed by that stage's output key
-  columns, is *fused* with it: it runs in the same processor, without a shuffle.
-- **Python routing** (:meth:`Stage.python_router`): a function of the upstream data (a frame, or
-  the upstream stage's native output) returning the rows to send and their key groups (computed
-  with :func:`keygroups.key_group_of`, the same function the JVM computes). It runs in the
-  upstream processor, or in a ``mapInPandas`` step after the source.
-- **Several inputs** (:meth:`Stage.stage_inputs`, e.g. a join): named :class:`Input` s, each with
-  its own column expressions (the key columns under the same names in every input) and its rows
-  (``select``/``where`` on the upstream's data rows). The layer unions the inputs' rows with an
-  ``input`` column, routes them by the one routing function, and gives the stage the low
-  watermark of each input (``StageInput.input_watermarks``) and their minimum (``watermark_ms``).
-  Such a stage starts an operator; :meth:`keygroups.Pipeline.join` says where each input comes from.
+A stage implements four hooks (abstract: a subclass missing one cannot be instantiated):
+:meth:`Stage.routing`, :meth:`Stage.output_columns`, :meth:`Stage.new_state` and
+:meth:`Stage.process`; the state codec has a default (pickle), every other hook a default that
+suits most stages. A worked example: :mod:`keygroups.examples`.
+
+How a stage gets its input: :meth:`Stage.routing`, one value
+-----------------------------------------------------------
+- **the key column(s)** (a name or a list of names among :meth:`Stage.inputs`): named input
+  columns given as SQL expressions over the upstream rows (the source's, or the previous
+  stage's), which Spark evaluates before the shuffle; the key columns are hashed in the JVM. A
+  stage whose inputs are plain column names of the previous stage's output, keyed by that stage's
+  output key columns, is *fused* with it: it runs in the same processor, without a shuffle.
+- **a** :class:`PythonRouter`: a function of the upstream data (a frame, or the upstream stage's
+  native output) returning the rows to send and their key groups (computed with
+  :func:`keygroups.key_group_of`, the same function the JVM computes), with the columns of those
+  rows. It runs in the upstream processor, or in a ``mapInPandas`` step after the source.
+- **Several inputs** (:meth:`Stage.stage_inputs`, e.g. a join; ``routing()`` names the key
+  columns): named :class:`Input` s, each with its own column expressions (the key columns under
+  the same names in every input) and its rows (``select``/``where`` on the upstream's data rows).
+  The layer unions the inputs' rows with an ``input`` column, routes them by the one routing
+  function, and gives the stage the low watermark of each input (``StageInput.input_watermarks``)
+  and their minimum (``watermark_ms``). Such a stage starts an operator;
+  :meth:`keygroups.Pipeline.join` says where each input comes from.
+
+This module imports only the row contract: composition (:meth:`Stage.then`) is
+:class:`keygroups.Pipeline`'s, which registers itself here when :mod:`keygroups.pipeline` is
+imported (importing anything of ``dataflow_kafka.keygroups`` does).
 """
 
 from __future__ import annotations
 
+import pickle
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
 from dataflow_kafka.keygroups.contract import Modification
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import InvalidArgumentError, PlanError
 
-__all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter", "Input", "INPUT_COLUMN"]
+__all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter", "Input", "INPUT_COLUMN",
+           "key_columns_of", "router_of", "group_ids_of", "check_routing", "register_pipeline"]
 
 #: The column that tags a multi-input stage's rows with the name of their input.
 INPUT_COLUMN = "input"
 
-#: ``router(upstream_data) -> (rows as a frame, key group per row)``
-PythonRouter = Callable[[Any], tuple[pd.DataFrame, Any]]
+
+@dataclass(frozen=True, eq=False)
+class PythonRouter:
+    """Python routing (:meth:`Stage.routing`): a stage whose key is computed in Python.
+
+    ``route(upstream_data) -> (rows, key group per row)``: the rows to send (a frame with
+    ``event_time_ms`` and ``columns``) from the upstream data (source rows as a frame, or the
+    previous stage's native output), and each row's key group (:func:`keygroups.key_group_of`).
+    ``columns``: ``(name, Spark DDL type)`` of those rows' data columns.
+    ``group_ids``: the grouping values ``route`` returns when they are not
+    ``0..num_key_groups-1`` (e.g. slots placed on chosen shuffle partitions,
+    :mod:`balancing.slots`): markers go to each, error and report rows to the first.
+    ``fused``: ``fused(upstream native data) -> (this stage's input data, key group per row)``
+    when the stage runs fused after another (default ``route``); hand over Python objects
+    instead of a frame round trip.
+    ``fusable_after``: ``fusable_after(upstream stage) -> bool``, whether this stage's key is
+    that stage's, so it can run fused after it (default: never).
+
+    Calling the router routes: ``router(data)`` is ``router.route(data)``.
+    """
+
+    route: Callable[[Any], tuple[pd.DataFrame, Any]]
+    columns: Sequence[tuple[str, str]] = ()
+    group_ids: Sequence[int] | None = None
+    fused: Callable[[Any], tuple[Any, Any]] | None = None
+    fusable_after: Callable[["Stage"], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.route):
+            raise InvalidArgumentError(f"PythonRouter: route={self.route!r} is not callable")
+        object.__setattr__(self, "columns", tuple(tuple(c) for c in self.columns))
+        if self.group_ids is not None:
+            object.__setattr__(self, "group_ids", tuple(int(g) for g in self.group_ids))
+
+    def __call__(self, data: Any) -> tuple[pd.DataFrame, Any]:
+        return self.route(data)
+
+    def fused_input(self, upstream_data: Any) -> tuple[Any, Any]:
+        """``(input data, key group per row)`` of the stage fused after another (``fused`` or ``route``)."""
+        return (self.fused or self.route)(upstream_data)
 
 
 @dataclass
@@ -126,10 +177,12 @@ class StageOutput:
     command_errors: list[str] = field(default_factory=list)
 
 
-class Stage:
+class Stage(ABC):
     """Base class of a stage's logic. Subclasses are picklable values (no Spark objects).
 
-    Set ``name`` (unique in a pipeline; the builder fills a default) and ``num_key_groups``.
+    Required (abstract): :meth:`routing`, :meth:`output_columns`, :meth:`new_state`,
+    :meth:`process`. Set ``name`` (unique in a pipeline; the builder fills a default) and
+    ``num_key_groups``. Example: :class:`keygroups.examples.RunningCount`.
     """
 
     name: str | None = None
@@ -139,42 +192,21 @@ class Stage:
     commands: frozenset = frozenset()
 
     # -- input ------------------------------------------------------------------------------------
-    def inputs(self) -> dict[str, str]:
-        """Input columns: ``{name: SQL expression over the upstream rows}`` (column inputs)."""
+    @abstractmethod
+    def routing(self) -> "str | Sequence[str] | PythonRouter":
+        """How rows reach this stage's key groups: the key column name(s) among :meth:`inputs`
+        (among every input's columns for a multi-input stage), hashed by the one routing function;
+        or a :class:`PythonRouter` (keys computed in Python). See the module docstring."""
+
+    def inputs(self) -> Mapping[str, Any]:
+        """Input columns: ``{name: SQL expression over the upstream rows, or keygroups.Computed}``
+        (column routing; the key columns among them)."""
         return {}
 
-    def key_columns(self) -> list[str] | None:
-        """Names among :meth:`inputs` that form the key (column inputs), or None."""
-        return None
-
     def stage_inputs(self) -> "tuple[Input, ...] | None":
-        """Several inputs: one :class:`Input` per input (the key columns are :meth:`key_columns`,
+        """Several inputs: one :class:`Input` per input (the key columns of :meth:`routing`,
         present in each). None (default): one input, given by :meth:`inputs` or the router."""
         return None
-
-    def python_router(self) -> PythonRouter | None:
-        """A Python router (Python routing) instead of column inputs; see the module docstring."""
-        return None
-
-    def routed_columns(self) -> list[tuple[str, str]]:
-        """Python routing: the (name, Spark DDL type) columns of the rows the router returns."""
-        return []
-
-    def key_group_ids(self) -> list[int] | None:
-        """Python routing: the grouping values the router returns when they are not
-        ``0..num_key_groups-1`` (e.g. slots placed on chosen shuffle partitions,
-        :mod:`keygroups.slots`): markers go to each, error/report rows to the first. None: the range."""
-        return None
-
-    def fused_input(self, upstream_data: Any) -> tuple[Any, Any]:
-        """Python routing, fused after another stage: ``(this stage's input data, key group per
-        row)`` from the previous stage's native output (default: the router). Override to skip a
-        frame round trip (e.g. hand over Python objects)."""
-        return self.python_router()(upstream_data)
-
-    def fusable_after(self, upstream: "Stage") -> bool:
-        """Python routing: whether this stage's key is ``upstream``'s, so it can run fused after it."""
-        return False
 
     def followed_by(self, downstream: "Stage | None") -> "Stage":
         """This stage as configured for a pipeline where ``downstream`` follows it (None: the last
@@ -188,9 +220,10 @@ class Stage:
         return self
 
     # -- output -----------------------------------------------------------------------------------
+    @abstractmethod
     def output_columns(self) -> list[tuple[str, str]]:
-        """Data columns of the output rows (besides the contract's ``event_time_ms``)."""
-        raise NotImplementedError
+        """Data columns of the output rows, ``(name, Spark DDL type)`` (besides the contract's
+        ``event_time_ms``)."""
 
     def output_key_columns(self) -> list[str] | None:
         """Output columns that carry this stage's key unchanged (a stage keyed by exactly these
@@ -202,25 +235,84 @@ class Stage:
         return data
 
     # -- state and processing ---------------------------------------------------------------------
+    @abstractmethod
     def new_state(self) -> Any:
-        raise NotImplementedError
+        """A key group's initial state (any value :meth:`dump_state` can write)."""
 
     def dump_state(self, state: Any) -> bytes:
-        raise NotImplementedError
+        """A key group's state as bytes, written to Spark's state store once per batch. Default:
+        pickle (the operator pickles its own state too; the state store is as trusted as the
+        checkpoint). Override for a compact or versioned format, or for state pickle cannot write."""
+        return pickle.dumps(state, protocol=5)
 
     def load_state(self, blob: bytes) -> Any:
-        raise NotImplementedError
+        """The state :meth:`dump_state` wrote (default: unpickled)."""
+        return pickle.loads(bytes(blob))
 
+    @abstractmethod
     def process(self, state: Any, batch: StageInput) -> StageOutput:
         """One micro-batch of one key group: apply ``batch.modifications`` (those meant for this
         stage), then the data, then advance to ``batch.watermark_ms``; mutate ``state``."""
-        raise NotImplementedError
 
+    # -- composition ------------------------------------------------------------------------------
     def then(self, other: "Stage", fuse: bool | None = None):
         """A :class:`~keygroups.pipeline.Pipeline` of this stage followed by ``other``."""
-        from dataflow_kafka.keygroups.pipeline import Pipeline
-
-        return Pipeline([self]).then(other, fuse=fuse)
+        if _PIPELINE is None:
+            raise PlanError("Stage.then: no pipeline class registered (import dataflow_kafka.keygroups)")
+        return _PIPELINE([self]).then(other, fuse=fuse)
 
     def __rshift__(self, other: "Stage"):
         return self.then(other)
+
+
+#: The class :meth:`Stage.then` composes with: :class:`keygroups.pipeline.Pipeline`, registered when
+#: its module is imported (so this module needs no import of it).
+_PIPELINE: Callable[[Sequence[Stage]], Any] | None = None
+
+
+def register_pipeline(cls: Callable[[Sequence[Stage]], Any]) -> None:
+    """Make ``cls`` (``cls([stage])`` has ``then``) the composition of :meth:`Stage.then`."""
+    global _PIPELINE
+    _PIPELINE = cls
+
+
+# -- routing, as the layer reads it -----------------------------------------------------------------
+
+def router_of(stage: Stage) -> PythonRouter | None:
+    """``stage``'s :class:`PythonRouter`, or None when it routes by key columns."""
+    r = stage.routing()
+    return r if isinstance(r, PythonRouter) else None
+
+
+def key_columns_of(stage: Stage) -> list[str] | None:
+    """``stage``'s key columns (column routing), or None when it routes in Python; a routing
+    that is neither is refused, naming the stage."""
+    r = stage.routing()
+    if isinstance(r, PythonRouter):
+        return None
+    keys = [r] if isinstance(r, str) else list(r) if isinstance(r, (list, tuple)) else None
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise PlanError(f"stage {stage.name!r} ({type(stage).__name__}): routing() returned {r!r}; expected the key "
+                        "column name(s) among its inputs() or a keygroups.PythonRouter")
+    return keys
+
+
+def check_routing(stage: Stage) -> None:
+    """Refuse, naming the stage, a routing that is neither a router nor key columns, or key
+    columns that are not among its inputs (each input's, for a multi-input stage)."""
+    keys = key_columns_of(stage)
+    if keys is None:
+        return
+    several = stage.stage_inputs()
+    for name, columns in ([(f"input {i.name!r}", i.columns) for i in several] if several
+                          else [("inputs()", stage.inputs())]):
+        missing = [k for k in keys if k not in columns]
+        if missing:
+            raise PlanError(f"stage {stage.name!r} ({type(stage).__name__}): its routing() key columns {missing} are not "
+                            f"among {name} {sorted(columns)}")
+
+
+def group_ids_of(stage: Stage) -> list[int] | None:
+    """The grouping values of a Python-routed stage whose router names them (None: ``0..n-1``)."""
+    r = router_of(stage)
+    return list(r.group_ids) if r is not None and r.group_ids is not None else None

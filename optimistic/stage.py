@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+from dataflow_kafka.keygroups import Dropped, PythonRouter, Stage, StageInput, StageOutput, key_group_of
 from dataflow_kafka.keygroups.contract import CONTROL_NAMES
 from dataflow_kafka.optimistic.barrier import Barrier
 from dataflow_kafka.optimistic.order import Item, Meta
@@ -145,15 +145,15 @@ class OptimisticStage(Stage):
         s.barrier = wanted
         return s
 
-    def fusable_after(self, upstream: Stage) -> bool:
-        return isinstance(upstream, OptimisticStage) and upstream.stage.key is self.stage.key
-
     # -- routing ----------------------------------------------------------------------------------
-    def python_router(self):
-        return self._route
+    def routing(self) -> PythonRouter:
+        """Items routed by ``stage.key`` in Python; fused after an optimistic stage with the same
+        key function, handed over as items (no frame round trip)."""
+        return PythonRouter(self._route, [(ITEM_COLUMN, "binary")], fused=self._fused_input,
+                            fusable_after=self._same_key)
 
-    def routed_columns(self):
-        return [(ITEM_COLUMN, "binary")]
+    def _same_key(self, upstream: Stage) -> bool:
+        return isinstance(upstream, OptimisticStage) and upstream.stage.key is self.stage.key
 
     def _items_of(self, data: Any) -> list[Item]:
         """Items from any upstream: this package's items, item rows, source rows or typed rows."""
@@ -189,7 +189,7 @@ class OptimisticStage(Stage):
                              "event_time_ms": np.fromiter((i.meta.time_ms for i in items), np.int64, len(items))})
         return rows, self._groups(items)
 
-    def fused_input(self, upstream_data: Any) -> tuple[list[Item], np.ndarray]:
+    def _fused_input(self, upstream_data: Any) -> tuple[list[Item], np.ndarray]:
         items = self._items_of(upstream_data)
         return items, self._groups(items)
 

@@ -116,7 +116,7 @@ class SlicerStage(Stage):
     def inputs(self) -> dict[str, str]:
         return {**{n: e for n, e in self._keys}, _VALUE: self.value}
 
-    def key_columns(self) -> list[str]:
+    def routing(self) -> list[str]:
         return [n for n, _ in self._keys]
 
     def bind(self, input_types: dict[str, str]) -> "SlicerStage":

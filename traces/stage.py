@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import Dropped, PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.traces.glue import Direct, Optimistic, Sorted, hash_instance
 from dataflow_kafka.traces.templates import OpStateless, Template, make_emit, runtime_for
 from dataflow_kafka.traces.types import Event, Marker, TraceError
@@ -99,11 +99,8 @@ class TraceStage(Stage):
     final: bool = True                # the last stage: only items for sinks leave it
 
     # -- input ------------------------------------------------------------------------------------
-    def python_router(self):
-        return self._route
-
-    def routed_columns(self):
-        return list(SOURCE_COLUMNS)
+    def routing(self) -> PythonRouter:
+        return PythonRouter(self._route, SOURCE_COLUMNS)
 
     def _route(self, data: Any) -> tuple[pd.DataFrame, np.ndarray]:
         """Source rows, rows of another compiled DAG's stage, or the previous stage's
@@ -172,15 +169,9 @@ class TraceStage(Stage):
             frame["sink"] = [sinks[edge] for edge, _, _ in data]
         return frame
 
-    # -- state ------------------------------------------------------------------------------------
+    # -- state (the default codec) ----------------------------------------------------------------
     def new_state(self) -> dict:
         return {"closed": None, "pending": {}, "procs": None, "late": 0, "firsts": {}}
-
-    def dump_state(self, state: dict) -> bytes:
-        return pickle.dumps(state, protocol=5)
-
-    def load_state(self, blob: bytes) -> dict:
-        return pickle.loads(blob)
 
     def _procs(self, state: dict) -> dict:
         parallel = self.num_key_groups > 1

@@ -120,7 +120,7 @@ class WindowingStage(Stage):
             cols.setdefault(c, c)
         return cols
 
-    def key_columns(self) -> list[str]:
+    def routing(self) -> list[str]:
         return [n for n, _ in self._keys]
 
     def bind(self, input_types: dict[str, str]) -> "WindowingStage":

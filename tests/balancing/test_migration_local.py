@@ -99,7 +99,7 @@ def test_malformed_move_is_an_error_row_and_the_query_goes_on():
 
 
 def test_routing_table_state_survives_bytes_and_rejects_another_table():
-    from dataflow_kafka.keygroups.slots import SlotRouter
+    from dataflow_kafka.balancing.slots import SlotRouter
 
     t = RoutingTable.uniform(KG, SLOTS, 2).moved(3, 0, version=7)
     r = SlotRouter(key="key", table=RoutingTable.uniform(KG, SLOTS, 2))

@@ -12,7 +12,7 @@ import pytest
 from dataflow_kafka.balancing.routing_table import RoutingTable
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
-from dataflow_kafka.keygroups.slots import SlotRouter
+from dataflow_kafka.balancing.slots import SlotRouter
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import FixedWindows, Median, Sum, TumblingWindow

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.fusion import plan_chain
-from dataflow_kafka.keygroups.pipeline import _fusable
+from dataflow_kafka.keygroups.plan import _fusable
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
 
 
@@ -116,7 +116,7 @@ def test_no_fusion_conflict_in_a_chain_of_one_key_per_stage():
     assert plan_chain([{"page"}, {"page", "user"}, {"user"}], [1.0, 5.0]) == [(0,), (1, 2)]
     assert plan_chain([{"page"}, {"page", "user"}, {"user"}], [5.0, 1.0]) == [(0, 1), (2,)]
     # and the pipeline's view of a chain has one attribute per stage, shared along fusable links only
-    from dataflow_kafka.keygroups.pipeline import _chain_links
+    from dataflow_kafka.keygroups.plan import _chain_links
 
     pipe = _pipeline([("count", 3, None), ("count_plain", 3, None), ("total", 3, None), ("same_key_total", 3, None)])
     attributes, links = _chain_links(pipe._links, [7.0, 8.0, 9.0])

@@ -82,7 +82,7 @@ def test_ingest_packing_routes_like_the_local_runner():
     """The Python-routed first operator's one-step ingest (route, fan out markers, pack) gives each
     key group exactly the rows the local runner routes to it."""
     from dataflow_kafka.keygroups.contract import control_frame
-    from dataflow_kafka.keygroups.pipeline import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
+    from dataflow_kafka.keygroups.frames import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
     from dataflow_kafka.optimistic.stage import OptimisticStage
     from dataflow_kafka.optimistic.stages import StatefulMap
 
@@ -117,7 +117,7 @@ def test_ingest_packing_routes_like_the_local_runner():
 
 
 def _blob(frame, columns):
-    from dataflow_kafka.keygroups.pipeline import arrow_schema
+    from dataflow_kafka.keygroups.frames import arrow_schema
 
     schema = arrow_schema(columns)
     sink = pa.BufferOutputStream()

@@ -5,13 +5,12 @@ can be written by hand."""
 from __future__ import annotations
 
 import json
-import pickle
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput, key_group_of
+from dataflow_kafka.keygroups import Dropped, PythonRouter, Stage, StageInput, StageOutput, key_group_of
 from dataflow_kafka.windowing import AggregateFunction
 
 
@@ -33,8 +32,8 @@ class TumblingCount(Stage):
     def inputs(self):
         return {"k": self.key, "v": self.value}
 
-    def key_columns(self):
-        return ["k"]
+    def routing(self):
+        return "k"
 
     def output_columns(self):
         return [("k", "string"), ("window_start_ms", "bigint"), ("window_end_ms", "bigint"), ("count", "bigint")]
@@ -42,14 +41,8 @@ class TumblingCount(Stage):
     def output_key_columns(self):
         return ["k"]
 
-    def new_state(self):
+    def new_state(self):                    # the default state codec
         return {"weight": 1, "windows": {}}
-
-    def dump_state(self, state):
-        return pickle.dumps(state)
-
-    def load_state(self, blob):
-        return pickle.loads(blob)
 
     def process(self, state, batch: StageInput) -> StageOutput:
         for m in batch.modifications:
@@ -95,7 +88,7 @@ class RunningTotal(Stage):
     num_key_groups: int = 2
     name: str | None = None
 
-    def python_router(self):
+    def routing(self):
         key_fn, n = self.key_fn, self.num_key_groups
 
         def route(data):
@@ -107,10 +100,10 @@ class RunningTotal(Stage):
                 if c in frame.columns:
                     rows[c] = frame[c].to_numpy()
             return rows, np.array([key_group_of(k, n) for k in keys], dtype=np.int64)
-        return route
+        return PythonRouter(route, [("group", "string"), ("count", "bigint")], fusable_after=self.fusable_after)
 
-    def routed_columns(self):
-        return [("group", "string"), ("count", "bigint")]
+    def fusable_after(self, upstream):
+        return False
 
     def output_columns(self):
         return [("group", "string"), ("total", "bigint")]
@@ -166,8 +159,8 @@ class InputCount(Stage):
 
         return tuple(Input(n, {"k": key}, select) for n, (key, select) in self.sources.items())
 
-    def key_columns(self):
-        return ["k"]
+    def routing(self):
+        return "k"
 
     def output_columns(self):
         return [("k", "string"), ("from_input", "string"), ("count", "bigint"), ("bumps", "bigint")]
@@ -177,12 +170,6 @@ class InputCount(Stage):
 
     def new_state(self):
         return {"bumps": 0, "counts": {}, "marks": []}
-
-    def dump_state(self, state):
-        return pickle.dumps(state)
-
-    def load_state(self, blob):
-        return pickle.loads(blob)
 
     def process(self, state, batch: StageInput) -> StageOutput:
         state["bumps"] += sum(1 for m in batch.modifications if m.command.get("op") == "bump")

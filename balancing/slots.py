@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.balancing.routing_table import RoutingTable
+from dataflow_kafka.keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["SlotRouter", "SlotStage", "by_slot", "KEY_GROUP_OF_ROW", "SLOT_COLUMN"]
@@ -54,14 +55,10 @@ class SlotStage(Stage):
     slot_ids: tuple[int, ...] = ()
     input_columns: tuple[tuple[str, str], ...] = ()
 
-    def python_router(self):
-        return by_slot
-
-    def routed_columns(self) -> list[tuple[str, str]]:
-        return list(self.input_columns) + [(KEY_GROUP_OF_ROW, "int"), (SLOT_COLUMN, "int")]
-
-    def key_group_ids(self) -> list[int]:
-        return list(self.slot_ids)
+    def routing(self) -> PythonRouter:
+        """Rows go to the slot the router wrote on them; markers to every slot (``slot_ids``)."""
+        return PythonRouter(by_slot, [*self.input_columns, (KEY_GROUP_OF_ROW, "int"), (SLOT_COLUMN, "int")],
+                            group_ids=self.slot_ids)
 
     def slot_of_id(self, slot_id: int) -> int:
         """The slot index served by the instance with grouping value ``slot_id``."""
@@ -105,8 +102,8 @@ class SlotRouter(Stage):
                 KEY_GROUP_OF_ROW: f"pmod(xxhash64({self.key}), {self.table.num_key_groups})",
                 "src_partition": "partition"}
 
-    def key_columns(self) -> list[str]:
-        return ["src_partition"]
+    def routing(self) -> str:
+        return "src_partition"
 
     def data_columns(self) -> list[tuple[str, str]]:
         """What a slot stage after this router gets (besides ``kg`` and ``slot``)."""
@@ -122,8 +119,6 @@ class SlotRouter(Stage):
         return state["table"].to_json().encode()
 
     def load_state(self, blob: bytes) -> dict:
-        from dataflow_kafka.balancing.routing_table import RoutingTable
-
         table = RoutingTable.from_json(bytes(blob).decode())
         if (table.num_key_groups, table.slot_ids) != (self.table.num_key_groups, self.table.slot_ids):
             raise InvalidArgumentError(f"SlotRouter {self.name!r}: the checkpoint's routing table has "

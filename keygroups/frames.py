@@ -1,0 +1,164 @@
+"""A micro-batch's rows on their way into an operator, as pandas frames (pure, no Spark).
+
+The local runner (:meth:`keygroups.Pipeline.run_local`, :mod:`keygroups.fan_in`) computes a
+stage's column inputs (:func:`_local_inputs`), routes rows to key groups as Spark's
+``with_key_groups`` does (:func:`_groups_of_columns`, :func:`_by_key_group`: markers to every key
+group, other rows to the first) and routes source rows in Python (:func:`_ingest_frame`); the
+Spark plan runs the same Python routing and packing (:func:`_pack_frame`) inside its
+``mapInPandas`` steps (:mod:`keygroups.spark_steps`). Names with an underscore are the stage
+layer's own, not API.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dataflow_kafka.keygroups.computed import Computed, evaluate
+from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, KIND_DATA, conform
+from dataflow_kafka.keygroups.plan import plain_column
+from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
+from dataflow_kafka.keygroups.stage import Stage, router_of
+from dataflow_kafka.errors import InvalidArgumentError
+
+__all__ = ["arrow_schema"]
+
+
+def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
+    """``df`` with ``stage``'s column inputs (:meth:`Pipeline.run_local`): plain columns copied, on
+    the data rows only after the first operator (other rows keep their own columns, as on Spark),
+    :class:`~keygroups.computed.Computed` ones computed; the first operator's SQL inputs must be
+    columns of the batch."""
+    renames: dict[str, Any] = {}
+    computed: dict[str, Computed] = {}
+    is_data = (df["kind"] == KIND_DATA).to_numpy(bool)
+    for name, expr in stage.inputs().items():
+        if isinstance(expr, Computed):
+            if not (j > 0 and name in df.columns):        # after the first operator: computed upstream
+                computed[name] = expr
+            continue
+        col = plain_column(expr)
+        if name in df.columns and (j == 0 or col == name):
+            continue
+        if not is_data.any():
+            renames[name] = None          # no data rows: nothing to compute
+            continue
+        if col is None or col not in df.columns:
+            raise InvalidArgumentError(f"run_local: input {name!r} = {expr!r} of stage {stage.name!r} is not a column of "
+                             "its input rows (a SQL expression is evaluated by Spark only: give the input as "
+                             "keygroups.Computed(fn, type), which both runners evaluate, or add the column)")
+        if j == 0:
+            renames[name] = df[col]
+        else:
+            base = df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)
+            renames[name] = df[col].where(is_data, base) if base.dtype == df[col].dtype else \
+                pd.Series(np.where(is_data, df[col].astype(object), base.astype(object)), index=df.index)
+    if renames:
+        df = df.assign(**renames)
+    return evaluate(df, computed)
+
+
+def _groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> np.ndarray | None:
+    """Key groups of the data rows of ``df`` by its key columns (Spark's hash; ints by width)."""
+    if not keys:
+        raise InvalidArgumentError("a stage with column inputs needs key columns (its routing())")
+    is_data = (df["kind"] == KIND_DATA).to_numpy()
+    groups = np.zeros(len(df), np.int64)
+    if is_data.any():
+        data = df[is_data]
+        cols, widths = [], []
+        for k in keys:
+            col = data[k]
+            widths.append(4 if str(col.dtype) in ("Int32", "int32", "Int16", "int16", "Int8", "int8") else 8)
+            cols.append([None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
+                         if not isinstance(v, (bytes, str, tuple, list)) else v for v in col.tolist()])
+        groups[is_data] = key_groups_of(cols, n, widths)
+    return groups
+
+
+def _key_group_masks(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
+    """``(key group, row mask)`` as ``with_key_groups`` routes rows: data by ``groups``, markers to
+    every key group (``ids``, default ``0..n-1``), other rows to the first; groups without rows
+    are left out."""
+    kinds = df["kind"].to_numpy(dtype=object)
+    is_data = kinds == KIND_DATA
+    is_marker = np.isin(kinds, MARKER_KINDS)
+    g = np.asarray(groups, dtype=np.float64) if groups is not None else np.zeros(len(df))
+    ids = list(range(n)) if ids is None else [int(i) for i in ids]
+    for kg in ids:
+        mask = is_marker | (is_data & (g == kg)) | (~is_data & ~is_marker & (kg == ids[0]))
+        if mask.any():
+            yield kg, mask
+
+
+def _by_key_group(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
+    """``(key group, rows)`` as ``with_key_groups`` routes them (:func:`_key_group_masks`)."""
+    for kg, mask in _key_group_masks(df, groups, n, ids):
+        yield kg, df[mask]
+
+
+def _ingest_columns(stage: Stage) -> list[tuple[str, str]]:
+    """The columns of source rows routed in Python by ``stage``: the contract's, the key group, the router's."""
+    names = {c for c, _ in CONTROL_COLUMNS}
+    return list(CONTROL_COLUMNS) + [(KEY_GROUP_COLUMN, "int")] + [c for c in router_of(stage).columns
+                                                                    if c[0] not in names]
+
+
+def _ingest_frame(pdf: pd.DataFrame, stage: Stage) -> pd.DataFrame:
+    """Python routing of source rows (pure): data rows through ``stage``'s router, others kept."""
+    router = router_of(stage)
+    is_data = (pdf["kind"] == KIND_DATA).to_numpy()
+    data = pdf[is_data]
+    parts = [pdf[~is_data]]
+    if len(data):
+        rows, groups = router(data)
+        if rows is not None and len(rows):
+            pt = data["processing_time_ms"].max() if "processing_time_ms" in data.columns else None
+            extra = {KEY_GROUP_COLUMN: np.asarray(groups, np.int64), "kind": KIND_DATA}
+            if "processing_time_ms" not in rows.columns:
+                extra["processing_time_ms"] = pt
+            parts.append(rows.assign(**extra))
+    return conform(parts, _ingest_columns(stage))
+
+
+def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
+                ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """Rows of ``frame`` (with ``key_group`` on data rows) as one ``(key_group, payload)`` row per
+    key group that gets any: data rows to their group, punctuation and modification rows to every
+    group, other rows to the first group (``ids[0]``); the payload is an Arrow IPC stream of ``columns`` (pure)."""
+    import pyarrow as pa
+
+    from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
+
+    out_groups, payloads = [], []
+    if len(frame):
+        schema = arrow_schema(columns)
+        groups = frame[KEY_GROUP_COLUMN].to_numpy(dtype=np.float64, na_value=-1)
+        table = pa.Table.from_pandas(frame[[c for c, _ in columns]], schema=schema, preserve_index=False)
+        for kg, mask in _key_group_masks(frame, groups, n, ids):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_table(table.filter(pa.array(mask)))
+            out_groups.append(kg)
+            payloads.append(sink.getvalue().to_pybytes())
+    return pd.DataFrame({KEY_GROUP_COLUMN: np.asarray(out_groups, np.int32), PAYLOAD_COLUMN: payloads})
+
+
+def _packable(stage: Stage) -> bool:
+    """Whether :func:`_ingest_packed` can write every column of ``stage``'s ingest as Arrow."""
+    return all(ddl.lower() in _ARROW_TYPES for _, ddl in _ingest_columns(stage))
+
+
+_ARROW_TYPES = ("string", "binary", "int", "bigint", "long", "double", "float", "boolean", "smallint", "tinyint")
+
+
+def arrow_schema(columns: Sequence[tuple[str, str]]):
+    """``(name, Spark DDL type)`` columns of the simple types in ``_ARROW_TYPES`` as a pyarrow schema."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "bigint": pa.int64(),
+             "long": pa.int64(), "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(),
+             "smallint": pa.int16(), "tinyint": pa.int8()}
+    return pa.schema([(name, types[ddl.lower()]) for name, ddl in columns])

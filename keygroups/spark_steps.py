@@ -1,0 +1,90 @@
+"""The Spark steps of a pipeline's plan before each operator's shuffle (pyspark imported on use).
+
+The epoch-ms columns the stage layer reads (:func:`_with_ms_columns`), ``Computed`` inputs of
+the first operator (:func:`_compute_spark`), Python routing of the source's rows with or
+without packing (:func:`_ingest`, :func:`_ingest_packed`), and the slim shuffle input of a first
+operator (:func:`_slim`). :meth:`keygroups.Pipeline.apply` and :func:`keygroups.fan_in.tag_spark`
+build on them. Names with an underscore are the stage layer's own, not API.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dataflow_kafka.keygroups.computed import Computed, evaluate
+from dataflow_kafka.keygroups.contract import CONTROL_NAMES, schema_ddl
+from dataflow_kafka.keygroups.frames import _ingest_columns, _ingest_frame, _pack_frame
+from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
+from dataflow_kafka.keygroups.stage import Stage
+
+__all__: list[str] = []
+
+
+def _with_ms_columns(df):
+    from pyspark.sql import functions as F
+
+    for ts in ("event_time", "punctuation", "processing_time"):
+        if ts in df.columns and f"{ts}_ms" not in df.columns:
+            df = df.withColumn(f"{ts}_ms", F.unix_millis(ts))
+    return df
+
+
+def _compute_spark(df, computed: dict[str, Computed]):
+    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    fields = [f for f in df.schema.fields if f.name not in computed]
+    schema = StructType(fields + [StructField(n, _parse_datatype_string(c.type)) for n, c in computed.items()])
+    names = [f.name for f in schema.fields]
+
+    def compute(frames):
+        for pdf in frames:
+            yield evaluate(pdf, computed)[names]
+
+    return df.mapInPandas(compute, schema)
+
+
+def _ingest(df, stage: Stage):
+    """Spark: a ``mapInPandas`` step routing the source's data rows in Python (``stage``'s router)."""
+    df = _with_ms_columns(df)
+
+    def ingest(frames):
+        for pdf in frames:
+            yield _ingest_frame(pdf, stage)
+
+    return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
+
+
+def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
+    """Spark: the source's rows routed in Python by ``stage`` (:func:`_ingest_frame`), punctuation
+    and modification rows copied to every key group, other rows to the first key group (as
+    :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed
+    into Arrow IPC blobs (:mod:`keygroups.packed`), in one ``mapInPandas`` step: rows
+    ``(key_group, payload)``. Also returns the packed columns' Spark types."""
+    from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
+
+    columns = [c for c in _ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
+    df = _with_ms_columns(df)
+
+    def ingest(frames):
+        for pdf in frames:
+            out = _pack_frame(_ingest_frame(pdf, stage), columns, n, ids)
+            if len(out):
+                yield out
+
+    packed = df.mapInPandas(ingest, f"`{KEY_GROUP_COLUMN}` int, `{PAYLOAD_COLUMN}` binary")
+    return packed, {name: ddl for name, ddl in columns}
+
+
+def _slim(routed, inputs: list[str], results: tuple, packed: bool, n: int):
+    """The first operator's shuffle input: key group, control columns, ``inputs``, carried emitted
+    columns (``results``), packed into Arrow blobs when ``packed``; and the columns' types."""
+    from dataflow_kafka.keygroups.packed import pack_key_groups
+
+    keep = [c for c in CONTROL_NAMES if c in routed.columns and c not in inputs]
+    carry = [c for c, _ in results if c in routed.columns and c not in keep and c not in inputs]   # emitted stages' rows
+    slim = routed.select(KEY_GROUP_COLUMN, *keep, *inputs, *carry)
+    types = {f.name: f.dataType.simpleString() for f in slim.schema.fields}
+    if packed:
+        slim = pack_key_groups(slim, None, n)
+    return slim, types
