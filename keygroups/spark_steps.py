@@ -29,28 +29,63 @@ def _with_ms_columns(df):
     return df
 
 
+def _timestamps_as_micros(df):
+    """``(df with its timestamp columns as bigint microseconds, their names)``.
+
+    A ``mapInPandas`` step turns timestamps into pandas nanoseconds, which end in 2262: the
+    end-of-input punctuation (``endOfInput=punctuate``, 9999-12-31) would overflow. Steps that
+    read source rows in pandas take the microseconds instead and see datetimes through
+    :func:`_datetimes`; :func:`_timestamps_back` restores the Spark timestamps afterwards.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    names = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
+    if names:
+        df = df.withColumns({n: F.unix_micros(n) for n in names})
+    return df, names
+
+
+def _datetimes(pdf, names: Sequence[str]):
+    """``pdf`` with the microsecond columns ``names`` as datetimes (out of pandas' range: NaT)."""
+    import pandas as pd
+
+    if not names:
+        return pdf
+    return pdf.assign(**{n: pd.to_datetime(pdf[n], unit="us", errors="coerce") for n in names})
+
+
+def _timestamps_back(df, names: Sequence[str]):
+    from pyspark.sql import functions as F
+
+    return df.withColumns({n: F.timestamp_micros(n) for n in names}) if names else df
+
+
 def _compute_spark(df, computed: dict[str, Computed]):
     """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
+    df, stamps = _timestamps_as_micros(df)
     fields = [f for f in df.schema.fields if f.name not in computed]
     schema = StructType(fields + [StructField(n, _parse_datatype_string(c.type)) for n, c in computed.items()])
     names = [f.name for f in schema.fields]
+    stamps = [n for n in stamps if n not in computed]
 
     def compute(frames):
         for pdf in frames:
-            yield evaluate(pdf, computed)[names]
+            out = evaluate(_datetimes(pdf, stamps), computed)
+            yield out.assign(**{n: pdf[n] for n in stamps})[names]
 
-    return df.mapInPandas(compute, schema)
+    return _timestamps_back(df.mapInPandas(compute, schema), stamps)
 
 
 def _ingest(df, stage: Stage):
     """Spark: a ``mapInPandas`` step routing the source's data rows in Python (``stage``'s router)."""
-    df = _with_ms_columns(df)
+    df, stamps = _timestamps_as_micros(_with_ms_columns(df))
 
     def ingest(frames):
         for pdf in frames:
-            yield _ingest_frame(pdf, stage)
+            yield _ingest_frame(_datetimes(pdf, stamps), stage)
 
     return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
 
@@ -64,11 +99,11 @@ def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
     from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
 
     columns = [c for c in _ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
-    df = _with_ms_columns(df)
+    df, stamps = _timestamps_as_micros(_with_ms_columns(df))
 
     def ingest(frames):
         for pdf in frames:
-            out = _pack_frame(_ingest_frame(pdf, stage), columns, n, ids)
+            out = _pack_frame(_ingest_frame(_datetimes(pdf, stamps), stage), columns, n, ids)
             if len(out):
                 yield out
 

@@ -80,3 +80,35 @@ def test_a_batch_read_punctuates_to_the_end(spark, kafka):
 def test_end_of_input_values_are_checked():
     with pytest.raises(OptionError, match="option 'endOfInput' must be 'none' or 'punctuate', got 'yes'"):
         parse_source_options({"kafka.bootstrap.servers": "x", "subscribe": "t", "endOfInput": "yes"}, True)
+
+
+def test_a_pipeline_with_a_computed_input_reads_to_the_end(spark, kafka, tmp_path):
+    """The end-of-input punctuation (9999-12-31) passes the pandas step of a ``Computed`` first
+    input (pandas timestamps end in 2262) and closes every window."""
+    import pandas as pd
+
+    from dataflow_kafka.keygroups import Computed, Pipeline
+    from dataflow_kafka.slicer.stage import SlicerStage
+    from dataflow_kafka.windowing import Sum, TumblingWindow
+    from dataflow_kafka.windowing.final import current_windows
+
+    topic = kafka.topic(2)
+    t = (now_ms() - 60_000) // 1000 * 1000
+    kafka.produce(topic, [{"key": f"k{i % 3}".encode(), "value": json.dumps({"ts": t + i * 100, "amount": i}).encode(),
+                           "partition": i % 2} for i in range(30)])
+
+    def amount(frame):
+        assert frame["event_time"].notna().all()          # data rows see their event time as datetimes
+        return [float(json.loads(v)["amount"]) for v in frame["value"]]
+
+    stage = SlicerStage(key="key", value=Computed(amount, "double"), windows={"1s": TumblingWindow(1000)},
+                        aggregations=[Sum()])
+    reader = spark.readStream.format("dataflow-kafka")
+    for k, v in _opts(kafka, topic, maxOffsetsPerTrigger="12").items():
+        reader = reader.option(k, v)
+    out = BatchCollector()
+    q = (Pipeline([stage]).apply(reader.load()).writeStream.foreachBatch(out).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    assert q.awaitTermination(240) and q.exception() is None
+    final = current_windows(pd.DataFrame(out.rows()), stage)
+    assert len(final) and final["sum"].sum() == sum(range(30))
