@@ -84,7 +84,9 @@ def main() -> int:
     on_spark = dk.current_windows(pd.DataFrame(out.rows()), pipeline.stages[-1])
     locally = dk.current_windows(local.result if hasattr(local, "result") else local, pipeline.stages[-1])
     columns = ["key", "window_start_ms", "window_end_ms", "max"]
-    show = lambda f: f[[c for c in columns if c in f.columns]].sort_values(columns[:2]).reset_index(drop=True)
+    # rows collected from Spark hold nulls beside integers (float columns); compare as int64
+    show = lambda f: (f[columns].astype({"window_start_ms": "int64", "window_end_ms": "int64"})
+                      .sort_values(columns[:2]).reset_index(drop=True))
     print(show(on_spark).to_string())
     same = show(on_spark).astype(str).equals(show(locally).astype(str))
     print(f"{len(on_spark)} final windows on Spark; the local run gives the same: {same}")
