@@ -15,7 +15,7 @@ Fusion rule (``fuse=None``, the default, decides automatically):
   groups, every input is a plain column of the previous stage's output, and its key columns are
   that stage's :meth:`~keygroups.stage.Stage.output_key_columns` (so every row stays in its key
   group: data-trace types §4, a keyed operator after a hash split by the same key);
-- a stage routed in Python fuses when ``stage.fusable_after(previous)`` says its key is the
+- a stage routed in Python fuses when its router's ``fusable_after(previous)`` says its key is the
   previous stage's (e.g. the same key function).
 
 ``fuse=True`` forces fusion (a Python-routed stage then checks at run time that every row stays
