@@ -84,8 +84,13 @@ class SliceManager(_Manager):
             self.frontier = bmax
         else:
             if bmin < st.starts[0]:
-                front = self.slicer.edges_between(bmin, int(st.starts[0]) - 1)
-                st.add_empty(np.concatenate(([bmin], front)), front=True)
+                first = int(st.starts[0])
+                front = np.concatenate(([bmin], self.slicer.edges_between(bmin, first - 1)))
+                if self.held_from == np.iinfo(np.int64).min and not self.slicer.edges_between(first - 1, first).size:
+                    # the first start is the oldest record so far, not an edge: its slice reaches back to
+                    # the last new separator, so slices do not depend on the records' arrival order
+                    st.starts[0], front = front[-1], front[:-1]
+                st.add_empty(front, front=True)
             if bmax > self.frontier:
                 edges = self.slicer.edges_between(self.frontier, bmax)
                 if edges.size and st.starts[-1] >= edges[0]:

@@ -105,3 +105,26 @@ def test_output_does_not_depend_on_key_groups_or_batch_splits(script, n, latenes
     cols = ["k", "query_id", "window_start_ms", "window_end_ms", "sum", "count"]
     assert (current_windows(split, stage)[cols].values.tolist()
             == current_windows(one, stage)[cols].values.tolist())
+
+
+def _add(qid, size):
+    return {"op": "add_window", "id": qid, "window": {"type": "sliding", "size_ms": size, "slide_ms": size}}
+
+
+def test_a_record_older_than_the_first_slice_gives_the_slices_of_one_batch():
+    """A key's records 87 then 2 (batch split) and 87, 2 in one batch: the same slices, so a query
+    added later (50 ms: its edge 50 lies between them) covers the same windows. The split used to
+    leave a separator at 87, the oldest record before 2 came: 50 fell in a gap, q1 covered [0, 50)
+    and [50, 100) there only."""
+    inner = test_output_does_not_depend_on_key_groups_or_batch_splits.hypothesis.inner_test
+    script = [([(0, 0, "d", 2, 87), (0, 1, "d", 1, 2)], 151, [(0, _add("q0", 400))], 1),
+              ([], 151, [(1, _add("q1", 50))], 0), ([], 5151, [], 0)]
+    for n in (1, 2):
+        inner(script=script, n=n, lateness=0, per_key=True)
+    ci = [([(0, 0, "a", 5, 39), (0, 1, "a", 6, 51), (0, 2, "a", 8, 57), (0, 3, "d", 2, 87), (0, 4, "a", 5, 87),
+            (0, 5, "a", 9, 113), (0, 6, "d", 1, 2), (0, 7, "a", 1, 151), (0, 8, "a", 1, 151), (0, 9, "a", 1, 151)],
+           151, [(0, _add("q0", 400))], 6),
+          ([], 151, [(1, _add("q1", 50))], 0), ([(0, 10, "a", 1, 151)], 151, [], 0),
+          ([], 151, [(3, _add("q3", 50))], 0), ([(0, 11, "a", 1, 151)], 151, [], 0),
+          ([], 151, [(5, _add("q5", 50))], 0), ([], 151, [], 0), ([], 5151, [], 0)]
+    inner(script=ci, n=2, lateness=0, per_key=True)      # the example hypothesis found (CI)
