@@ -38,10 +38,9 @@ _NAMES = [c for c, _ in PARTIAL_COLUMNS]
 
 def window_grid(window) -> tuple[int, int, int]:
     """``(size_ms, slide_ms, offset_ms)`` of a time tumbling or sliding window; ``ValueError`` otherwise."""
-    from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
-
-    if isinstance(window, (TumblingWindow, SlidingWindow)) and getattr(window, "measure", "time") == "time":
-        return int(window.size_ms), int(getattr(window, "slide_ms", window.size_ms)), int(window.offset_ms)
+    grid = getattr(window, "grid", None)
+    if grid is not None and getattr(window, "measure", "time") == "time":
+        return tuple(int(v) for v in grid)  # type: ignore[return-value]
     raise InvalidArgumentError(f"consolidate: {window!r} is not a time TumblingWindow or SlidingWindow (panes need a "
                      "window grid known in advance)")
 

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dataflow_kafka.slicer import SlicingWindowOperator
-from dataflow_kafka.windowing import Count, Max, Mean, Median, SessionWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, SessionWindow, Sum, TumblingWindow
 from bench.buckets_baseline import BucketsOperator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -268,10 +268,10 @@ class _ListKernel(Kernel):
 
 
 class HolisticKernel(_ListKernel):
-    """Quantiles: a slice keeps its values sorted (section 5.4.1), windows merge sorted runs."""
+    """Quantiles: a slice keeps its values sorted (section 5.4.1), windows merge sorted runs;
+    ``lower`` maps a window's sorted values to its result."""
 
-    def __init__(self, qs: tuple[float, ...], lower: Callable[[np.ndarray], Any]):
-        self.qs = qs
+    def __init__(self, lower: Callable[[np.ndarray], Any]):
         self.lower = lower
 
     def _join(self, a, b):

@@ -1,8 +1,10 @@
 """Shared definitions into the slicer's runtime (STYLE habit 1: specs compiled by the engine).
 
 :func:`compile_window` turns a :mod:`windowing` window into the runtime window the operator
-slices by (Scotty §5.4.2's window interface), and passes the slicer-only extensions through;
-:func:`kernel_for` picks the vectorised kernel of an aggregation (§5.4.1).
+slices by (Scotty §5.4.2's window interface), by the window's ``shape`` (:data:`RUNTIMES`, one
+entry per :class:`~windowing.windows.WindowShape`), and passes the slicer-only extensions
+through; :func:`kernel_for` picks the vectorised kernel of an aggregation from the components it
+declares (§5.4.1).
 
 >>> from dataflow_kafka.windowing import SlidingWindow, SessionWindow
 >>> compile_window(SlidingWindow(1000, 250))
@@ -13,65 +15,49 @@ SessionGapWindow(gap=300)
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable
 
 from dataflow_kafka.slicer._kernels import ComponentKernel, HolisticKernel, Kernel, PythonKernel
 from dataflow_kafka.slicer.context_windows import ContextAwareWindow, SessionGapWindow
 from dataflow_kafka.slicer.windows import ContextFreeWindow, FixedBandWindow, PeriodicWindow
-from dataflow_kafka.windowing import (
-    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, M4, AggregateFunction, Count, GlobalWindow, Max, Mean, Median, Min,
-    Quantile, SessionWindow, SlidingWindow, Sum, TumblingWindow,
-)
+from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, AggregateFunction
+from dataflow_kafka.windowing.aggregations import declared_components
+from dataflow_kafka.windowing.windows import Window, WindowShape
 
-__all__ = ["compile_window", "kernel_for", "is_builtin", "COMPONENTS"]
+__all__ = ["compile_window", "kernel_for", "is_builtin", "RUNTIMES"]
 
-#: Built-ins computed from numpy components per slice (exact types: a subclass runs as Python).
-COMPONENTS: dict[type, tuple[str, ...]] = {
-    Sum: ("sum",), Count: ("count",), Min: ("min",), Max: ("max",), Mean: ("sum", "count"),
-    M4: ("min", "max", "first", "last"),
+#: The slicer's runtime per window shape.
+RUNTIMES: dict[WindowShape, Callable[[Any], ContextFreeWindow | ContextAwareWindow]] = {
+    WindowShape.TUMBLING: lambda w: PeriodicWindow(w.measure, *w.grid),
+    WindowShape.SLIDING: lambda w: PeriodicWindow(w.measure, *w.grid),
+    WindowShape.SESSION: lambda w: SessionGapWindow(w.gap_ms),
+    WindowShape.GLOBAL: lambda w: FixedBandWindow(BEGINNING_OF_TIME_MS, END_OF_TIME_MS - BEGINNING_OF_TIME_MS),
 }
 
 
 def compile_window(window: Any) -> ContextFreeWindow | ContextAwareWindow:
     """The runtime of ``window``: a :mod:`windowing` definition or a slicer-only window."""
-    if isinstance(window, TumblingWindow):
-        return PeriodicWindow(window.measure, window.size_ms, window.size_ms, window.offset_ms)
-    if isinstance(window, SlidingWindow):
-        return PeriodicWindow(window.measure, window.size_ms, window.slide_ms, window.offset_ms)
-    if isinstance(window, SessionWindow):
-        return SessionGapWindow(window.gap_ms)
-    if isinstance(window, GlobalWindow):
-        return FixedBandWindow(BEGINNING_OF_TIME_MS, END_OF_TIME_MS - BEGINNING_OF_TIME_MS)
     if isinstance(window, (ContextFreeWindow, ContextAwareWindow)):
         return window
-    raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
-                    "SessionWindow, GlobalWindow) or a slicer window (FixedBandWindow, PunctuationWindow, "
-                    "SlideByTupleWindow, ThresholdFrame, a ContextFreeWindow or ContextAwareWindow subclass)")
+    build = RUNTIMES.get(getattr(window, "shape", None)) if isinstance(window, Window) else None
+    if build is None:
+        raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
+                        "SessionWindow, GlobalWindow) or a slicer window (FixedBandWindow, PunctuationWindow, "
+                        "SlideByTupleWindow, ThresholdFrame, a ContextFreeWindow or ContextAwareWindow subclass)")
+    return build(window)
 
 
 def is_builtin(fn: AggregateFunction) -> bool:
-    """Whether ``fn`` runs as a numpy kernel (else lift / combine / lower per record in Python)."""
-    return type(fn) in COMPONENTS or type(fn) in (Quantile, Median)
+    """Whether ``fn`` runs as a numpy kernel (else lift / combine / lower per record in Python):
+    its class declares ``components`` (:func:`~windowing.aggregations.declared_components`)."""
+    return bool(declared_components(fn))
 
 
 def kernel_for(fn: AggregateFunction) -> Kernel:
     """The runtime that keeps ``fn``'s partial aggregates per slice."""
-    comps = COMPONENTS.get(type(fn))
-    if comps is not None:
-        return ComponentKernel(comps, _LOWER.get(type(fn), _first_component(comps[0])))
-    if type(fn) in (Quantile, Median):
-        return HolisticKernel(tuple(np.atleast_1d(fn.q)), fn.lower)
+    comps = declared_components(fn)
+    if comps == ("sorted_values",):
+        return HolisticKernel(fn.lower)
+    if comps:
+        return ComponentKernel(comps, fn.from_components)
     return PythonKernel(fn)
-
-
-def _first_component(name: str):
-    return lambda parts: parts[name]
-
-
-def _m4(parts: dict) -> np.ndarray:
-    return np.column_stack([parts[c] for c in COMPONENTS[M4]])
-
-
-_LOWER = {Mean: lambda parts: parts["sum"] / parts["count"], M4: _m4}

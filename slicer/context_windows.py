@@ -67,6 +67,10 @@ class WindowContext:
     def evict_records(self, view: Any, before: int) -> None:
         """Called before kept records older than ``before`` are dropped (``view.tuples``)."""
 
+    def build_after_eviction(self) -> None:
+        """Called before a context is built from the held records of a running operator whose
+        older records were evicted (a query added at runtime, :mod:`slicer.coverage`)."""
+
     def get_state(self) -> Any:
         return None
 
@@ -75,13 +79,35 @@ class WindowContext:
 
 
 class ContextAwareWindow:
-    """Base of context-aware windows (time measure only)."""
+    """Base of context-aware windows (time measure only).
+
+    What the engine asks instead of the concrete type (defaults here, see also
+    :class:`~slicer.windows.ContextFreeWindow`): ``forward_context_free``;
+    ``splits_in_gaps_only`` (slices are split only inside gaps between records: aggregates
+    suffice, in order or not, as for sessions, section 6.2); ``in_order_record_reason`` (why
+    records are kept on in-order streams too, else ``None``); ``context_from_held_records`` and
+    :meth:`coverage_after_eviction` (what a query added at runtime covers, :mod:`slicer.coverage`).
+    """
 
     measure = TIME
     forward_context_free: bool = False
+    context_free = False
+    periodic = False
+    session_gap = 0
+    splits_in_gaps_only = False
+    in_order_record_reason: str | None = None
+    #: Evicted records cannot change the windows the held records give (module :mod:`slicer.coverage`).
+    context_from_held_records = False
 
     def create_context(self) -> WindowContext:
         raise NotImplementedError
+
+    def coverage_after_eviction(self, records: Any, held: int, after: int, newest: int) -> int:
+        """Coverage start of this query added at runtime, its context built from the held
+        ``records`` (from ``held`` on; ``after``: ``held`` plus the session gap, ``newest``: one
+        past the newest record seen): ``after`` when evicted records cannot change the windows,
+        else ``newest`` (how far back the context reaches is unknown)."""
+        return after if self.context_from_held_records else newest
 
     def slicing_group(self) -> tuple[str, int] | None:
         """(group, rank): of contexts in one group only the lowest rank cuts slices (7.3.1)."""
@@ -107,9 +133,15 @@ class SessionGapWindow(ContextAwareWindow):
     kept, no slice splits that need them (Algorithms 3 to 6 only split inside gaps)."""
 
     gap: int
+    splits_in_gaps_only = True
+    context_from_held_records = True
 
     def __post_init__(self) -> None:
         _positive_int("gap_ms", self.gap)
+
+    @property
+    def session_gap(self) -> int:  # type: ignore[override]
+        return self.gap
 
     def create_context(self) -> WindowContext:
         return _SessionContext(int(self.gap))
@@ -177,6 +209,8 @@ class PunctuationWindow(ForwardContextFreeWindow):
 
     punctuation: Any = None
     predicate: Callable[[np.ndarray], np.ndarray] | None = None
+    in_order_record_reason = "opens a window at a punctuation's time, which earlier records may share"
+    context_from_held_records = True
 
     def __post_init__(self) -> None:
         if self.punctuation is None and self.predicate is None:
@@ -230,6 +264,9 @@ class _PunctuationContext(WindowContext):
             return int(min(self.edges[i - 1], horizon))
         return int(horizon if self.first is None else min(self.first, horizon))
 
+    def build_after_eviction(self):
+        self.started = True                   # the first window opened at an evicted record
+
     def evict(self, before):
         i = int(np.searchsorted(self.edges, before, "right"))
         if i >= 1:
@@ -267,6 +304,7 @@ class SlideByTupleWindow(ForwardContextAwareWindow):
 
     size_ms: int
     slide: int = 1
+    context_from_held_records = True
 
     def __post_init__(self) -> None:
         _positive_int("SlideByTupleWindow: size_ms", self.size_ms)

@@ -49,8 +49,6 @@ from typing import Any
 import numpy as np
 
 from dataflow_kafka.slicer._tuples import TupleBuffer
-from dataflow_kafka.slicer.context_windows import PunctuationWindow, SessionGapWindow, SlideByTupleWindow, _PunctuationContext
-from dataflow_kafka.slicer.frames import ThresholdFrame
 from dataflow_kafka.slicer.stream_slicer import StreamSlicer
 from dataflow_kafka.slicer.window_manager import Query
 
@@ -81,7 +79,7 @@ def time_coverage(mgr, q: Query, others: list[Query], max_ts: int | None) -> int
     """Coverage start of the time query ``q`` added to the slice manager ``mgr`` (see the module
     docstring); cuts the slices and initialises ``q``'s context as needed."""
     st = mgr.store
-    gap = q.window.gap if isinstance(q.window, SessionGapWindow) else 0
+    gap = q.window.session_gap
     if st.n == 0:
         return NO_LIMIT if max_ts is None else max_ts + gap + 1
     held = mgr.held_from
@@ -92,19 +90,15 @@ def time_coverage(mgr, q: Query, others: list[Query], max_ts: int | None) -> int
     newest = NO_LIMIT if max_ts is None else max_ts + 1
     if mgr.tuples is not None:
         buf = mgr.tuples
-        if held != NO_LIMIT and isinstance(q.context, _PunctuationContext):
-            q.context.started = True             # the first window opened at an evicted record
+        if held != NO_LIMIT:
+            q.context.build_after_eviction()
         edges = q.context.update(_NoSlices(buf.base, buf.values.dtype), buf.values, buf.ts)
         mgr.refresh_contexts(edges if q.context in mgr.contexts else None)
-        if held == NO_LIMIT or isinstance(q.window, (PunctuationWindow, SessionGapWindow, SlideByTupleWindow)):
-            return after                         # every held record, or what evicted ones cannot change
-        if isinstance(q.window, ThresholdFrame):  # a run at the first held record may have begun before
-            if len(buf) == 0 or not bool(q.window.passes(buf.values[:1])[0]):
-                return held                      # the first held record is in no frame: none began before
-            return max(held, int(buf.ts[0]) + 1)
-        return newest
+        if held == NO_LIMIT:
+            return after                         # every record is held
+        return q.window.coverage_after_eviction(buf, held, after, newest)
     if gap:
-        finer = any(isinstance(o.window, SessionGapWindow) and o.window.gap <= gap and o.start_at == NO_LIMIT
+        finer = any(0 < o.window.session_gap <= gap and o.start_at == NO_LIMIT
                     for o in others)             # a session that has cut every held slice at its gaps
         mgr.refresh_contexts()
         st = mgr.store

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from dataflow_kafka.slicer.context_windows import ContextAwareWindow, PunctuationWindow, SessionGapWindow
 from dataflow_kafka.slicer.windows import COUNT
 from dataflow_kafka.windowing import AggregateFunction
 
@@ -32,19 +31,20 @@ def record_reasons(queries: Iterable, aggregations: Iterable[AggregateFunction],
                    in_order: bool) -> list[str]:
     """Why time-measure slices need records; an empty list means aggregates suffice.
 
-    ``queries``: the operator's :class:`~slicer.window_manager.Query` objects."""
+    ``queries``: the operator's :class:`~slicer.window_manager.Query` objects; the windows'
+    capability attributes (``context_free``, ``splits_in_gaps_only``, ``forward_context_free``,
+    ``in_order_record_reason``) decide."""
     reasons = []
     for q in queries:
         w = q.window
-        if q.measure is COUNT or isinstance(w, SessionGapWindow) or not isinstance(w, ContextAwareWindow):
+        if q.measure is COUNT or w.context_free or w.splits_in_gaps_only:
             continue
         if not w.forward_context_free:
             reasons.append(f"{q.spec!r} is forward context aware")
         elif not in_order:
             reasons.append(f"{q.spec!r} is context aware on an out-of-order stream")
-        elif isinstance(w, PunctuationWindow):
-            reasons.append(f"{q.spec!r} opens a window at a punctuation's time, which earlier "
-                           "records may share")
+        elif w.in_order_record_reason:
+            reasons.append(f"{q.spec!r} {w.in_order_record_reason}")
     if not in_order:
         reasons += [f"{a.name} is not commutative on an out-of-order stream"
                     for a in aggregations if not a.commutative]

@@ -44,6 +44,12 @@ class ThresholdFrame(ForwardContextAwareWindow):
         if self.threshold is None and self.predicate is None:
             raise InvalidArgumentError("ThresholdFrame: give threshold=<value> or predicate=<callable>")
 
+    def coverage_after_eviction(self, records, held, after, newest):
+        """A run at the first held record may have begun at an evicted one."""
+        if len(records) == 0 or not bool(self.passes(records.values[:1])[0]):
+            return held                      # the first held record is in no frame: none began before
+        return max(held, int(records.ts[0]) + 1)
+
     def passes(self, values: np.ndarray) -> np.ndarray:
         if self.predicate is not None:
             return np.asarray(self.predicate(values), bool)

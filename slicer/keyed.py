@@ -10,7 +10,8 @@ fixed number of numpy calls:
 * every window is a time ``TumblingWindow`` or ``SlidingWindow``: context free, so every
   slice edge is known a priori (Scotty section 4.4) and is the same for all keys: a slice is the
   span between consecutive edges of the queries' start and end progressions;
-* every aggregation is ``Sum``, ``Count``, ``Min``, ``Max``, ``Mean`` or ``M4``: distributive
+* every aggregation is ``Sum``, ``Count``, ``Min``, ``Max``, ``Mean`` or ``M4`` (any whose class
+  declares ``components`` among :data:`_COMPONENTS`): distributive
   or algebraic, so slices keep partial aggregates only, no records, in order or not (section 5.1,
   Figure 6), and an out-of-order record just updates its slice (section 5.2: no split, no merge);
   M4's first and last are the records with the smallest and largest (event time, arrival), kept
@@ -67,8 +68,8 @@ import numpy as np
 
 from dataflow_kafka.slicer.compile import compile_window
 from dataflow_kafka.slicer.results import WindowResults, object_array
-from dataflow_kafka.slicer.windows import TIME, PeriodicWindow, progression_points
-from dataflow_kafka.windowing import M4, Count, Max, Mean, Min, Sum
+from dataflow_kafka.slicer.windows import TIME, progression_points
+from dataflow_kafka.windowing.aggregations import declared_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, next_query_id
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -76,7 +77,8 @@ __all__ = ["KeyedSlicingOperator"]
 
 _MAGIC = b"SLK2"
 _NO_LIMIT = int(np.iinfo(np.int64).min)
-_BUILTINS = (Sum, Count, Min, Max, Mean, M4)
+#: The partials the table keeps per (key, slice): an aggregation declaring only these runs here.
+_COMPONENTS = frozenset(("sum", "count", "min", "max", "first", "last"))
 _BASE = ("kc", "cell", "cnt", "sum", "min", "max", "tmax", "dirty")
 # M4 only: value, event time and arrival number of the first and of the last record of a slice
 _EDGES = ("fv", "ft", "fs", "lv", "lt", "ls")
@@ -119,7 +121,7 @@ class KeyedSlicingOperator(WindowQueries):
         self.keys: list = []
         self._codes: dict = {}
         self.watermark: int | None = None
-        self.edges = any(isinstance(a, M4) for a in self.aggregations)
+        self.edges = any({"first", "last"} & set(declared_components(a)) for a in self.aggregations)
         self._columns = _BASE + (_EDGES if self.edges else ())
         self._seq = 0                            # arrival number of the next accepted record
         self._empty_table()
@@ -137,9 +139,9 @@ class KeyedSlicingOperator(WindowQueries):
         """Whether ``template`` (a :class:`~slicer.SlicingWindowOperator`) runs here unchanged."""
         qs = list(template.windows.queries.values())
         return (bool(qs) and bool(template.aggregations)
-                and all(isinstance(q.window, PeriodicWindow) and q.measure is TIME and q.context is None
+                and all(q.window.periodic and q.measure is TIME and q.context is None
                         and q.start_at == _NO_LIMIT and not q.fresh for q in qs)
-                and all(type(a) in _BUILTINS for a in template.aggregations)
+                and all(_vectorised(a) for a in template.aggregations)
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
 
     # ------------------------------------------------------------------ queries at runtime
@@ -154,7 +156,7 @@ class KeyedSlicingOperator(WindowQueries):
     def add_window(self, window, query_id: str | None = None) -> str:
         """Add a time tumbling or sliding window query (see the module docstring); returns its id."""
         runtime = compile_window(window)
-        if not (isinstance(runtime, PeriodicWindow) and runtime.measure is TIME):
+        if not (runtime.periodic and runtime.measure is TIME):
             raise InvalidArgumentError(f"KeyedSlicingOperator.add_window({window!r}): only time TumblingWindow / SlidingWindow "
                              "queries (use one SlicingWindowOperator per key for others)")
         qid, self._next_id = next_query_id(self.query_ids, query_id, self._next_id)
@@ -402,23 +404,15 @@ class KeyedSlicingOperator(WindowQueries):
         order = np.lexsort((s[w], q[w], e[w], kk))
         kk, w, lo, hi = kk[order], w[order], lo[order], hi[order]
         count = cum[hi] - cum[lo]
-        sums = _range_reduce(np.add, self.sum, lo, hi)
-        values = []
-        for a in self.aggregations:
-            if isinstance(a, Mean):
-                values.append(sums / count)
-            elif isinstance(a, Sum):
-                values.append(sums)
-            elif isinstance(a, Count):
-                values.append(count.astype(np.float64))
-            elif isinstance(a, Min):
-                values.append(_range_reduce(np.minimum, self.min, lo, hi))
-            elif isinstance(a, Max):
-                values.append(_range_reduce(np.maximum, self.max, lo, hi))
-            else:                    # M4: (min, max, first, last), as the per-key kernel lowers it
-                values.append(np.column_stack([_range_reduce(np.minimum, self.min, lo, hi),
-                                               _range_reduce(np.maximum, self.max, lo, hi),
-                                               self._edge_values("f", lo, hi), self._edge_values("l", lo, hi)]))
+        parts = _Parts({
+            "sum": lambda: _range_reduce(np.add, self.sum, lo, hi),
+            "count": lambda: count.astype(np.float64),
+            "min": lambda: _range_reduce(np.minimum, self.min, lo, hi),
+            "max": lambda: _range_reduce(np.maximum, self.max, lo, hi),
+            "first": lambda: self._edge_values("f", lo, hi),      # as the per-key kernel's first / last
+            "last": lambda: self._edge_values("l", lo, hi),
+        })
+        values = [a.from_components(parts) for a in self.aggregations]
         res = WindowResults(names, object_array(self.query_ids)[q[w]], np.full(kk.size, TIME.value, object),
                             s[w], e[w], upd[w].copy(), values, q[w])
         return kk, res
@@ -494,3 +488,21 @@ def _range_reduce(ufunc, arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.
     idx = np.empty(2 * lo.size, np.int64)
     idx[0::2], idx[1::2] = lo, hi
     return ufunc.reduceat(padded, idx)[0::2]
+
+
+def _vectorised(fn) -> bool:
+    """Whether ``fn`` is computed from the table's components only."""
+    comps = declared_components(fn)
+    return bool(comps) and _COMPONENTS.issuperset(comps)
+
+
+class _Parts(dict):
+    """Component arrays computed on first use (``{name: () -> array}``)."""
+
+    def __init__(self, make: dict) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, name: str) -> np.ndarray:
+        value = self[name] = self._make[name]()
+        return value

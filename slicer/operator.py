@@ -45,7 +45,8 @@ from dataflow_kafka.slicer.results import WindowResult, WindowResults, integral_
 from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
 from dataflow_kafka.slicer.window_manager import Query, WindowManager
 from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
-from dataflow_kafka.windowing import AggregateFunction, Sum
+from dataflow_kafka.windowing import AggregateFunction
+from dataflow_kafka.windowing.aggregations import declared
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -302,7 +303,8 @@ class SlicingWindowOperator(WindowQueries):
             return WindowResults.concat(names, [])
         out = self.windows.emit(int(ts), self._time, self._count, names)
         if self._integral:
-            out.values = [integral_sum(v) if type(a) is Sum else v for a, v in zip(self.aggregations, out.values)]
+            out.values = [integral_sum(v) if declared(a, "keeps_integers", False) else v
+                          for a, v in zip(self.aggregations, out.values)]
         return out
 
     def process_watermark(self, ts: int) -> list[WindowResult]:

@@ -52,7 +52,6 @@ from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import object_array
-from dataflow_kafka.windowing import M4, Count
 from dataflow_kafka.windowing.commands import WINDOW_OPS
 from dataflow_kafka.windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, key_specs, output_watermark, window_command,
@@ -290,15 +289,16 @@ class SlicerStage(Stage):
         c = 0
         for i, fn in enumerate(self.aggregations):
             vals = [r.values[i] for r in res]
-            if isinstance(fn, M4):
+            width = len(fn.spark_columns(fn.name))
+            if width > 1:                       # one column per part (M4: min, max, first, last)
                 arr = np.concatenate(vals)
-                for j in range(4):
+                for j in range(width):
                     cols[aggs[c][0]] = arr[:, j].astype(np.float64)
                     c += 1
                 continue
             name, typ = aggs[c]
             c += 1
-            if isinstance(fn, Count):
+            if typ == "bigint" and not any(x is None for v in vals if not isinstance(v, np.ndarray) for x in v):
                 cols[name] = np.concatenate([np.asarray(v, np.int64) for v in vals])
             elif typ == "double" and all(isinstance(v, np.ndarray) for v in vals):
                 cols[name] = np.concatenate(vals).astype(np.float64)

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from dataflow_kafka.slicer.context_windows import ContextAwareWindow, WindowContext
+from dataflow_kafka.slicer.context_windows import WindowContext
 from dataflow_kafka.slicer.results import WindowResults, object_array, with_empty
 from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
-from dataflow_kafka.slicer.windows import COUNT, TIME, Measure, PeriodicWindow, measure_of, progression_points
+from dataflow_kafka.slicer.windows import COUNT, TIME, Measure, measure_of, progression_points
 
 __all__ = ["Query", "WindowManager"]
 
@@ -88,7 +88,7 @@ class Query:
 
     @classmethod
     def of(cls, qid, spec, runtime, start_at: int) -> "Query":
-        ctx = runtime.create_context() if isinstance(runtime, ContextAwareWindow) else None
+        ctx = None if runtime.context_free else runtime.create_context()
         return cls(qid, runtime, start_at, ctx, spec=spec, measure=measure_of(runtime))
 
 
@@ -169,8 +169,8 @@ class WindowManager:
             return None
         st = mgr.store
         span = (int(st.starts[0]), mgr.frontier + 1)
-        fam = [i for i, q in enumerate(queries) if isinstance(q.window, PeriodicWindow)]
-        rest = [i for i, q in enumerate(queries) if not isinstance(q.window, PeriodicWindow)]
+        fam = [i for i, q in enumerate(queries) if q.window.periodic]
+        rest = [i for i, q in enumerate(queries) if not q.window.periodic]
         blocks = ([self._sliding_block([queries[i] for i in fam], mgr, prev, now, first_change, span, fresh)]
                   if fam else [])
         blocks += [self._query_block(queries[i], mgr, prev, now, first_change, span, fresh) for i in rest]
@@ -277,9 +277,8 @@ class WindowManager:
 
     def _cutoff(self, queries: list[Query], mgr, horizon: int) -> int:
         """Smallest start of any window that can still be emitted or updated."""
-        fam = [q.window for q in queries if isinstance(q.window, PeriodicWindow)]
-        cut = [horizon] + [self._open_start(q, mgr, horizon) for q in queries
-                           if not isinstance(q.window, PeriodicWindow)]
+        fam = [q.window for q in queries if q.window.periodic]
+        cut = [horizon] + [self._open_start(q, mgr, horizon) for q in queries if not q.window.periodic]
         if fam:
             size = np.array([w.size for w in fam], np.int64)
             slide = np.array([w.slide for w in fam], np.int64)

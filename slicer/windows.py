@@ -16,6 +16,13 @@ Slicer-only context-free windows: :class:`FixedBandWindow`, and user-defined sub
 :class:`ContextFreeWindow` (set ``measure = "count"`` for the count measure); context-aware ones
 live in :mod:`slicer.context_windows`.
 
+The engine asks a runtime window what it is through class attributes, never its concrete type
+(:class:`ContextFreeWindow` and :class:`~slicer.context_windows.ContextAwareWindow` declare the
+defaults): ``context_free``, ``periodic`` (``size``, ``slide``, ``offset`` of a grid that the
+engine vectorises over all such queries), ``measure``, ``session_gap`` (sessions: their gap, else
+0), and, for context-aware windows, what the decision tree (:mod:`slicer.decision`) and the
+coverage of a query added at runtime (:mod:`slicer.coverage`) need.
+
 Example
 -------
 >>> PeriodicWindow(Measure.TIME, size=1000, slide=1000).next_edge(1500)
@@ -28,9 +35,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.windowing.windows import measure_name
 
 __all__ = [
     "Measure", "TIME", "COUNT", "ContextFreeWindow", "PeriodicWindow", "FixedBandWindow", "measure_of",
@@ -78,6 +87,14 @@ class ContextFreeWindow:
     generate edges without a Python loop.
     """
 
+    #: Every edge known a priori: no context per query.
+    context_free = True
+    #: Windows ``[k*slide + offset, k*slide + offset + size)`` (attributes ``size``, ``slide``,
+    #: ``offset``): the window manager handles all such queries of a measure in one numpy pass.
+    periodic = False
+    #: The gap of a session window (0: not a session).
+    session_gap = 0
+
     def next_edge(self, ts: int) -> int:
         """The smallest window edge (start or end) strictly after ``ts``."""
         raise NotImplementedError
@@ -114,6 +131,7 @@ class PeriodicWindow(ContextFreeWindow):
     size: int
     slide: int
     offset: int = 0
+    periodic = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "measure", Measure.parse(self.measure))
@@ -141,14 +159,31 @@ class PeriodicWindow(ContextFreeWindow):
 class FixedBandWindow(ContextFreeWindow):
     """One window ``[start_ms, start_ms + size_ms)`` (a fixed band, e.g. a business day).
 
-    Slicer only. With ``measure="count"`` the bounds are record positions.
+    Slicer only. With ``measure="count"`` the bounds are record positions. Scotty's shape
+    ``FixedBandWindow(measure, start, size)`` (the measure a :class:`Measure`, a
+    ``windowing.WindowMeasure`` or its name) is the same as ``FixedBandWindow(start_ms, size_ms,
+    measure=...)``.
+
+    >>> from dataflow_kafka.windowing import WindowMeasure
+    >>> FixedBandWindow(WindowMeasure.Time, 1_000, 500) == FixedBandWindow(1_000, 500)
+    True
+    >>> FixedBandWindow("count", 10, 5)
+    FixedBandWindow(start_ms=10, size_ms=5, measure='count')
     """
 
     start_ms: int
     size_ms: int
     measure: Measure
 
-    def __init__(self, start_ms: int, size_ms: int, *, measure: "Measure | str" = "time") -> None:
+    def __init__(self, *args: Any, measure: "Measure | str" = "time", **kwargs: Any) -> None:
+        if args and measure_name(args[0]) is not None:           # Scotty: (measure, start, size)
+            if measure != "time":
+                raise InvalidArgumentError(f"FixedBandWindow: measure given twice ({args[0]!r} and "
+                                           f"measure={measure!r})")
+            args, measure = args[1:], measure_name(args[0])
+        self._init(*args, measure=measure, **kwargs)
+
+    def _init(self, start_ms: int, size_ms: int, *, measure: "Measure | str" = "time") -> None:
         if isinstance(start_ms, bool) or not isinstance(start_ms, (int, np.integer)):
             raise InvalidArgumentError(f"FixedBandWindow: start_ms={start_ms!r}: expected an integer")
         object.__setattr__(self, "start_ms", int(start_ms))

@@ -38,12 +38,11 @@ fingerprint of its configuration in its state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from dataflow_kafka.windowing import (
-    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, GlobalWindow, SessionWindow, SlidingWindow, TumblingWindow,
-)
+from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, Window
+from dataflow_kafka.windowing.windows import WindowShape
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
@@ -58,6 +57,7 @@ __all__ = [
     "SessionWindowFn",
     "compile_window_fn",
     "extent_ms",
+    "WINDOW_FNS",
 ]
 
 
@@ -184,23 +184,27 @@ class SessionWindowFn(WindowFn):
         return merge_overlapping(windows)
 
 
+#: The window function per window shape (:class:`~windowing.windows.WindowShape`).
+WINDOW_FNS: dict[WindowShape, Callable[[Any], WindowFn]] = {
+    WindowShape.TUMBLING: lambda w: FixedWindowFn(w.grid[0], w.grid[2]),
+    WindowShape.SLIDING: lambda w: SlidingWindowFn(*w.grid),
+    WindowShape.SESSION: lambda w: SessionWindowFn(w.gap_ms),
+    WindowShape.GLOBAL: lambda w: GlobalWindowFn(),
+}
+
+
 def compile_window_fn(window: Any) -> WindowFn:
     """The window function of a :mod:`windowing` window (a :class:`WindowFn` passes through)."""
     if isinstance(window, WindowFn):
         return window
-    if isinstance(window, (TumblingWindow, SlidingWindow)) and window.measure != "time":
+    build = WINDOW_FNS.get(getattr(window, "shape", None)) if isinstance(window, Window) else None
+    if build is None:
+        raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
+                        "SessionWindow, GlobalWindow) or a WindowFn")
+    if window.measure != "time":
         raise InvalidArgumentError(f"{window!r}: the Dataflow driver supports measure='time' only (windows of records: "
                          "use the slicer)")
-    if isinstance(window, TumblingWindow):
-        return FixedWindowFn(window.size_ms, window.offset_ms)
-    if isinstance(window, SlidingWindow):
-        return SlidingWindowFn(window.size_ms, window.slide_ms, window.offset_ms)
-    if isinstance(window, SessionWindow):
-        return SessionWindowFn(window.gap_ms)
-    if isinstance(window, GlobalWindow):
-        return GlobalWindowFn()
-    raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
-                    "SessionWindow, GlobalWindow) or a WindowFn")
+    return build(window)
 
 
 def extent_ms(window_fn: WindowFn) -> int:

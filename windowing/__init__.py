@@ -4,7 +4,9 @@ The slicer (:mod:`slicer`, Scotty) and the Dataflow driver (:mod:`watermarks`) a
 definitions everywhere they take windows or aggregations; each compiles them into its own
 runtime. Windows (:mod:`windowing.windows`): :class:`TumblingWindow`, :class:`SlidingWindow`,
 :class:`SessionWindow`, :class:`GlobalWindow`, with Beam's names as aliases (``FixedWindows``,
-``SlidingWindows``, ``Sessions``, ``GlobalWindows``) and a JSON form (:func:`window_from_json`).
+``SlidingWindows``, ``Sessions``, ``GlobalWindows``) and a JSON form (:func:`window_from_json`;
+every window class registers its ``type`` name, :func:`window_types`, and declares the
+:class:`WindowShape` the engines compile it by).
 Aggregations (:mod:`windowing.aggregations`): :class:`Sum`, :class:`Count`, :class:`Mean`,
 :class:`Min`, :class:`Max`, :class:`M4`, :class:`Quantile`, :class:`Median`, :class:`ToList`,
 user-defined ones as lift / combine / lower (:class:`AggregateFunction`) or as a Beam-style
@@ -34,12 +36,14 @@ from dataflow_kafka.windowing.aggregations import (
 from dataflow_kafka.windowing.commands import AddWindow, RemoveWindow, WindowCommand, parse_command
 from dataflow_kafka.windowing.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindows, GlobalWindow, GlobalWindows, SessionWindow, Sessions,
-    SlidingWindow, SlidingWindows, TumblingWindow, Window, WindowMeasure, window_from_json,
+    SlidingWindow, SlidingWindows, TumblingWindow, Window, WindowMeasure, WindowShape, window_from_json,
+    window_types,
 )
 
 __all__ = [
     "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
     "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json", "WindowMeasure",
+    "WindowShape", "window_types",
     "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS",
     "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median", "ToList",
     "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner", "ToListCombiner",

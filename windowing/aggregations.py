@@ -16,7 +16,9 @@ Write either side and get the other: a subclass of :class:`AggregateFunction` im
 lift / combine / lower (+ invert) and derives the Combiner methods (the empty accumulator is
 ``None``; ``uncombine(acc, v) = invert(acc, lift(v))``); a subclass of :class:`Combiner`
 implements Beam's methods and derives lift / combine / lower (no invert). The built-ins define
-both sides (the slicer runs them as numpy kernels): :class:`Sum`, :class:`Count`,
+both sides and also describe themselves to the engines (STYLE habit 10): ``components`` (the
+vectorised partials they are computed from, e.g. Mean = sum + count, and ``from_components``),
+``spark_type`` / ``spark_columns`` (their result columns): :class:`Sum`, :class:`Count`,
 :class:`Mean`, :class:`Min`, :class:`Max`, :class:`M4`, :class:`Quantile`, :class:`Median`,
 :class:`ToList`. Beam's combiner names are aliases of the same classes (``SumCombiner`` is
 ``Sum``, ...). Accumulators live in engine state: keep them made of plain values (numbers,
@@ -37,8 +39,8 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 from dataflow_kafka.errors import InvalidArgumentError
@@ -46,8 +48,25 @@ from dataflow_kafka.errors import InvalidArgumentError
 __all__ = [
     "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median",
     "ToList", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner",
-    "ToListCombiner",
+    "ToListCombiner", "COMPONENT_NAMES", "declared", "declared_components",
 ]
+
+#: The partials an engine may keep vectorised per slice: ``sum``, ``count``, ``min``, ``max``,
+#: ``first`` and ``last`` (by event time, ties by arrival); ``sorted_values`` (holistic: the
+#: slice's values, sorted).
+COMPONENT_NAMES = ("sum", "count", "min", "max", "first", "last", "sorted_values")
+
+
+def declared(fn: "AggregateFunction", attribute: str, default: Any = None) -> Any:
+    """``attribute`` as ``fn``'s own class declares it (else ``default``): what a class says about
+    its lift / combine / lower (``components``, ``keeps_integers``) does not hold for a subclass
+    that may override them, unless the subclass declares it again."""
+    return type(fn).__dict__.get(attribute, default)
+
+
+def declared_components(fn: "AggregateFunction") -> tuple[str, ...]:
+    """The ``components`` declared by ``fn``'s own class (see :func:`declared`)."""
+    return declared(fn, "components", ())
 
 
 class AggregateFunction:
@@ -65,12 +84,26 @@ class AggregateFunction:
     timestamped : bool
         The Dataflow driver passes ``(value, event_time_ms)`` to ``add_input`` (M4 needs the
         order of event time).
+    components : tuple of str
+        The partials (names in :data:`COMPONENT_NAMES`) the result is computed from by
+        :meth:`from_components`; engines keep them as numpy arrays instead of running lift /
+        combine / lower per record. Empty (the default): only lift / combine / lower. Counts
+        for the class that declares it only (:func:`declared_components`).
+    spark_type : str
+        Spark DDL type of the result column (default ``"string"``: the result as JSON text);
+        :meth:`spark_columns` gives the columns.
+    keeps_integers : bool
+        The result of integer records is an integer (a sum): engines that compute in doubles
+        return integers when every record was one. Counts for the declaring class only.
     """
 
     commutative: bool = True
     holistic: bool = False
     invert: Any = None
     timestamped: bool = False
+    components: ClassVar[tuple[str, ...]] = ()
+    spark_type: str = "string"
+    keeps_integers: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -86,6 +119,15 @@ class AggregateFunction:
 
     def lower(self, a: Any) -> Any:
         return a
+
+    # -- declared for the engines -----------------------------------------------------------------
+    def from_components(self, parts: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The results of a batch of windows from their ``components`` (one array per name)."""
+        return parts[self.components[0]]
+
+    def spark_columns(self, name: str) -> list[tuple[str, str]]:
+        """``(column, Spark DDL type)`` of the result, the column(s) named after ``name``."""
+        return [(name, self.spark_type)]
 
     # -- Beam's CombineFn, derived (None is the empty accumulator) ------------------------------
     def create_accumulator(self) -> Any:
@@ -174,6 +216,10 @@ class Sum(_Additive):
     an int when every record's value was an integer: exact below 2**53; its Spark stage reads
     values as doubles)."""
 
+    components = ("sum",)
+    spark_type = "double"
+    keeps_integers = True
+
     def add_input(self, accumulator: Any, value: Any) -> Any:
         return accumulator + value
 
@@ -183,6 +229,9 @@ class Sum(_Additive):
 
 class Count(_Additive):
     """Number of records."""
+
+    components = ("count",)
+    spark_type = "bigint"
 
     def add_input(self, accumulator: int, value: Any) -> int:
         return accumulator + 1
@@ -195,6 +244,11 @@ class Mean(Combiner):
     """Arithmetic mean (algebraic: ``(sum, count)``); ``None`` for an empty window."""
 
     invert = staticmethod(lambda a, b: (a[0] - b[0], a[1] - b[1]))
+    components = ("sum", "count")
+    spark_type = "double"
+
+    def from_components(self, parts: Mapping[str, np.ndarray]) -> np.ndarray:
+        return parts["sum"] / parts["count"]
 
     def create_accumulator(self) -> tuple:
         return (0, 0)
@@ -218,6 +272,7 @@ class Mean(Combiner):
 
 class _Extremum(Combiner):
     _pick: Any = None
+    spark_type = "double"
 
     def create_accumulator(self) -> Any:
         return None
@@ -234,12 +289,14 @@ class Min(_Extremum):
     """Smallest value; ``None`` for an empty window. Not invertible."""
 
     _pick = min
+    components = ("min",)
 
 
 class Max(_Extremum):
     """Largest value; ``None`` for an empty window. Not invertible."""
 
     _pick = max
+    components = ("max",)
 
 
 class M4(Combiner):
@@ -248,6 +305,14 @@ class M4(Combiner):
 
     timestamped = True
     components = ("min", "max", "first", "last")
+    spark_type = "double"
+
+    def from_components(self, parts: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.column_stack([parts[c] for c in M4.components])
+
+    def spark_columns(self, name: str) -> list[tuple[str, str]]:
+        """One double column per part: ``<name>_min``, ``_max``, ``_first``, ``_last``."""
+        return [(f"{name}_{c}", self.spark_type) for c in M4.components]
 
     def create_accumulator(self) -> Any:
         return None  # else [min, max, t_first, first, t_last, last]
@@ -310,6 +375,8 @@ class Quantile(_Values):
     """Quantile(s) with numpy's ``linear`` method; ``q`` a float or a tuple of floats (then the
     result is a tuple). Holistic: partials keep the values (the slicer keeps them sorted)."""
 
+    components = ("sorted_values",)
+
     def __init__(self, q: float | tuple[float, ...] = 0.5) -> None:
         qs = (q,) if np.isscalar(q) else tuple(q)
         bad = [x for x in qs if not 0.0 <= float(x) <= 1.0]
@@ -327,9 +394,15 @@ class Quantile(_Values):
         r = np.quantile(np.asarray(accumulator, np.float64), self.q)
         return float(r) if np.ndim(r) == 0 else tuple(float(x) for x in r)
 
+    @property
+    def spark_type(self) -> str:  # type: ignore[override]
+        return "double" if np.isscalar(self.q) else "array<double>"
+
 
 class Median(Quantile):
     """The median (``Quantile(0.5)``)."""
+
+    components = ("sorted_values",)
 
     def __init__(self) -> None:
         super().__init__(0.5)

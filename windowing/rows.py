@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dataflow_kafka.windowing.aggregations import M4, AggregateFunction, Count, Max, Mean, Min, Quantile, Sum
+from dataflow_kafka.windowing.aggregations import AggregateFunction
 from dataflow_kafka.windowing.commands import WindowCommand, parse_command
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -80,22 +80,13 @@ def key_specs(key: Any, reserved: Sequence[str] = ()) -> list[tuple[str, Any]]:
 
 
 def aggregation_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, str]]:
-    """``(column, Spark DDL type)`` per aggregation output: numeric built-ins as double (Count as
-    bigint, M4 as four doubles, a quantile list as array<double>), anything else as JSON text;
-    names from ``aggregation.name`` (non-alphanumerics as ``_``), duplicates suffixed ``_1``, ..."""
+    """``(column, Spark DDL type)`` per aggregation output, as each declares them
+    (:meth:`~windowing.aggregations.AggregateFunction.spark_columns`: numeric built-ins as double,
+    Count as bigint, M4 as four doubles, a quantile list as array<double>, anything else as JSON
+    text); names from ``aggregation.name`` (non-alphanumerics as ``_``), duplicates suffixed ``_1``, ..."""
     cols: list[tuple[str, str]] = []
     for fn in aggregations:
-        name = re.sub(r"[^0-9A-Za-z]+", "_", fn.name).strip("_") or "value"
-        if isinstance(fn, M4):
-            cols += [(f"{name}_{c}", "double") for c in fn.components]
-        elif isinstance(fn, Count):
-            cols.append((name, "bigint"))
-        elif isinstance(fn, Quantile):
-            cols.append((name, "double" if np.isscalar(fn.q) else "array<double>"))
-        elif isinstance(fn, (Sum, Mean, Min, Max)):
-            cols.append((name, "double"))
-        else:
-            cols.append((name, getattr(fn, "spark_type", "string")))
+        cols += fn.spark_columns(re.sub(r"[^0-9A-Za-z]+", "_", fn.name).strip("_") or "value")
     seen: dict[str, int] = {}
     out = []
     for name, t in cols:

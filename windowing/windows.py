@@ -11,9 +11,16 @@ integer milliseconds (``*_ms``). ``measure="count"`` (slicer only) makes a tumbl
 window count records instead: ``size_ms``, ``slide_ms`` and ``offset_ms`` are then record
 positions in event-time order.
 
-Scotty's constructor shapes take the measure first (:class:`WindowMeasure`):
+Scotty's constructor shapes take the measure first (a :class:`WindowMeasure` or its name):
 ``TumblingWindow(WindowMeasure.Time, 5000)``, ``SlidingWindow(WindowMeasure.Time, 2000, 1000)``,
 ``SessionWindow(WindowMeasure.Time, 2000)``; ours (size first, ``measure=`` keyword) stay.
+
+A window class describes itself to the engines (STYLE habit 10): its ``type_name`` (and
+``json_aliases``) register it for :func:`window_from_json` when the class is defined; its
+``shape`` (:class:`WindowShape`) says which runtime each engine compiles it to (each engine keeps
+one table keyed by shape: ``slicer/compile.py``, ``watermarks/windows.py``); ``context_free``,
+``measure`` and :attr:`Window.grid` are what the engines ask instead of the concrete type. A new
+window of an existing shape touches its own class only.
 
 Beam's names are aliases of the same classes: :data:`FixedWindows` is :class:`TumblingWindow`,
 :data:`SlidingWindows` is :class:`SlidingWindow` (Beam's ``period_ms`` keyword works),
@@ -42,8 +49,8 @@ from typing import Any, ClassVar
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = [
-    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "WindowMeasure",
-    "Window", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
+    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "WindowMeasure", "WindowShape",
+    "Window", "window_types", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
     "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json",
 ]
 
@@ -68,13 +75,39 @@ class WindowMeasure(str, enum.Enum):
     __str__ = str.__str__
 
 
+class WindowShape(str, enum.Enum):
+    """The runtime family a window compiles to in every engine (the key of each engine's table),
+    and what the engines read of a window of that shape: ``TUMBLING`` and ``SLIDING``:
+    :attr:`Window.grid` and ``measure``; ``SESSION``: ``gap_ms``; ``GLOBAL``: nothing."""
+
+    TUMBLING = "tumbling"
+    SLIDING = "sliding"
+    SESSION = "session"
+    GLOBAL = "global"
+
+    def __repr__(self) -> str:
+        return f"WindowShape.{self.name}"
+
+
+def measure_name(value: object) -> str | None:
+    """``"time"`` or ``"count"`` for a measure given as a value: :class:`WindowMeasure`, any enum
+    whose value is one of :data:`MEASURES` (the slicer's ``Measure``), or the name in any case
+    (Scotty's ``"Time"``); ``None`` for anything else (a size, say)."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, str) and value.lower() in MEASURES:
+        return value.lower()
+    return None
+
+
 def _scotty_args(cls: str, args: tuple, measure: str) -> tuple[tuple, str]:
-    """Scotty's constructor shape ``(WindowMeasure, size, ...)``: the measure taken from the
-    first argument, ours ``(size, ..., measure=)`` passed through."""
-    if args and isinstance(args[0], WindowMeasure):
+    """Scotty's constructor shape ``(measure, size, ...)``: the measure (a :class:`WindowMeasure`
+    or its name) taken from the first argument, ours ``(size, ..., measure=)`` passed through."""
+    first = measure_name(args[0]) if args else None
+    if first is not None:
         if measure != "time":
             raise InvalidArgumentError(f"{cls}: measure given twice ({args[0]!r} and measure={measure!r})")
-        return args[1:], args[0].value
+        return args[1:], first
     return args, measure
 
 
@@ -96,13 +129,53 @@ def _measure(cls: str, value: object) -> str:
     return value.value if isinstance(value, WindowMeasure) else str(value)
 
 
+_REGISTRY: dict[str, type["Window"]] = {}
+
+
 class Window:
-    """Base of the shared window definitions: immutable values with a JSON form."""
+    """Base of the shared window definitions: immutable values with a JSON form.
+
+    A subclass declares, in its own body:
+
+    * ``type_name`` (and ``json_aliases``): the ``type`` of its JSON form; defining the class
+      registers it for :func:`window_from_json`;
+    * ``_fields`` (the constructor's fields, the JSON form's keys) and ``json_required`` (fields
+      the JSON form must give; a tuple inside means "one of these");
+    * ``shape`` (:class:`WindowShape`): the runtime each engine compiles it to;
+    * ``context_free``: every window edge is known without looking at the records (Scotty §4.4);
+      ``measure`` (``"time"`` unless a field says otherwise); :attr:`grid` for periodic shapes.
+    """
 
     __slots__ = ()
     #: The ``type`` of the JSON form.
     type_name: ClassVar[str] = ""
+    #: Other accepted ``type`` names (Beam's).
+    json_aliases: ClassVar[tuple[str, ...]] = ()
+    #: JSON keys accepted besides ``_fields`` (e.g. Beam's ``period_ms``).
+    json_extra_fields: ClassVar[tuple[str, ...]] = ()
+    #: JSON keys that must be present; a tuple entry: one of them.
+    json_required: ClassVar[tuple] = ()
     _fields: ClassVar[tuple[str, ...]] = ()
+    #: The runtime family (:class:`WindowShape`) each engine compiles the window to.
+    shape: ClassVar[WindowShape]
+    #: Every edge is known a priori (tumbling, sliding, global); sessions need the records.
+    context_free: ClassVar[bool] = True
+    #: What the bounds count (a field on windows that take ``measure=``).
+    measure: str = "time"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "type_name" in cls.__dict__ and cls.type_name:
+            for name in (cls.type_name, *cls.json_aliases):
+                old = _REGISTRY.get(name)
+                if old is not None and old.__qualname__ != cls.__qualname__:
+                    raise TypeError(f"window type name {name!r}: taken by {old.__qualname__}")
+                _REGISTRY[name] = cls
+
+    @property
+    def grid(self) -> tuple[int, int, int] | None:
+        """``(size, slide, offset)`` of a periodic window (tumbling, sliding), else ``None``."""
+        return None
 
     def _values(self) -> tuple:
         return tuple(getattr(self, f) for f in self._fields)
@@ -159,7 +232,10 @@ class TumblingWindow(Window):
 
     __slots__ = ("size_ms", "offset_ms", "measure")
     type_name = "tumbling"
+    json_aliases = ("fixed",)
+    json_required = ("size_ms",)
     _fields = ("size_ms", "offset_ms", "measure")
+    shape = WindowShape.TUMBLING
     size_ms: int
     offset_ms: int
     measure: str
@@ -172,6 +248,15 @@ class TumblingWindow(Window):
         size = _integer("TumblingWindow", "size_ms", size_ms, 1)
         self._set(size_ms=size, offset_ms=_integer("TumblingWindow", "offset_ms", offset_ms, 0, size),
                   measure=_measure("TumblingWindow", measure))
+
+    @property
+    def slide_ms(self) -> int:
+        """A tumbling window slides by its size."""
+        return self.size_ms
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.size_ms, self.size_ms, self.offset_ms)
 
 
 class SlidingWindow(Window):
@@ -195,7 +280,10 @@ class SlidingWindow(Window):
 
     __slots__ = ("size_ms", "slide_ms", "offset_ms", "measure")
     type_name = "sliding"
+    json_required = ("size_ms", ("slide_ms", "period_ms"))
+    json_extra_fields = ("period_ms",)
     _fields = ("size_ms", "slide_ms", "offset_ms", "measure")
+    shape = WindowShape.SLIDING
     size_ms: int
     slide_ms: int
     offset_ms: int
@@ -221,6 +309,10 @@ class SlidingWindow(Window):
         """Beam's name for :attr:`slide_ms`."""
         return self.slide_ms
 
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.size_ms, self.slide_ms, self.offset_ms)
+
 
 class SessionWindow(Window):
     """Sessions ``[first, last + gap_ms)`` of records in event-time order. Where exactly
@@ -230,7 +322,11 @@ class SessionWindow(Window):
 
     __slots__ = ("gap_ms",)
     type_name = "session"
+    json_aliases = ("sessions",)
+    json_required = ("gap_ms",)
     _fields = ("gap_ms",)
+    shape = WindowShape.SESSION
+    context_free = False
     gap_ms: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -249,6 +345,7 @@ class GlobalWindow(Window):
 
     __slots__ = ()
     type_name = "global"
+    shape = WindowShape.GLOBAL
 
 
 #: Beam's names: the same classes.
@@ -257,11 +354,10 @@ SlidingWindows = SlidingWindow
 Sessions = SessionWindow
 GlobalWindows = GlobalWindow
 
-_TYPES: dict[str, type[Window]] = {
-    "tumbling": TumblingWindow, "fixed": TumblingWindow, "sliding": SlidingWindow,
-    "session": SessionWindow, "sessions": SessionWindow, "global": GlobalWindow,
-}
-_REQUIRED = {TumblingWindow: ("size_ms",), SlidingWindow: ("size_ms",), SessionWindow: ("gap_ms",), GlobalWindow: ()}
+
+def window_types() -> dict[str, type[Window]]:
+    """Every registered JSON ``type`` name (aliases included) and its window class."""
+    return dict(_REGISTRY)
 
 
 def json_object(obj: Any, name: str, needs: str) -> dict:
@@ -281,24 +377,33 @@ def json_object(obj: Any, name: str, needs: str) -> dict:
 def window_from_json(obj: dict | str) -> Window:
     """The window of a JSON form (a dict, or its text), as :meth:`Window.to_json` writes it.
 
-    ``type``: ``tumbling`` (or ``fixed``), ``sliding``, ``session`` (or ``sessions``), ``global``;
-    sliding windows take ``slide_ms`` or ``period_ms``. A bad form raises ``ValueError`` naming
-    the field and the value.
+    ``type``: a registered name (:func:`window_types`): ``tumbling`` (or ``fixed``), ``sliding``,
+    ``session`` (or ``sessions``), ``global``; sliding windows take ``slide_ms`` or ``period_ms``.
+    A bad form raises ``ValueError`` naming the field and the value.
     """
     obj = json_object(obj, "window", "a 'type'")
     kind = obj.get("type")
-    cls = _TYPES.get(kind) if isinstance(kind, str) else None
+    cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise InvalidArgumentError(f"window.type={kind!r}: expected one of tumbling (fixed), sliding, session (sessions), global")
-    allowed = set(cls._fields) | ({"period_ms"} if cls is SlidingWindow else set())
+        names = {}
+        for name, c in _REGISTRY.items():
+            names.setdefault(c, []).append(name)
+        known = ", ".join(n[0] + (f" ({', '.join(n[1:])})" if n[1:] else "") for n in names.values())
+        raise InvalidArgumentError(f"window.type={kind!r}: expected one of {known}")
+    allowed = set(cls._fields) | set(cls.json_extra_fields)
     fields = {k: v for k, v in obj.items() if k != "type"}
     unknown = sorted(set(fields) - allowed)
     if unknown:
         raise InvalidArgumentError(f"window.{unknown[0]}={fields[unknown[0]]!r}: not a field of a {cls.type_name} window "
                          f"(fields: {', '.join(sorted(allowed)) or 'none'})")
-    for name in _REQUIRED[cls]:
-        if name not in fields:
-            raise InvalidArgumentError(f"window.{name}: missing (a {cls.type_name} window needs {', '.join(_REQUIRED[cls])})")
-    if cls is SlidingWindow and "slide_ms" not in fields and "period_ms" not in fields:
-        raise InvalidArgumentError("window.slide_ms: missing (a sliding window needs size_ms and slide_ms)")
+    needed = [need if isinstance(need, str) else need[0] for need in cls.json_required]
+    for need in cls.json_required:
+        options = (need,) if isinstance(need, str) else need
+        if not any(name in fields for name in options):
+            raise InvalidArgumentError(f"window.{options[0]}: missing (a {cls.type_name} window needs "
+                                       f"{_and(needed)})")
     return cls(**fields)
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

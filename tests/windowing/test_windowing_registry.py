@@ -1,0 +1,139 @@
+"""Windows and aggregations describe themselves: JSON registration by type name, shapes and
+capabilities the engines compile from, Spark types and components of the aggregations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.slicer.compile import RUNTIMES, compile_window, is_builtin
+from dataflow_kafka.watermarks.windows import WINDOW_FNS, FixedWindowFn, compile_window_fn
+from dataflow_kafka.windowing import (
+    M4, AggregateFunction, Count, GlobalWindow, Max, Mean, Median, Min, Quantile, SessionWindow, SlidingWindow,
+    Sum, ToList, TumblingWindow, Window, window_from_json,
+)
+from dataflow_kafka.windowing.aggregations import declared_components
+from dataflow_kafka.windowing.rows import aggregation_columns
+from dataflow_kafka.windowing.windows import WindowShape, window_types
+
+
+class DayWindow(Window):
+    """A window type added in its own file: tumbling days, shifted by ``offset_ms``."""
+
+    __slots__ = ("offset_ms",)
+    type_name = "test_day"
+    json_aliases = ("test_daily",)
+    _fields = ("offset_ms",)
+    shape = WindowShape.TUMBLING
+
+    def __init__(self, offset_ms: int = 0) -> None:
+        self._set(offset_ms=offset_ms)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (86_400_000, 86_400_000, self.offset_ms)
+
+
+def test_built_in_windows_register_their_json_names():
+    types = window_types()
+    assert {n: types[n] for n in ("tumbling", "fixed", "sliding", "session", "sessions", "global")} == {
+        "tumbling": TumblingWindow, "fixed": TumblingWindow, "sliding": SlidingWindow,
+        "session": SessionWindow, "sessions": SessionWindow, "global": GlobalWindow}
+
+
+def test_a_new_window_type_registers_itself_and_every_engine_compiles_it_by_shape():
+    assert window_types()["test_day"] is DayWindow and window_types()["test_daily"] is DayWindow
+    assert window_from_json({"type": "test_daily", "offset_ms": 5}) == DayWindow(5)
+    assert window_from_json(DayWindow(7).to_json()) == DayWindow(7)
+    assert compile_window(DayWindow()) == compile_window(TumblingWindow(86_400_000))
+    assert compile_window_fn(DayWindow(3)) == FixedWindowFn(86_400_000, 3)
+    op = SlicingWindowOperator([DayWindow()], [Sum()], emission="compact")
+    op.process_elements(np.array([1.0, 2.0]), np.array([10, 86_400_010]))
+    assert [(r.start, r.value) for r in op.process_watermark(2 * 86_400_000)] == [(0, 1), (86_400_000, 2)]
+
+
+def test_a_type_name_cannot_be_taken_twice():
+    with pytest.raises(TypeError, match="'tumbling': taken by TumblingWindow"):
+        type("Other", (Window,), {"__slots__": (), "type_name": "tumbling", "shape": WindowShape.TUMBLING})
+
+
+def test_every_shape_has_a_runtime_in_both_engines():
+    assert set(RUNTIMES) == set(WindowShape) == set(WINDOW_FNS)
+
+
+@pytest.mark.parametrize("window, shape, context_free, grid", [
+    (TumblingWindow(10, 3), WindowShape.TUMBLING, True, (10, 10, 3)),
+    (SlidingWindow(10, 4, 1), WindowShape.SLIDING, True, (10, 4, 1)),
+    (SessionWindow(5), WindowShape.SESSION, False, None),
+    (GlobalWindow(), WindowShape.GLOBAL, True, None),
+])
+def test_windows_declare_shape_and_capabilities(window, shape, context_free, grid):
+    assert (window.shape, window.context_free, window.grid, window.measure) == (shape, context_free, grid, "time")
+
+
+def test_a_window_without_a_shape_is_refused_by_both_engines():
+    class Shapeless(Window):
+        __slots__ = ()
+
+    with pytest.raises(TypeError, match="expected a windowing window"):
+        compile_window(Shapeless())
+    with pytest.raises(TypeError, match="expected a windowing window"):
+        compile_window_fn(Shapeless())
+
+
+# --------------------------------------------------------------------------- aggregations
+@pytest.mark.parametrize("fn, components, columns", [
+    (Sum(), ("sum",), [("sum", "double")]),
+    (Count(), ("count",), [("count", "bigint")]),
+    (Mean(), ("sum", "count"), [("mean", "double")]),
+    (Min(), ("min",), [("min", "double")]),
+    (Max(), ("max",), [("max", "double")]),
+    (M4(), ("min", "max", "first", "last"),
+     [("m4_min", "double"), ("m4_max", "double"), ("m4_first", "double"), ("m4_last", "double")]),
+    (Quantile(0.9), ("sorted_values",), [("quantile_0_9", "double")]),
+    (Quantile((0.1, 0.9)), ("sorted_values",), [("quantile_0_1_0_9", "array<double>")]),
+    (Median(), ("sorted_values",), [("median", "double")]),
+    (ToList(), (), [("to_list", "array<double>")]),
+])
+def test_aggregations_declare_components_and_spark_columns(fn, components, columns):
+    assert declared_components(fn) == components
+    assert aggregation_columns([fn]) == columns
+    assert is_builtin(fn) == bool(components)
+
+
+def test_components_compute_the_result():
+    parts = {"sum": np.array([6.0, 4.0]), "count": np.array([3, 4]), "min": np.array([1.0, 0.0]),
+             "max": np.array([3.0, 2.0]), "first": np.array([2.0, 1.0]), "last": np.array([1.0, 2.0])}
+    assert Mean().from_components(parts).tolist() == [2.0, 1.0]
+    assert Count().from_components(parts).tolist() == [3, 4]
+    assert M4().from_components(parts).tolist() == [[1.0, 3.0, 2.0, 1.0], [0.0, 2.0, 1.0, 2.0]]
+
+
+def test_a_subclass_runs_its_own_methods_unless_it_declares_components_again():
+    class Doubled(Sum):
+        def add_input(self, accumulator, value):
+            return accumulator + 2 * value
+
+    class DeclaredSum(Sum):
+        components = ("sum",)
+
+    assert declared_components(Doubled()) == () and not is_builtin(Doubled())
+    assert is_builtin(DeclaredSum())
+    op = SlicingWindowOperator([TumblingWindow(10)], [Doubled()], emission="compact")
+    op.process_elements(np.array([1, 2]), np.array([1, 2]))
+    assert [r.value for r in op.process_watermark(10)] == [6]
+
+
+def test_a_user_aggregation_declares_its_spark_type_or_is_json_text():
+    class Concat(AggregateFunction):
+        def lift(self, v):
+            return str(v)
+
+        def combine(self, a, b):
+            return a + b
+
+    class Longest(Concat):
+        spark_type = "bigint"
+
+    assert aggregation_columns([Concat(), Longest()]) == [("concat", "string"), ("longest", "bigint")]
