@@ -123,7 +123,7 @@ def plan_moves(loads: Mapping[int, float], routing: Mapping[int, int], slots: It
 
     Slots sorted by load (ties by slot id), the i-th most loaded paired with the i-th least
     loaded; a pair with gap ``d > min_gap`` moves the key group (not in ``frozen``) of load
-    ``0 < x < d`` with the largest variance drop ``x(d - x)`` (ties: larger ``x``, then smaller key
+    ``0 < x < d`` (beyond rounding) with the largest variance drop ``x(d - x)`` (ties: larger ``x``, then smaller key
     group); rounds repeat on the updated loads until a round moves nothing.
     """
     slot_ids = sorted({int(s) for s in slots})
@@ -138,6 +138,9 @@ def plan_moves(loads: Mapping[int, float], routing: Mapping[int, int], slots: It
     x = np.array([float(loads.get(int(kg), 0.0)) for kg in kgs])
     movable = ~np.isin(kgs, np.array(list(frozen), dtype=np.int64))
     slot_load = np.bincount(where, weights=x, minlength=len(slot_ids)) if len(kgs) else np.zeros(len(slot_ids))
+    # smoothed loads carry rounding: a move must beat it, or a swap of two equal slots (x == d)
+    # would look like a gain and flap back and forth
+    tol = 1e-9 * max(1.0, float(np.abs(x).sum()))
     moves: list[tuple[int, int, int]] = []
     while len(moves) < max_moves:
         order = np.lexsort((np.arange(len(slot_ids)), -slot_load))      # most loaded first
@@ -149,7 +152,7 @@ def plan_moves(loads: Mapping[int, float], routing: Mapping[int, int], slots: It
             d = slot_load[hi] - slot_load[lo]
             if not d > min_gap:
                 continue
-            cand = np.flatnonzero((where == hi) & movable & (x > 0) & (x < d))
+            cand = np.flatnonzero((where == hi) & movable & (x > tol) & (x < d - tol))
             if not len(cand):
                 continue
             gain = x[cand] * (d - x[cand])

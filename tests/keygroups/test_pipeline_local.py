@@ -8,7 +8,7 @@ import random
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dataflow_kafka.keygroups import Pipeline, key_group_of
@@ -97,7 +97,7 @@ def test_key_groups_and_fusion_do_not_change_results(seed, n1, with_mods):
                                                                   num_key_groups=n, name="coarse")).then(
             RunningTotal(num_key_groups=m))
     reference = two(1, 1).run_local(batches, fuse=False)
-    assert any(_data(reference, ("group", "total")))          # not vacuous
+    assume(any(_data(reference, ("group", "total"))))          # not vacuous: some seeds give no totals
     for n in (n1, 3):
         for fuse in (True, False):
             got = two(n).run_local(batches, fuse=fuse)
