@@ -30,7 +30,7 @@ def _with_ms_columns(df):
 
 
 def _timestamps_as_micros(df):
-    """``(df with its timestamp columns as bigint microseconds, their names)``.
+    """``(df with its timestamp columns as bigint microseconds, their names, the session time zone)``.
 
     A ``mapInPandas`` step turns timestamps into pandas nanoseconds, which end in 2262: the
     end-of-input punctuation (``endOfInput=punctuate``, 9999-12-31) would overflow. Steps that
@@ -43,16 +43,28 @@ def _timestamps_as_micros(df):
     names = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
     if names:
         df = df.withColumns({n: F.unix_micros(n) for n in names})
-    return df, names
+    return df, names, df.sparkSession.conf.get("spark.sql.session.timeZone")
 
 
-def _datetimes(pdf, names: Sequence[str]):
-    """``pdf`` with the microsecond columns ``names`` as datetimes (out of pandas' range: NaT)."""
+_NS_RANGE_US = (-(2**63 - 1) // 1000, (2**63 - 1) // 1000)      # what pandas' nanoseconds hold
+
+
+def _datetimes(pdf, names: Sequence[str], time_zone: str):
+    """``pdf`` with the microsecond columns ``names`` as datetimes, naive in the session's
+    ``time_zone`` as Spark hands timestamps to pandas; out of pandas' range (or null): NaT."""
+    import numpy as np
     import pandas as pd
 
     if not names:
         return pdf
-    return pdf.assign(**{n: pd.to_datetime(pdf[n], unit="us", errors="coerce") for n in names})
+    cols = {}
+    for n in names:
+        us = pd.Series(pdf[n], index=pdf.index).astype("Int64")
+        ok = (us.notna() & (us >= _NS_RANGE_US[0]) & (us <= _NS_RANGE_US[1])).to_numpy(bool)
+        ns = us.where(ok, 0).to_numpy("int64", na_value=0) * 1000
+        utc = pd.Series(np.where(ok, ns, np.iinfo(np.int64).min).view("datetime64[ns]"), index=pdf.index)
+        cols[n] = utc.dt.tz_localize("UTC").dt.tz_convert(time_zone).dt.tz_localize(None)
+    return pdf.assign(**cols)
 
 
 def _timestamps_back(df, names: Sequence[str]):
@@ -65,7 +77,7 @@ def _compute_spark(df, computed: dict[str, Computed]):
     """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
-    df, stamps = _timestamps_as_micros(df)
+    df, stamps, tz = _timestamps_as_micros(df)
     fields = [f for f in df.schema.fields if f.name not in computed]
     schema = StructType(fields + [StructField(n, _parse_datatype_string(c.type)) for n, c in computed.items()])
     names = [f.name for f in schema.fields]
@@ -73,7 +85,7 @@ def _compute_spark(df, computed: dict[str, Computed]):
 
     def compute(frames):
         for pdf in frames:
-            out = evaluate(_datetimes(pdf, stamps), computed)
+            out = evaluate(_datetimes(pdf, stamps, tz), computed)
             yield out.assign(**{n: pdf[n] for n in stamps})[names]
 
     return _timestamps_back(df.mapInPandas(compute, schema), stamps)
@@ -81,11 +93,11 @@ def _compute_spark(df, computed: dict[str, Computed]):
 
 def _ingest(df, stage: Stage):
     """Spark: a ``mapInPandas`` step routing the source's data rows in Python (``stage``'s router)."""
-    df, stamps = _timestamps_as_micros(_with_ms_columns(df))
+    df, stamps, tz = _timestamps_as_micros(_with_ms_columns(df))
 
     def ingest(frames):
         for pdf in frames:
-            yield _ingest_frame(_datetimes(pdf, stamps), stage)
+            yield _ingest_frame(_datetimes(pdf, stamps, tz), stage)
 
     return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
 
@@ -99,11 +111,11 @@ def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
     from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
 
     columns = [c for c in _ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
-    df, stamps = _timestamps_as_micros(_with_ms_columns(df))
+    df, stamps, tz = _timestamps_as_micros(_with_ms_columns(df))
 
     def ingest(frames):
         for pdf in frames:
-            out = _pack_frame(_ingest_frame(_datetimes(pdf, stamps), stage), columns, n, ids)
+            out = _pack_frame(_ingest_frame(_datetimes(pdf, stamps, tz), stage), columns, n, ids)
             if len(out):
                 yield out
 
