@@ -33,7 +33,7 @@ import pandas as pd
 
 from dataflow_kafka.balancing.slots import KEY_GROUP_OF_ROW, SlotStage
 from dataflow_kafka.keygroups.stage import StageInput, StageOutput
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import InvalidArgumentError, KafkaClientError
 
 __all__ = ["RunningTotal", "MemoryHandoff", "KafkaHandoff", "ordered_pipeline"]
 
@@ -72,7 +72,7 @@ class KafkaHandoff:
                   on_delivery=lambda err, msg: err and errors.append(err))
         left = p.flush(self.timeout_s)
         if errors or left:
-            raise RuntimeError(f"hand-off topic {self.topic!r}: state {name!r} not delivered ({errors or left})")
+            raise KafkaClientError(f"hand-off topic {self.topic!r}: state {name!r} not delivered ({errors or left})")
 
     def get(self, name: str) -> bytes | None:
         from confluent_kafka import Consumer, TopicPartition
@@ -86,11 +86,11 @@ class KafkaHandoff:
             while pos < high:
                 got = c.consume(int(min(high - pos, 10_000)), self.timeout_s)   # returns once they are read
                 if not got:
-                    raise RuntimeError(f"hand-off topic {self.topic!r}: nothing read at offset {pos} (end {high}) "
+                    raise KafkaClientError(f"hand-off topic {self.topic!r}: nothing read at offset {pos} (end {high}) "
                                        f"within {self.timeout_s} s")
                 for m in got:
                     if m.error():
-                        raise RuntimeError(f"hand-off topic {self.topic!r}: {m.error()}")
+                        raise KafkaClientError(f"hand-off topic {self.topic!r}: {m.error()}")
                     pos = m.offset() + 1
                     if m.key() == name.encode():
                         return bytes(m.value())
@@ -198,7 +198,7 @@ class RunningTotal(SlotStage):
             if kind == "state":
                 return value
             name = value
-        raise RuntimeError(f"hand-off {name!r}: more than 64 forwards")
+        raise KafkaClientError(f"hand-off {name!r}: more than 64 forwards")
 
     def _run(self, state: dict, kg: int, rows: pd.DataFrame) -> pd.DataFrame:
         """Running totals of ``rows`` (one key group) in (event time, arrival) order."""

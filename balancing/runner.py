@@ -28,7 +28,7 @@ import json
 from typing import Callable, Mapping
 
 from dataflow_kafka.balancing.controller import FluxController, Load
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import InvalidArgumentError, KafkaClientError
 
 __all__ = ["BalancerRunner", "ControlTopicWriter", "encode_command"]
 
@@ -104,7 +104,7 @@ class ControlTopicWriter:
                                    on_delivery=lambda err, msg, v=value: err and errors.append(f"{v.decode()}: {err}"))
         left = self._producer.flush(self.timeout_s)
         if errors or left:
-            raise RuntimeError(f"control topic {self.topic!r}: {len(errors) + left} of {len(commands)} move "
+            raise KafkaClientError(f"control topic {self.topic!r}: {len(errors) + left} of {len(commands)} move "
                                f"commands not delivered ({'; '.join(errors) or f'{left} still queued'})")
 
     def close(self) -> None:

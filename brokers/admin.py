@@ -6,6 +6,8 @@ import time
 import uuid
 from typing import Mapping
 
+from dataflow_kafka.errors import KafkaTimeoutError
+
 __all__ = ["create_topics", "unique_topic"]
 
 
@@ -44,6 +46,6 @@ def create_topics(kafka: str | Mapping[str, str], topics: Mapping[str, int], rep
         if not missing:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topic(s) {missing} not visible at kafka.bootstrap.servers="
+            raise KafkaTimeoutError(f"topic(s) {missing} not visible at kafka.bootstrap.servers="
                                f"{conf.get('bootstrap.servers')!r} within {timeout_s:.0f} s of their creation")
         time.sleep(0.1)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 __all__ = ["DataflowKafkaError", "InvalidArgumentError", "OptionError", "PlanError", "FusionError", "JoinError", "DataLossError",
            "KafkaUnavailableError", "KafkaAuthenticationError", "KafkaAuthorizationError", "BrokerError",
-           "KafkaSetupError", "TraceError", "TraceTypeError"]
+           "KafkaSetupError", "TraceError", "TraceTypeError", "ArgumentTypeError", "NotFoundError",
+           "KafkaClientError", "KafkaTimeoutError", "CapacityError"]
 
 
 class DataflowKafkaError(Exception):
@@ -52,8 +53,23 @@ class FusionError(PlanError, RuntimeError):
     """A fused stage's routing put a row in another key group than the one it runs in."""
 
 
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong kind (a window, trigger or aggregation that is not one)."""
+
+
+class NotFoundError(InvalidArgumentError, KeyError):
+    """A name that refers to nothing (e.g. ``remove_window`` of a query that is not there)."""
+
+    def __str__(self) -> str:          # KeyError quotes its message
+        return str(self.args[0]) if self.args else ""
+
+
 class JoinError(InvalidArgumentError):
     """A join whose inputs or settings do not fit together."""
+
+
+class CapacityError(DataflowKafkaError, OverflowError):
+    """A batch beyond what an engine's packed representation holds (keys times time span)."""
 
 
 class DataLossError(DataflowKafkaError, RuntimeError):
@@ -68,6 +84,16 @@ class KafkaUnavailableError(DataflowKafkaError, ConnectionError):
     def __init__(self, message: str, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class KafkaClientError(DataflowKafkaError, RuntimeError):
+    """Kafka failed or refused an operation for a reason other than reachability or an ACL: a
+    record the sink could not deliver, a transaction that could not start, a read error, a state
+    hand-off. The message names the servers, topic and offset."""
+
+
+class KafkaTimeoutError(DataflowKafkaError, TimeoutError):
+    """Kafka did not answer within the configured time (records of a range, a topic to appear)."""
 
 
 class KafkaAuthenticationError(DataflowKafkaError, ConnectionError):

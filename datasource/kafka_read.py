@@ -25,7 +25,7 @@ from dataflow_kafka.datasource import kafka_security
 from dataflow_kafka.datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
-from dataflow_kafka.errors import DataLossError, InvalidArgumentError, KafkaUnavailableError
+from dataflow_kafka.errors import DataLossError, InvalidArgumentError, KafkaClientError, KafkaTimeoutError, KafkaUnavailableError
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
            "watermarks", "fetch_range", "RangeRecords", "records_to_batch", "event_times",
@@ -305,7 +305,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                     elif e.code() == KafkaError._PARTITION_EOF:
                         reached_eof = True
                     else:
-                        raise RuntimeError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
+                        raise KafkaClientError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
                 good = [] if out_of_range else [m for m, e in zip(msgs, errors) if e is None]
             else:
                 good = msgs
@@ -350,7 +350,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                 note = None
             if time.monotonic() > deadline:
                 _raise_if_refused(c)
-                raise TimeoutError(f"no records from {topic}-{partition} at offset {position} within "
+                raise KafkaTimeoutError(f"no records from {topic}-{partition} at offset {position} within "
                                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms} (range ends at {end})")
         if note is not None:
             yield [], note

@@ -71,7 +71,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 from dataflow_kafka.brokers.admin import create_topics
 from dataflow_kafka.datasource import kafka_security
 from dataflow_kafka.datasource.options import OptionError, SinkOptions
-from dataflow_kafka.errors import InvalidArgumentError, KafkaUnavailableError
+from dataflow_kafka.errors import InvalidArgumentError, KafkaClientError, KafkaUnavailableError, PlanError
 
 __all__ = ["DataflowKafkaStreamWriter", "DataflowKafkaBatchWriter", "WriteResult", "validate_write_schema",
            "ProducerCache", "producer_stats", "close_producers", "ensure_topic", "write_exactly_once",
@@ -362,7 +362,7 @@ def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
         cause = cause.__cause__ or cause.__context__
     if task.entry.fatal is None:
         raise e
-    raise RuntimeError(task.failure(conf, 0)) from e
+    raise KafkaClientError(task.failure(conf, 0)) from e
 
 
 class _Refused:
@@ -417,7 +417,7 @@ def _send(opts: SinkOptions, task: _TaskDelivery, batch: pa.RecordBatch, first_r
                     raise
                 task.on_delivery(err, _Refused(topics[i], parts[i]))
                 if err.fatal():
-                    raise RuntimeError(task.failure(dict(opts.kafka), 0)) from e
+                    raise KafkaClientError(task.failure(dict(opts.kafka), 0)) from e
                 break   # counted as a failed delivery; the task fails after the others are flushed
             except SystemError as e:  # a fatal error left pending by a callback (see _flush)
                 _raise_fatal(task, dict(opts.kafka), e)
@@ -445,7 +445,7 @@ def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteResul
             _flush(task, conf, timeout_s)
             message = task.failure(conf, timeout_s)
             if message:
-                raise RuntimeError(message)
+                raise KafkaClientError(message)
     except BaseException:
         if task is not None:
             _after_failure(conf, task)
@@ -514,7 +514,7 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
             (done,) = index.committed([TopicPartition(opts.commit_topic, 0)], timeout=timeout_s)
         except Exception as e:  # noqa: BLE001
             last = entry.last_error
-            raise RuntimeError(f"dataflow-kafka sink (exactlyOnce): cannot start a transaction at {_servers(conf)}: "
+            raise KafkaClientError(f"dataflow-kafka sink (exactlyOnce): cannot start a transaction at {_servers(conf)}: "
                                f"{e}" + (f"; last client error: {last.str()} ({last.name()})" if last else "")) from e
         if done.offset > batch_id:
             return WriteResult(0, os.getpid(), skipped=True)
@@ -532,7 +532,7 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
         _flush(task, conf, timeout_s)
         message = task.failure(conf, timeout_s)
         if message:
-            raise RuntimeError(message)
+            raise KafkaClientError(message)
         producer.send_offsets_to_transaction([TopicPartition(opts.commit_topic, 0, batch_id + 1)],
                                              index.consumer_group_metadata(), timeout_s)
         producer.commit_transaction(timeout_s)
@@ -556,7 +556,7 @@ def _task_identity() -> tuple[str, int, int]:
     query_id = tc.getLocalProperty("sql.streaming.queryId") if tc else None
     batch_id = tc.getLocalProperty("streaming.sql.batchId") if tc else None
     if not query_id or batch_id is None:
-        raise RuntimeError("dataflow-kafka sink (exactlyOnce): the task has no streaming query id or batch id "
+        raise PlanError("dataflow-kafka sink (exactlyOnce): the task has no streaming query id or batch id "
                            "(sql.streaming.queryId / streaming.sql.batchId): exactlyOnce needs writeStream")
     return query_id, int(batch_id), tc.partitionId()
 

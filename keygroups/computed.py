@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["Computed", "json_object", "computed_inputs", "evaluate"]
 
@@ -52,7 +52,7 @@ class Computed:
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
-            raise TypeError(f"Computed(fn={self.fn!r}): expected a function of the upstream frame")
+            raise ArgumentTypeError(f"Computed(fn={self.fn!r}): expected a function of the upstream frame")
         if not isinstance(self.type, str) or not self.type.strip():
             raise InvalidArgumentError(f"Computed(type={self.type!r}): expected a Spark DDL type such as 'string' or 'bigint'")
 

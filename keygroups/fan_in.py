@@ -50,7 +50,7 @@ from dataflow_kafka.keygroups.plan import Head, _distinct, _Link, _type_of, _unu
 from dataflow_kafka.keygroups.routing import MARKER_KINDS
 from dataflow_kafka.keygroups.spark_steps import _compute_spark, _with_ms_columns
 from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input, Stage, group_ids_of, key_columns_of
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["dag_specs", "apply_dag", "run_dag_local", "tag_frame", "tag_spark", "input_types", "source_names"]
 
@@ -213,7 +213,7 @@ def join_upstreams(pipeline: type, stage: Stage, upstreams: Mapping[str, Any]) -
     for n in names:
         u = upstreams.get(n)
         if u is not None and not isinstance(u, (pipeline, Stage)):
-            raise TypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
+            raise ArgumentTypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
         if isinstance(u, Stage):
             u = memo.setdefault(("stage", id(u)), pipeline([u]))
         out[n] = None if u is None else _renamed(u, taken, memo)

@@ -57,7 +57,7 @@ from dataflow_kafka.keygroups.spark_steps import _compute_spark, _ingest, _inges
 from dataflow_kafka.keygroups.stage import (
     INPUT_COLUMN, Stage, check_routing, group_ids_of, key_columns_of, register_pipeline, router_of,
 )
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["Pipeline", "plain_column", "stateful_operators", "frame_types"]
 
@@ -71,7 +71,7 @@ class Pipeline:
         links = list(_links) if _links is not None else [_Link(s, None) for s in stages]
         for link in links:
             if not isinstance(link.stage, Stage):
-                raise TypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
+                raise ArgumentTypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
             check_routing(link.stage)
         taken = {s.name for u in _distinct(_upstreams) for s in u.all_stages()}
         links = _named(links, taken)

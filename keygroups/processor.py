@@ -16,6 +16,8 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from dataflow_kafka.errors import ArgumentTypeError
+
 __all__ = ["StageProcessor", "deferred"]
 
 
@@ -108,7 +110,7 @@ def _init_calls(processor) -> list[tuple[str, tuple]]:
     class Recorder:
         def __getattr__(self, name):
             if name not in ("getValueState", "getListState", "getMapState"):
-                raise TypeError(f"deferred: {type(processor).__name__}.init calls handle.{name}; "
+                raise ArgumentTypeError(f"deferred: {type(processor).__name__}.init calls handle.{name}; "
                                 "only state declarations can be replayed on the driver")
             return lambda *args: calls.append((name, args))
 

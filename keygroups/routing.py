@@ -26,7 +26,7 @@ import struct
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["KEY_GROUP_COLUMN", "SEED", "hash_key", "key_group_of", "key_groups_of", "with_key_groups",
            "MARKER_KINDS"]
@@ -66,7 +66,7 @@ def _hash_one(value: Any, seed: int, int_width: int, xxh) -> int:
         return xxh(value.encode("utf-8"), seed)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return xxh(bytes(value), seed)
-    raise TypeError(f"cannot route a key of type {type(value).__name__} ({value!r}): "
+    raise ArgumentTypeError(f"cannot route a key of type {type(value).__name__} ({value!r}): "
                     "use str, bytes, int, float, bool, None or a tuple of these")
 
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, ClassVar, Hashable, Iterable
 
 from dataflow_kafka.optimistic.order import Item
 from dataflow_kafka.optimistic.replay import KeyedState, Step
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["Map", "Grouping", "StatefulMap", "Operation"]
 
@@ -57,7 +57,7 @@ def _parity(x: int) -> int:  # used by the doctest above
 
 def _check_callable(name: str, value: Any) -> None:
     if not callable(value):
-        raise TypeError(f"{name} must be callable, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be callable, got {value!r}")
 
 
 @dataclass(frozen=True)

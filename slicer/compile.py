@@ -23,6 +23,7 @@ from dataflow_kafka.slicer.windows import ContextFreeWindow, FixedBandWindow, Pe
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, AggregateFunction
 from dataflow_kafka.windowing.aggregations import declared_components
 from dataflow_kafka.windowing.windows import Window, WindowShape
+from dataflow_kafka.errors import ArgumentTypeError
 
 __all__ = ["compile_window", "kernel_for", "is_builtin", "RUNTIMES"]
 
@@ -41,7 +42,7 @@ def compile_window(window: Any) -> ContextFreeWindow | ContextAwareWindow:
         return window
     build = RUNTIMES.get(getattr(window, "shape", None)) if isinstance(window, Window) else None
     if build is None:
-        raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
+        raise ArgumentTypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
                         "SessionWindow, GlobalWindow) or a slicer window (FixedBandWindow, PunctuationWindow, "
                         "SlideByTupleWindow, ThresholdFrame, a ContextFreeWindow or ContextAwareWindow subclass)")
     return build(window)

@@ -71,7 +71,7 @@ from dataflow_kafka.slicer.results import WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME, progression_points
 from dataflow_kafka.windowing.aggregations import declared_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, next_query_id
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import CapacityError, InvalidArgumentError, NotFoundError
 
 __all__ = ["KeyedSlicingOperator"]
 
@@ -172,7 +172,7 @@ class KeyedSlicingOperator(WindowQueries):
     def remove_window(self, query_id: str) -> None:
         """Stop query ``query_id`` (a ``KeyError`` names an unknown id)."""
         if query_id not in self.query_ids:
-            raise KeyError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
+            raise NotFoundError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
         i = self.query_ids.index(query_id)
         del self.query_ids[i], self.specs[i], self.key_start[i]
         for name in ("size", "slide", "offset", "start_at", "fresh"):
@@ -384,7 +384,7 @@ class KeyedSlicingOperator(WindowQueries):
         base = int(min(self.cell.min(), s.min()))
         shift = max(1, int(max(self.cell.max(), e.max()) - base + 1).bit_length())
         if keys.max() >= (1 << (62 - shift)):
-            raise OverflowError("KeyedSlicingOperator: too many keys for the time span of this batch")
+            raise CapacityError("KeyedSlicingOperator: too many keys for the time span of this batch")
         comp = (self.kc << shift) | (self.cell - base)
         cum = np.concatenate(([0], np.cumsum(self.cnt)))
         cdirty = np.concatenate(([0], np.cumsum(self.dirty)))

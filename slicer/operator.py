@@ -48,7 +48,7 @@ from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
 from dataflow_kafka.windowing import AggregateFunction
 from dataflow_kafka.windowing.aggregations import declared
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError
 
 __all__ = ["SlicingWindowOperator", "StreamOrder"]
 
@@ -146,7 +146,7 @@ class SlicingWindowOperator(WindowQueries):
 
     def add_aggregation(self, fn: AggregateFunction) -> None:
         if not isinstance(fn, AggregateFunction):
-            raise TypeError(f"add_aggregation({fn!r}): expected a windowing aggregation (AggregateFunction)")
+            raise ArgumentTypeError(f"add_aggregation({fn!r}): expected a windowing aggregation (AggregateFunction)")
         if self._time is not None:
             raise InvalidArgumentError("add_aggregation: aggregations are fixed once records were processed")
         self.aggregations.append(fn)
@@ -199,7 +199,7 @@ class SlicingWindowOperator(WindowQueries):
         emitted any more."""
         q = self.windows.queries.pop(check_query_id(query_id), None)
         if q is None:
-            raise KeyError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
+            raise NotFoundError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
         if self._time is not None:
             if not self.windows.of_measure(q.measure):     # nothing feeds these slices any more
                 setattr(self, "_count" if q.measure is COUNT else "_time", self._manager(q.measure))

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataflow_kafka.watermarks import triggers as T
+from dataflow_kafka.errors import ArgumentTypeError
 
 __all__ = ["build", "Layout"]
 
@@ -299,4 +300,4 @@ def build(trigger: T.Trigger, layout: Layout) -> _Node:
     kinds = {T.AfterEach: _Each, T.AfterAny: _Any, T.AfterAll: _All}
     if type(trigger) in kinds:
         return kinds[type(trigger)](layout, tuple(build(t, layout) for t in trigger.triggers))
-    raise TypeError(f"no runtime for trigger {trigger!r}")
+    raise ArgumentTypeError(f"no runtime for trigger {trigger!r}")

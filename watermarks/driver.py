@@ -82,7 +82,7 @@ from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
 )
 from dataflow_kafka.windowing import AggregateFunction, ToList, Window
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["TriggerDriver", "LateDataDropped"]
 
@@ -159,7 +159,7 @@ class TriggerDriver:
     ) -> None:
         window_fn = compile_window_fn(window_fn)
         if not isinstance(trigger, Trigger):
-            raise TypeError(f"trigger must be a Trigger, got {trigger!r}")
+            raise ArgumentTypeError(f"trigger must be a Trigger, got {trigger!r}")
         if not isinstance(allowed_lateness_ms, int) or allowed_lateness_ms < 0:
             raise InvalidArgumentError(f"allowed_lateness_ms={allowed_lateness_ms!r}: expected an integer >= 0 (milliseconds)")
         self.window_fn, self.trigger, self.allowed_lateness_ms = window_fn, trigger, allowed_lateness_ms
@@ -168,7 +168,7 @@ class TriggerDriver:
         self.on_time_behavior = OnTimeBehavior.parse(on_time_behavior, "on_time_behavior")
         self.combiner = combiner if combiner is not None else ToList()
         if not isinstance(self.combiner, AggregateFunction):
-            raise TypeError(f"combiner must be a windowing aggregation (AggregateFunction or Combiner), got {combiner!r}")
+            raise ArgumentTypeError(f"combiner must be a windowing aggregation (AggregateFunction or Combiner), got {combiner!r}")
         self._timestamped = bool(getattr(self.combiner, "timestamped", False))
         self._holds = self.timestamp_combiner is not TimestampCombiner.END_OF_WINDOW
         self._earliest = self.timestamp_combiner is TimestampCombiner.EARLIEST
@@ -237,7 +237,7 @@ class TriggerDriver:
         Merged sessions do not shrink when an element is retracted.
         """
         if getattr(self.combiner, "uncombine", None) is None:
-            raise TypeError(f"combiner {self.combiner!r} has no uncombine; it cannot apply retractions")
+            raise ArgumentTypeError(f"combiner {self.combiner!r} has no uncombine; it cannot apply retractions")
         return self._ingest(elements, key, self.combiner.uncombine)
 
     def advance_watermark(self, watermark_ms: int) -> list[Pane]:

@@ -67,7 +67,7 @@ from dataflow_kafka.watermarks.windows import (
 )
 from dataflow_kafka.windowing import AggregateFunction, Window, window_from_json
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import InvalidArgumentError, NotFoundError
 
 __all__ = ["MultiQueryDriver", "CoveredWindowFn"]
 
@@ -212,7 +212,7 @@ class MultiQueryDriver(WindowQueries):
         """Stop query ``query_id`` (a ``KeyError`` names an unknown id): its state is dropped and
         it emits nothing more."""
         if self._queries.pop(check_query_id(query_id), None) is None:
-            raise KeyError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
+            raise NotFoundError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
 
     # -- elements and time --------------------------------------------------------------------
 

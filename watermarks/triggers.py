@@ -48,7 +48,7 @@ configurations that can drop data.
 from __future__ import annotations
 
 from typing import Any
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
     "Trigger",
@@ -123,7 +123,7 @@ def _rebuild(cls: type, args: tuple) -> Trigger:
 
 def _trigger(name: str, value: Any) -> Trigger:
     if not isinstance(value, Trigger):
-        raise TypeError(f"{name} must be a Trigger, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be a Trigger, got {value!r}")
     return value
 
 

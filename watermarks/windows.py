@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, Window
 from dataflow_kafka.windowing.windows import WindowShape
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",
@@ -199,7 +199,7 @@ def compile_window_fn(window: Any) -> WindowFn:
         return window
     build = WINDOW_FNS.get(getattr(window, "shape", None)) if isinstance(window, Window) else None
     if build is None:
-        raise TypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
+        raise ArgumentTypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
                         "SessionWindow, GlobalWindow) or a WindowFn")
     if window.measure != "time":
         raise InvalidArgumentError(f"{window!r}: the Dataflow driver supports measure='time' only (windows of records: "

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from dataflow_kafka.windowing.windows import Window, json_object, window_from_json
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["AddWindow", "RemoveWindow", "WindowCommand", "parse_command", "WindowQueries", "initial_queries",
            "next_query_id"]
@@ -105,7 +105,7 @@ class WindowQueries:
         ``ignored_commands``: a stream cannot fail on it, and every key group counts it the
         same. Returns whether the command changed the queries."""
         if not isinstance(command, (AddWindow, RemoveWindow)):
-            raise TypeError(f"apply({command!r}): expected an AddWindow or RemoveWindow")
+            raise ArgumentTypeError(f"apply({command!r}): expected an AddWindow or RemoveWindow")
         known = command.query_id in self.query_ids
         if isinstance(command, AddWindow) and not known:
             self.add_window(command.window, command.query_id)  # type: ignore[attr-defined]
@@ -128,7 +128,7 @@ def initial_queries(windows: Mapping[str, Any] | Iterable[Any] | None) -> list[t
             check_query_id(qid)
         return pairs
     if isinstance(windows, (Window, str, bytes)) or not isinstance(windows, Iterable):
-        raise TypeError(f"windows={windows!r}: expected a list of windows or a dict {{id: window}}")
+        raise ArgumentTypeError(f"windows={windows!r}: expected a list of windows or a dict {{id: window}}")
     return [(str(i), w) for i, w in enumerate(windows)]
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import enum
 import json
 from typing import Any, ClassVar
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
     "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "WindowMeasure", "WindowShape",
@@ -169,7 +169,7 @@ class Window:
             for name in (cls.type_name, *cls.json_aliases):
                 old = _REGISTRY.get(name)
                 if old is not None and old.__qualname__ != cls.__qualname__:
-                    raise TypeError(f"window type name {name!r}: taken by {old.__qualname__}")
+                    raise ArgumentTypeError(f"window type name {name!r}: taken by {old.__qualname__}")
                 _REGISTRY[name] = cls
 
     @property
