@@ -8,11 +8,19 @@ from typing import Mapping
 
 from dataflow_kafka.errors import KafkaTimeoutError
 
-__all__ = ["create_topics", "unique_topic"]
+__all__ = ["create_topics", "unique_topic", "admin_conf"]
 
 
 def _conf(kafka: str | Mapping[str, str]) -> dict[str, str]:
     return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+
+
+def admin_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings of an admin client that asks about topics without creating them: an
+    admin client is a producer to librdkafka, whose metadata requests let a broker with
+    ``auto.create.topics.enable=true`` (Kafka's default) create a missing topic with
+    ``num.partitions`` partitions, racing the topic being created with the partitions asked for."""
+    return {**conf, "log_level": 3, "allow.auto.create.topics": "false"}
 
 
 def unique_topic(prefix: str = "t") -> str:
@@ -29,19 +37,21 @@ def create_topics(kafka: str | Mapping[str, str], topics: Mapping[str, int], rep
     from confluent_kafka.admin import AdminClient, NewTopic
 
     conf = _conf(kafka)
-    admin = AdminClient({**conf, "log_level": 3})
+    admin = AdminClient(admin_conf(conf))
     futures = admin.create_topics([NewTopic(t, p, replication) for t, p in topics.items()],
                                   request_timeout=timeout_s)
+    wanted = dict(topics)
     for topic, future in futures.items():
         try:
             future.result(timeout_s)
         except Exception as e:  # noqa: BLE001 - only "already exists" may pass
             if not (exist_ok and "TOPIC_ALREADY_EXISTS" in str(e)):
                 raise
+            wanted[topic] = 1                   # it exists with the partitions it has
     deadline = time.monotonic() + timeout_s
     while True:
         md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
-        missing = [t for t, p in topics.items()
+        missing = [t for t, p in wanted.items()
                    if t not in md or md[t].error is not None or len(md[t].partitions) < p]
         if not missing:
             return

@@ -68,7 +68,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from dataflow_kafka.brokers.admin import create_topics
+from dataflow_kafka.brokers.admin import admin_conf, create_topics
 from dataflow_kafka.datasource import kafka_security
 from dataflow_kafka.datasource.options import OptionError, SinkOptions
 from dataflow_kafka.errors import InvalidArgumentError, KafkaClientError, KafkaUnavailableError, PlanError
@@ -263,7 +263,7 @@ def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: f
     from confluent_kafka.admin import AdminClient
 
     try:
-        md = AdminClient({**kafka_conf, "log_level": 3}).list_topics(topic, timeout=timeout_s).topics.get(topic)
+        md = AdminClient(admin_conf(kafka_conf)).list_topics(topic, timeout=timeout_s).topics.get(topic)
         if md is not None and md.error is None and md.partitions:
             return
         create_topics(kafka_conf, {topic: partitions}, exist_ok=True, timeout_s=timeout_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -206,3 +207,26 @@ def test_streaming_delivery_error_fails_the_query_naming_topic_and_partition(spa
     assert q2.awaitTermination(240)
     assert q2.exception() is None
     assert sorted(int(m.value()) for m in kafka.consume_all(ok_dst)) == list(range(40))
+
+
+def test_ensure_topic_creates_the_partitions_asked_for_and_asking_creates_nothing(kafka):
+    """Kafka creates a missing topic a producer-type client asks about (``auto.create.topics.enable``
+    defaults to true, with ``num.partitions=1``): the sink's check must not, or it races the
+    creation with 1 partition (the crash test's topic stayed at 1 of 2 partitions, 2026-11-27)."""
+    from confluent_kafka.admin import AdminClient
+
+    from dataflow_kafka.brokers.admin import admin_conf, unique_topic
+    from dataflow_kafka.datasource.sink import ensure_topic
+
+    conf = {"bootstrap.servers": kafka.bootstrap}
+    asked = unique_topic("asked")
+    md = AdminClient(admin_conf(conf)).list_topics(asked, timeout=10).topics.get(asked)
+    assert md is not None and md.error is not None                      # unknown, and stays so
+    time.sleep(1.0)
+    assert asked not in AdminClient(admin_conf(conf)).list_topics(timeout=10).topics
+    for _ in range(3):
+        topic = unique_topic("ensured")
+        ensure_topic(conf, topic, partitions=3)
+        assert len(AdminClient(admin_conf(conf)).list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    ensure_topic(conf, topic, partitions=5)                              # exists: kept as it is
+    assert len(AdminClient(admin_conf(conf)).list_topics(topic, timeout=10).topics[topic].partitions) == 3
