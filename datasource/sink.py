@@ -348,6 +348,23 @@ def _flush(task: _TaskDelivery, conf: dict, timeout_s: float) -> None:
         _raise_fatal(task, conf, e)
 
 
+def _committed(index, tp, timeout_s: float):
+    """The index consumer's committed offset of ``tp``, retried while the group coordinator moves or
+    loads (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS``: retriable, as on a fresh broker)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return index.committed([tp], timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as e:
+            err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if err is None or not (err.code() in moving or err.retriable()) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
     """Raise the task's failure for a ``SystemError`` whose chain holds a fatal ``KafkaError``
     (confluent-kafka raised it, then called a delivery callback with it still pending), or
@@ -360,6 +377,15 @@ def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
         if err is not None and err.fatal():
             task.entry.fatal = err
         cause = cause.__cause__ or cause.__context__
+    if task.entry.fatal is None:
+        # the pending exception can also be lost ("returned NULL without setting an exception"):
+        # serve the client's callbacks once, so error_cb records the fatal error (on_error)
+        deadline = time.monotonic() + 2.0
+        while task.entry.fatal is None and time.monotonic() < deadline:
+            try:
+                task.entry.producer.poll(0.1)
+            except Exception:  # noqa: BLE001 - the same pending state again; the recorded error decides
+                pass
     if task.entry.fatal is None:
         raise e
     raise KafkaClientError(task.failure(conf, 0)) from e
@@ -511,7 +537,7 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
     try:
         try:   # fences an older attempt of this task and completes or aborts its transaction
             producer.init_transactions(timeout_s)
-            (done,) = index.committed([TopicPartition(opts.commit_topic, 0)], timeout=timeout_s)
+            (done,) = _committed(index, TopicPartition(opts.commit_topic, 0), timeout_s)
         except Exception as e:  # noqa: BLE001
             last = entry.last_error
             raise KafkaClientError(f"dataflow-kafka sink (exactlyOnce): cannot start a transaction at {_servers(conf)}: "
