@@ -8,7 +8,7 @@ from typing import Mapping
 
 from dataflow_kafka.errors import KafkaTimeoutError
 
-__all__ = ["create_topics", "unique_topic", "admin_conf"]
+__all__ = ["create_topics", "unique_topic", "admin_conf", "BROKER_DEFAULT"]
 
 
 def _conf(kafka: str | Mapping[str, str]) -> dict[str, str]:
@@ -28,12 +28,20 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topics(kafka: str | Mapping[str, str], topics: Mapping[str, int], replication: int = 1,
+#: ``replication`` of :func:`create_topics` that means "the broker's ``default.replication.factor``".
+BROKER_DEFAULT = -1
+
+
+def create_topics(kafka: str | Mapping[str, str], topics: Mapping[str, int], replication: int = BROKER_DEFAULT,
                   exist_ok: bool = False, timeout_s: float = 30.0) -> None:
     """Create ``{name: partitions}`` and wait until every broker's metadata shows all their
     partitions (a topic is usable then, not only created). ``kafka``: a bootstrap address or
-    librdkafka settings (a SASL login, say). An existing topic is an error unless ``exist_ok``;
-    any other failure is raised as the client's ``KafkaException`` (the caller names its role)."""
+    librdkafka settings (a SASL login, say). ``replication``: the replication factor, by default
+    the cluster's own (``default.replication.factor``, as a topic Kafka creates itself), so a
+    topic on a replicated cluster survives the loss of a broker (Kafka caps ``min.insync.replicas``
+    at a topic's replication factor: a topic of one replica accepts ``acks=all`` writes and is
+    lost with its broker). An existing topic is an error unless ``exist_ok``; any other failure is
+    raised as the client's ``KafkaException`` (the caller names its role)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     conf = _conf(kafka)
@@ -41,13 +49,19 @@ def create_topics(kafka: str | Mapping[str, str], topics: Mapping[str, int], rep
     futures = admin.create_topics([NewTopic(t, p, replication) for t, p in topics.items()],
                                   request_timeout=timeout_s)
     wanted = dict(topics)
+    retry_with_one = []
     for topic, future in futures.items():
         try:
             future.result(timeout_s)
         except Exception as e:  # noqa: BLE001 - only "already exists" may pass
-            if not (exist_ok and "TOPIC_ALREADY_EXISTS" in str(e)):
+            if exist_ok and "TOPIC_ALREADY_EXISTS" in str(e):
+                wanted[topic] = 1               # it exists with the partitions it has
+            elif replication == BROKER_DEFAULT and "INVALID_REPLICATION_FACTOR" in str(e):
+                retry_with_one.append(topic)    # a development broker without the "default" form
+            else:
                 raise
-            wanted[topic] = 1                   # it exists with the partitions it has
+    if retry_with_one:
+        create_topics(kafka, {t: topics[t] for t in retry_with_one}, 1, exist_ok, timeout_s)
     deadline = time.monotonic() + timeout_s
     while True:
         md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics

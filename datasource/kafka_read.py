@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import io
 import itertools
 import json
@@ -187,12 +188,27 @@ def _transient(err) -> bool:
     :func:`datasource.offsets.resolve_partitions`)."""
     from confluent_kafka import KafkaError
 
-    return err.retriable() or err.code() in (
-        KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION,
-        KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
-        KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+    return err.retriable() or err.code() in _transient_codes()
+
+
+@functools.cache
+def _transient_codes() -> frozenset[int]:
+    """The codes :func:`_transient` retries beside librdkafka's own retriable flag: the ones of
+    Kafka's Java client's ``RetriableException`` family that a read or an offset request meets
+    while a broker restarts or a partition's leadership moves (``OFFSET_NOT_AVAILABLE``: a new
+    leader whose high watermark has not caught up yet; ``FENCED_LEADER_EPOCH`` /
+    ``UNKNOWN_LEADER_EPOCH``: metadata older or newer than the broker's), plus librdkafka's local
+    codes for a lost connection or an unknown partition."""
+    from confluent_kafka import KafkaError as E
+
+    return frozenset((
+        E._DESTROY_BROKER, E._TRANSPORT, E._ALL_BROKERS_DOWN, E._UNKNOWN_PARTITION, E._UNKNOWN_TOPIC,
+        E._TIMED_OUT, E._WAIT_COORD, E.LEADER_NOT_AVAILABLE, E.NOT_LEADER_FOR_PARTITION,
+        E.UNKNOWN_TOPIC_OR_PART, E.REQUEST_TIMED_OUT, E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE,
+        E.COORDINATOR_LOAD_IN_PROGRESS, E.OFFSET_NOT_AVAILABLE, E.FENCED_LEADER_EPOCH,
+        E.UNKNOWN_LEADER_EPOCH, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        E.KAFKA_STORAGE_ERROR, E.NETWORK_EXCEPTION, E.BROKER_NOT_AVAILABLE, E.REPLICA_NOT_AVAILABLE,
+        E.PREFERRED_LEADER_NOT_AVAILABLE, E.ELIGIBLE_LEADERS_NOT_AVAILABLE))
 
 
 def _retrying(request, timeout_s: float, c=None):

@@ -203,9 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=int, default=300, help="clicks per second")
     args = ap.parse_args(argv)
 
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.brokers.admin import create_topics
     from dataflow_kafka.datasource import consumer_lag
     from dataflow_kafka.datasource.session import spark_session
 
@@ -213,14 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
         print(f"broker: {broker.kind} at {bs}")
-        admin = AdminClient({"bootstrap.servers": bs})
-        for f in admin.create_topics([NewTopic("clicks", 4, 1), NewTopic("clicks-control", 1, 1),
-                                      NewTopic("page-panes", 2, 1)]).values():
-            try:
-                f.result(15)
-            except Exception as e:  # topic exists on an external cluster
-                print(f"note: {e}")
-        del admin                       # its connections close now, not when the broker has gone
+        # the cluster's replication factor; a topic that exists on an external cluster is kept
+        create_topics(bs, {"clicks": 4, "clicks-control": 1, "page-panes": 2}, exist_ok=True, timeout_s=15)
         print("starting Spark ...")
         spark = spark_session()                     # local: 1 shuffle partition, low-latency defaults
         pipe = pipeline()

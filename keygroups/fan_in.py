@@ -309,10 +309,10 @@ def _local_columns(rows: pd.DataFrame, inp: Input, first: bool, stage: str) -> p
         if c in computed:
             continue
         col = plain_column(expr)
-        if first and c in rows.columns:
-            src = rows[c]
-        elif col is not None and col in rows.columns:
-            src = rows[col]
+        if col is not None and col in rows.columns:
+            src = rows[col]                 # the input's own column, as Spark reads it
+        elif first and c in rows.columns:
+            src = rows[c]                   # a SQL expression, given computed under its name
         elif not is_data.any():
             src = pd.Series([None] * len(rows), index=rows.index, dtype=object)
         else:

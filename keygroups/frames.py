@@ -40,8 +40,8 @@ def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
                 computed[name] = expr
             continue
         col = plain_column(expr)
-        if name in df.columns and (j == 0 or col == name):
-            continue
+        if name in df.columns and (col == name or (j == 0 and (col is None or col not in df.columns))):
+            continue                      # the column itself, or the first operator's SQL input given computed
         if not is_data.any():
             renames[name] = None          # no data rows: nothing to compute
             continue

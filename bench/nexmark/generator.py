@@ -183,13 +183,11 @@ def produce(bootstrap: str, prefix: str, events: Sequence[Event], partitions: in
     """Write ``events`` of ``kinds`` to their topics (created with ``partitions`` partitions unless
     ``create`` is false), each partition in arrival order; returns ``{kind: topic}``."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from dataflow_kafka.brokers.admin import create_topics
 
     names = {k: t for k, t in topics(prefix).items() if k in kinds}
     if create:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for f in admin.create_topics([NewTopic(t, partitions, 1) for t in names.values()]).values():
-            f.result(15)
+        create_topics(bootstrap, {t: partitions for t in names.values()}, timeout_s=15)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000, "log_level": 3})
     errors: list = []
     for e in events:
