@@ -2,8 +2,8 @@
 format the storage, and build the command line that :mod:`brokers.launcher` runs.
 
 One node in KRaft combined mode (``process.roles=broker,controller``) on loopback: a client
-listener (``PLAINTEXT``, or ``SASL_PLAINTEXT`` with SCRAM-SHA-512 and ACLs when users are given)
-and a controller listener. The jars come from ``brokers/pom.xml`` (``make setup``), resolved once
+listener (``PLAINTEXT``, or ``SASL_PLAINTEXT`` with SCRAM-SHA-512 and ACLs when users are given),
+TLS listeners when asked for (:mod:`brokers.tls`), and a controller listener. The jars come from ``brokers/pom.xml`` (``make setup``), resolved once
 into ``.jvm/kafka`` of the repository, or into ``~/.cache/dataflow-kafka`` when the package is
 installed without the repository; ``DATAFLOW_KAFKA_JARS`` points elsewhere.
 

@@ -13,6 +13,7 @@ import functools
 import io
 import itertools
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from dataflow_kafka.datasource import kafka_security, kafka_tls
 from dataflow_kafka.datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
-from dataflow_kafka.errors import DataLossError, InvalidArgumentError, KafkaClientError, KafkaTimeoutError, KafkaUnavailableError
+from dataflow_kafka.errors import (
+    DataLossError, InvalidArgumentError, KafkaClientError, KafkaTimeoutError, KafkaUnavailableError, OptionError,
+)
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
            "watermarks", "fetch_range", "RangeRecords", "records_to_batch", "event_times",
@@ -214,7 +217,8 @@ def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
     """Turn a Kafka client error or timeout inside the block into a :class:`KafkaUnavailableError`
     naming ``kafka.bootstrap.servers`` and ``what`` was being read (e.g. ``topic t-0 offsets [5, 9)``)
     instead of a bare ``KafkaError{code=_ALL_BROKERS_DOWN,...}``; a client that could not be
-    created because of a TLS setting is a :class:`KafkaTlsError` naming the option."""
+    created because of a TLS setting is a :class:`KafkaTlsError` naming the option, one given a
+    setting librdkafka does not know an :class:`OptionError` naming it."""
     from confluent_kafka import KafkaException
 
     try:
@@ -225,6 +229,10 @@ def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
         tls = kafka_tls.diagnose(kafka_conf, cause) if cause.startswith("Failed to create") else None
         if tls is not None:
             raise tls from None
+        unknown = re.search(r'No such configuration property: "([^"]+)"', cause)
+        if unknown:
+            raise OptionError(f"option 'kafka.{unknown.group(1)}' is not a setting of librdkafka, the Kafka client "
+                              "of dataflow-kafka (a setting of Kafka's Java client?): remove it") from None
         transient = isinstance(e, TimeoutError) or _transient(err)
         raise KafkaUnavailableError(
             f"cannot read {what} from Kafka at kafka.bootstrap.servers={kafka_conf.get('bootstrap.servers')!r}: "

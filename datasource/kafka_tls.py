@@ -46,6 +46,16 @@ _TLS_FOR = {"PLAINTEXT": "SSL", "SASL_PLAINTEXT": "SASL_SSL"}
 #: librdkafka settings naming files it reads as PEM (``ssl.ca.location`` may also be a folder).
 _PEM_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.crl.location")
 _PROBE_TIMEOUT_S = 5.0
+#: Settings of Kafka's Java client with no librdkafka counterpart, and what to know instead.
+_JAVA_ONLY = {
+    "ssl.protocol": "librdkafka negotiates the highest TLS version both sides support (1.2 or 1.3)",
+    "ssl.enabled.protocols": "librdkafka negotiates the highest TLS version both sides support (1.2 or 1.3)",
+    "ssl.keymanager.algorithm": "a choice of the JVM's TLS implementation",
+    "ssl.trustmanager.algorithm": "a choice of the JVM's TLS implementation",
+    "ssl.secure.random.implementation": "a choice of the JVM's TLS implementation",
+    "ssl.provider": "a choice of the JVM's TLS implementation",
+    "ssl.engine.factory.class": "a Java class",
+}
 
 
 def _pop(conf: dict, key: str) -> str | None:
@@ -64,6 +74,11 @@ def librdkafka_tls_conf(conf: Mapping[str, str]) -> dict[str, str]:
     librdkafka's; raises :class:`KafkaTlsError` naming the option for a store that is missing,
     unreadable, of an unknown type, or not opened by its password."""
     out = dict(conf)
+    java = sorted(k for k in out if k in _JAVA_ONLY)
+    if java:
+        why = "; ".join(sorted({_JAVA_ONLY[k] for k in java}))
+        raise KafkaTlsError(f"option(s) {['kafka.' + k for k in java]} are settings of Kafka's Java client that "
+                            f"librdkafka, the client of dataflow-kafka, does not have: remove them ({why})")
     trust = _pop(out, "ssl.truststore.location")
     trust_password, trust_type = _pop(out, "ssl.truststore.password"), _pop(out, "ssl.truststore.type")
     trust_text = _pop(out, "ssl.truststore.certificates")

@@ -145,6 +145,13 @@ def test_conflicting_or_malformed_tls_options_are_named(files, extra, message):
         kafka_tls.librdkafka_tls_conf(_spark(files, **extra))
 
 
+def test_java_only_tls_settings_are_named_all_at_once():
+    with pytest.raises(KafkaTlsError) as e:
+        kafka_tls.librdkafka_tls_conf({"ssl.enabled.protocols": "TLSv1.3", "ssl.keymanager.algorithm": "SunX509"})
+    assert ("option(s) ['kafka.ssl.enabled.protocols', 'kafka.ssl.keymanager.algorithm'] are settings of Kafka's "
+            "Java client that librdkafka") in str(e.value)
+
+
 def test_librdkafka_file_options_must_exist_and_be_pem(files):
     with pytest.raises(KafkaTlsError, match="'kafka.ssl.ca.location' .* is a Java JKS store, but librdkafka reads PEM "
                                             "there: give the store as 'kafka.ssl.truststore.location'"):

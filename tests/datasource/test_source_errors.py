@@ -48,6 +48,17 @@ def test_bootstrap_servers_required():
         parse_source_options({"subscribe": "a"}, streaming=True)
 
 
+def test_a_setting_librdkafka_does_not_know_is_named():
+    """A Java client setting (``kafka.key.deserializer`` is refused earlier, as in Spark) fails when
+    the first client is made, naming the option, not as an unreachable broker."""
+    from dataflow_kafka.datasource.source import DataflowKafkaStreamReader
+
+    reader = DataflowKafkaStreamReader(parse_source_options({**BOOT, "subscribe": "a", "kafka.foo.bar": "1"},
+                                                            streaming=True))
+    with pytest.raises(OptionError, match="option 'kafka.foo.bar' is not a setting of librdkafka"):
+        reader.initialOffset()
+
+
 def test_batch_only_option_checks():
     with pytest.raises(OptionError, match="cannot be 'latest' for batch"):
         parse_source_options({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, streaming=False)

@@ -161,33 +161,38 @@ def _plain(broker) -> dict:
     return {"kafka.bootstrap.servers": broker.bootstrap_servers}
 
 
-#: Mistakes run as a streaming query: (id, options of source and sink, what the message says).
+#: Mistakes run as a streaming query: the source's options, the sink's (None: the source's), and
+#: what the message says.
 QUERY_MISTAKES = {
     "plaintext client to a TLS listener": (
-        lambda b: {"kafka.bootstrap.servers": b.tls.servers["SSL"]},
+        lambda b: {"kafka.bootstrap.servers": b.tls.servers["SSL"]}, None,
         ["the listener at", "speaks TLS, but the client does not", "set kafka.security.protocol=SSL"]),
     "SASL_SSL client to a plaintext listener": (
-        lambda b: {**_login(b, "SASL_SSL-JKS"), **_plain(b)},
+        lambda b: {**_login(b, "SASL_SSL-JKS"), **_plain(b)}, None,
         ["does not speak TLS (a PLAINTEXT or SASL_PLAINTEXT listener)", "security.protocol=SASL_SSL"]),
     "an untrusted certificate authority": (
-        lambda b: {**_login(b, "SSL-JKS"), "kafka.ssl.truststore.location": str(b.tls.files.other_truststore)},
+        lambda b: {**_login(b, "SSL-JKS"), "kafka.ssl.truststore.location": str(b.tls.files.other_truststore)}, None,
         ["is not trusted", "issued by CN=dataflow-kafka test CA",
          "is not signed by an authority in kafka.ssl.truststore.location="]),
     "a wrong trust store password": (
-        lambda b: {**_login(b, "SSL-JKS"), "kafka.ssl.truststore.password": "not-the-password"},
+        lambda b: {**_login(b, "SSL-JKS"), "kafka.ssl.truststore.password": "not-the-password"}, None,
         ["option 'kafka.ssl.truststore.password' does not open", "(JKS)"]),
     "a JKS file given where librdkafka reads PEM": (
-        lambda b: {**_login(b, "SSL-librdkafka"), "kafka.ssl.ca.location": str(b.tls.files.truststore["JKS"])},
+        lambda b: {**_login(b, "SSL-librdkafka"), "kafka.ssl.ca.location": str(b.tls.files.truststore["JKS"])}, None,
         ["option 'kafka.ssl.ca.location'", "is a Java JKS store", "kafka.ssl.truststore.location"]),
+    "the sink without the client certificate its listener requires": (
+        lambda b: _login(b, "SSL-JKS"),
+        lambda b: {**_login(b, "SSL-JKS"), "kafka.bootstrap.servers": b.tls.servers["MTLS"]},
+        ["refused the TLS connection", "requires a client certificate"]),
 }
 
 
 @pytest.mark.parametrize("mistake", list(QUERY_MISTAKES))
 def test_a_tls_mistake_fails_the_query_within_30_s_naming_option_and_cause(spark, tls_broker, tmp_path, capfd,
                                                                            mistake):
-    make, says = QUERY_MISTAKES[mistake]
-    login = make(tls_broker)
-    _, error, took = _run(spark, _source(login), login, tmp_path / "ck")
+    source, sink, says = QUERY_MISTAKES[mistake]
+    login = source(tls_broker)
+    _, error, took = _run(spark, _source(login), sink(tls_broker) if sink else login, tmp_path / "ck")
     assert error is not None, f"{mistake}: the query ran"
     msg = str(error)
     assert "KafkaTlsError" in msg or isinstance(error, KafkaTlsError), msg[:3000]
