@@ -84,6 +84,11 @@ def principal(conf: Mapping[str, str]) -> str:
     return "the client's principal"
 
 
+# "(after 12ms in state CONNECT, 3 identical error(s) suppressed)" -> "(in state CONNECT)": the state stays (a
+# disconnect in APIVERSION_QUERY is what a plaintext client sees of a TLS listener), repeats become one line
+_TIMING = re.compile(r"\(after \d+ms in state (\w+)[^()]*(?:\([^()]*\)[^()]*)*\)")
+
+
 class ClientErrors:
     """A librdkafka client's ``error_cb`` and ``logger``: what the broker refused.
 
@@ -95,7 +100,7 @@ class ClientErrors:
     into a :class:`KafkaAuthenticationError` or :class:`KafkaTlsError` (probing the listener once
     where the lines leave the cause open, :func:`kafka_tls.diagnose`). It keeps no secret."""
 
-    _FORWARDED_MAX = 200
+    _MAX_LINES = 200          # distinct lines remembered (forwarded, diagnosed)
 
     def __init__(self, conf: Mapping[str, str]) -> None:
         self.conf = {**{k: v for k, v in conf.items() if k in ("sasl.mechanism", "sasl.mechanisms", "sasl.username")},
@@ -118,18 +123,21 @@ class ClientErrors:
 
     def log(self, level: int, fmt: str, *args) -> None:
         """confluent-kafka's ``logger`` protocol (``log(level, "%s [%s] %s", facility, client, line)``)."""
-        line = str(args[-1]) if args else fmt
-        line = re.sub(r"^\[thrd:[^\]]*\]: ", "", line)
-        self._keep(line)
-        if level >= logging.ERROR:
-            key = re.sub(r"\s*\(after \d+ms in state [^)]*\)", "", line)
-            if key not in self._forwarded and len(self._forwarded) < self._FORWARDED_MAX:
-                self._forwarded.add(key)
-                logging.getLogger("dataflow_kafka.kafka_client").warning("librdkafka: %s", key)
+        line = self._keep(str(args[-1]) if args else fmt)
+        if level >= logging.ERROR and line not in self._forwarded and len(self._forwarded) < self._MAX_LINES:
+            self._forwarded.add(line)
+            logging.getLogger("dataflow_kafka.kafka_client").warning("librdkafka: %s", line)
 
-    def _keep(self, line: str) -> None:
-        if "SSL" in line or "ssl" in line or "alert" in line or "Disconnected" in line or "certificate" in line:
-            self._lines.append(line)
+    def _keep(self, line: str) -> str:
+        """Keep a line that may show a TLS failure; returns it without its thread and timing
+        (``[thrd:...]: ``, ``after 12ms``), so repeats are one line."""
+        line = _TIMING.sub(r"(in state \1)", re.sub(r"^\[thrd:[^\]]*\]: ", "", line))
+        if any(word in line for word in ("SSL", "ssl", "alert", "Disconnected", "certificate")):
+            if len(self._read) >= self._MAX_LINES:
+                self._read.clear()
+            if line not in self._read and line not in self._lines:
+                self._lines.append(line)
+        return line
 
     def refusal(self) -> KafkaSecurityError | None:
         """What the broker refused, as an error to raise, or None."""
@@ -210,8 +218,10 @@ def require_topic_operations(conf: Mapping[str, str], needs: Mapping[str, Iterab
         _, pending = cf.wait(pending, timeout=0.25)
         admin.poll(0)
         errors.raise_if_refused()
-        if down:
-            return      # no broker answers: the caller's own requests retry and report it
+        if down:        # no broker answers: the caller's own requests retry and report it, unless the
+            admin.poll(0.2)     # lines of the failures, served after the error, show a refusal
+            errors.raise_if_refused()
+            return
     for topic in needs:                      # in the caller's order: the first missing need is reported
         try:
             described = futures[topic].result()

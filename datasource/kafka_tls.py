@@ -297,7 +297,7 @@ def diagnose(conf: Mapping[str, str], text: str, probes: dict | None = None) -> 
     host, port = where.group("host"), int(where.group("port"))
     address = f"{host}:{port}"
     cause = text[where.end():].strip()
-    cause = re.sub(r"\s*\(after \d+ms in state \w+[^)]*\)\s*$", "", cause)
+    cause = re.sub(r"\s*\((?:after \d+ms )?in state \w+[^)]*\)\s*$", "", cause)
 
     def asked() -> Probe:
         if probes is None:

@@ -161,8 +161,8 @@ class _Entry:
     def on_error(self, err) -> None:   # librdkafka's error_cb: client-level errors, fatal ones included
         if err.fatal():
             self.fatal = err
-        self.refused(err)
         self.last_error, self.last_error_at = err, time.monotonic()
+        self.refused(err)
 
     def callbacks(self) -> dict:
         """The producer settings that make this entry its ``error_cb`` and ``logger``."""

@@ -194,5 +194,5 @@ def test_client_errors_forward_each_distinct_error_line_once(caplog):
                        f"Connection refused (after {ms}ms in state CONNECT)")
         errors.log(logging.INFO, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "an informational line")
     assert [r.getMessage() for r in caplog.records] == [
-        "librdkafka: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused"]
+        "librdkafka: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused (in state CONNECT)"]
     assert errors.refusal() is None

@@ -277,6 +277,28 @@ def test_a_tls_mistake_fails_on_the_driver_within_30_s_naming_option_and_cause(t
     assert "not-the-password" not in msg
 
 
+@pytest.mark.parametrize("mistake", ["TLS client to a plaintext listener", "SASL_PLAINTEXT client to a SASL_SSL listener",
+                                     "an expired broker certificate", "no client certificate for a listener that requires one"])
+def test_a_consumer_request_names_the_tls_cause_without_the_acl_check_first(tls_broker, mistake):
+    """The same mistakes met by a consumer's own request (a ``subscribePattern`` query has no topic
+    to check ACLs of first): ``list_topics`` fails with the TLS cause, not after its retries."""
+    from dataflow_kafka.datasource import kafka_read
+    from dataflow_kafka.datasource.options import parse_source_options
+
+    make, error_class, says = DRIVER_MISTAKES[mistake]
+    opts = parse_source_options({**make(tls_broker), "subscribePattern": "tls-.*"}, streaming=True)
+    c = kafka_read.consumer(opts.kafka)
+    began = time.monotonic()
+    try:
+        with pytest.raises(error_class) as e:
+            kafka_read.list_topics(c, None, 30)
+    finally:
+        c.close()
+    assert time.monotonic() - began < 15
+    for text in says:
+        assert text in str(e.value), f"{text!r} not in: {e.value}"
+
+
 def test_a_task_reading_over_a_broken_tls_connection_names_the_cause(tls_broker):
     """Executor side (the driver's checks passed, then the broker's certificate changed): a read
     task fails with the TLS cause, not a timeout or 'is the broker up?'."""
