@@ -33,7 +33,7 @@ test: setup
 
 # Engines only: no JVM, no broker (seconds).
 test-engines: setup
-	$(PY) -m pytest -q -m "not spark and not kafka"
+	$(PY) -m pytest -q -m "not spark and not kafka and not jvm"
 
 # Broker conformance against every embedded candidate (docs/brokers.md).
 conformance: setup

@@ -14,6 +14,8 @@ import pytest
 from dataflow_kafka.datasource import kafka_security, kafka_tls, keystores
 from dataflow_kafka.errors import KafkaTlsError
 
+pytestmark = pytest.mark.jvm     # keytool writes the Java stores
+
 PASSWORD = "store-secret-5a7c"
 
 
