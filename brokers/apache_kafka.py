@@ -3,9 +3,10 @@ format the storage, and build the command line that :mod:`brokers.launcher` runs
 
 One node in KRaft combined mode (``process.roles=broker,controller``) on loopback: a client
 listener (``PLAINTEXT``, or ``SASL_PLAINTEXT`` with SCRAM-SHA-512 and ACLs when users are given),
-TLS listeners when asked for (:mod:`brokers.tls`), and a controller listener. The jars come from ``brokers/pom.xml`` (``make setup``), resolved once
-into ``.jvm/kafka`` of the repository, or into ``~/.cache/dataflow-kafka`` when the package is
-installed without the repository; ``DATAFLOW_KAFKA_JARS`` points elsewhere.
+TLS listeners when asked for (:mod:`brokers.tls`), and a controller listener. The jars come from
+``brokers/pom.xml`` (``make setup``), resolved once into ``.jvm/kafka`` of the repository, or into
+``~/.cache/dataflow-kafka`` when the package is installed without the repository;
+``DATAFLOW_KAFKA_JARS`` points elsewhere.
 
 What the configuration changes from Kafka's defaults, and why: the internal topics have
 replication factor 1 (one node) and 4 partitions instead of 50 (a first consumer group or
@@ -204,8 +205,8 @@ class KafkaNode:
             if self.tls_files is None or (not self.scram and any(p == "SASL_SSL" for p, _ in tls.values())):
                 raise KafkaSetupError("a TLS node needs its certificates (prepare()) and, for a SASL_SSL listener, "
                                       "SCRAM users (scram=Scram(...))")
-            lines += self.tls.server_properties(self.tls_files, self.tls_ports, {self.scram.mechanism: self._jaas()}
-                                                if self.scram else {})
+            jaas = {self.scram.mechanism: self._jaas()} if self.scram else {}
+            lines += self.tls.server_properties(self.tls_files, jaas)
         if self.scram:
             s = self.scram
             lines += [

@@ -262,7 +262,8 @@ def _embedded(kind: str, workdir: Path, scram: Scram | None = None, tls: Tls | N
             node.prepare()
         except KafkaSetupError as e:
             raise BrokerError(str(e)) from None
-        endpoints = TlsEndpoints(tls, node.tls_files, {n: f"127.0.0.1:{p}" for n, p in tls_ports.items()}) if tls else None
+        servers = {n: f"127.0.0.1:{p}" for n, p in tls_ports.items()}
+        endpoints = TlsEndpoints(tls, node.tls_files, servers) if tls else None
         b = Broker(kind, addr, node.data_dir, workdir / "kafka.log", node.command(),
                    client_conf=scram.client_conf() if scram else {}, scram=scram, tls=endpoints)
         b._start()

@@ -90,7 +90,7 @@ class Tls:
         if not names or len(set(names)) != len(names):
             raise InvalidArgumentError(f"Tls needs listeners with distinct names, got {names}")
 
-    def server_properties(self, files: "TlsFiles", ports: dict[str, int], sasl_jaas: dict[str, str]) -> list[str]:
+    def server_properties(self, files: "TlsFiles", sasl_jaas: dict[str, str]) -> list[str]:
         """The broker settings of the TLS listeners (their addresses are the node's business):
         per listener its key store (PEM: the broker's key and certificate), trust store (the
         authority's certificate), client authentication and, for ``SASL_SSL``, the JAAS line
@@ -98,7 +98,8 @@ class Tls:
         lines = []
         for lst in self.listeners:
             prefix = f"listener.name.{lst.name.lower()}."
-            lines += [f"{prefix}ssl.keystore.type=PEM", f"{prefix}ssl.keystore.location={files.broker[lst.certificate]}",
+            lines += [f"{prefix}ssl.keystore.type=PEM",
+                      f"{prefix}ssl.keystore.location={files.broker[lst.certificate]}",
                       f"{prefix}ssl.truststore.type=PEM", f"{prefix}ssl.truststore.location={files.ca}",
                       f"{prefix}ssl.client.auth={lst.client_auth}",
                       f"{prefix}ssl.endpoint.identification.algorithm=https"]
@@ -185,7 +186,9 @@ def make_certificates(folder: Path, password: str, java_stores: bool = True) -> 
         cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name(cn)).public_key(key.public_key())
                 .serial_number(x509.random_serial_number()).not_valid_before(week[0]).not_valid_after(week[1])
                 .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                             data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                             crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
                 .sign(key, hashes.SHA256()))
         return key, cert
 

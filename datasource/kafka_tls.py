@@ -258,7 +258,8 @@ def _describe_certificate(der: bytes | None) -> str:
     except x509.ExtensionNotFound:
         names = []
     return (f"the broker's certificate ({cn(cert.subject)}, for {', '.join(names) or 'no alternative names'}; "
-            f"issued by {cn(cert.issuer)}; valid {_iso(cert.not_valid_before_utc)} to {_iso(cert.not_valid_after_utc)})")
+            f"issued by {cn(cert.issuer)}; valid {_iso(cert.not_valid_before_utc)} to "
+            f"{_iso(cert.not_valid_after_utc)})")
 
 
 def _iso(t: dt.datetime) -> str:
@@ -344,10 +345,11 @@ def _untrusted_broker(conf: Mapping[str, str], address: str, found: Probe, cause
         why = f"{cert} is not valid yet: check the clocks of the client and the broker"
     elif "mismatch" in low:
         why = (f"{cert} does not name the host the client connected to ({problem}): use a host name the certificate "
-               "names in kafka.bootstrap.servers (and in the broker's advertised listeners), or turn the host name check "
-               "off with kafka.ssl.endpoint.identification.algorithm= (empty; not recommended)")
+               "names in kafka.bootstrap.servers (and in the broker's advertised listeners), or turn the host name "
+               "check off with kafka.ssl.endpoint.identification.algorithm= (empty; not recommended)")
     elif problem:
-        why = f"{cert} is not signed by an authority in {trust} ({problem}): add the broker's certificate authority to it"
+        why = (f"{cert} is not signed by an authority in {trust} ({problem}): add the broker's certificate "
+               "authority to it")
     else:
         why = f"{cert} could not be verified with {trust} (librdkafka: {cause})"
     return KafkaTlsError(f"{_head(conf)}: the broker at {address} is not trusted: {why}")

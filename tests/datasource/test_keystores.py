@@ -94,9 +94,10 @@ def test_a_damaged_jks_store_is_named(files, tmp_path):
 
 def test_a_jceks_store_and_an_unknown_type_say_how_to_convert(files, tmp_path):
     jceks = tmp_path / "store.jceks"
-    subprocess.run([shutil.which("keytool") or "keytool", "-importkeystore", "-srckeystore", str(files.keystore["PKCS12"]), "-srcstoretype",
-                    "PKCS12", "-srcstorepass", PASSWORD, "-destkeystore", str(jceks), "-deststoretype", "JCEKS",
-                    "-deststorepass", PASSWORD, "-noprompt"], check=True, capture_output=True, timeout=120)
+    subprocess.run([shutil.which("keytool") or "keytool", "-importkeystore", "-srckeystore", str(files.keystore["PKCS12"]),
+                    "-srcstoretype", "PKCS12", "-srcstorepass", PASSWORD, "-destkeystore", str(jceks),
+                    "-deststoretype", "JCEKS", "-deststorepass", PASSWORD, "-noprompt"],
+                   check=True, capture_output=True, timeout=120)
     with pytest.raises(KafkaTlsError, match="JCEKS stores are not supported; convert it: keytool -importkeystore"):
         keystores.read_keystore(str(jceks), PASSWORD)
     with pytest.raises(KafkaTlsError, match="option 'kafka.ssl.truststore.type' is 'BKS': supported store types are"):
@@ -170,7 +171,8 @@ def test_librdkafka_file_options_must_exist_and_be_pem(files):
 
 def test_a_client_that_cannot_load_its_key_names_the_option():
     conf = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}
-    e = kafka_tls.diagnose(conf, "Failed to create consumer: ssl.key.location failed: error:0A080009:SSL routines::PEM lib")
+    e = kafka_tls.diagnose(conf, "Failed to create consumer: ssl.key.location failed: "
+                                 "error:0A080009:SSL routines::PEM lib")
     assert isinstance(e, KafkaTlsError)
     assert "option 'kafka.ssl.key.location' could not be used" in str(e) and "kafka.ssl.key.password" in str(e)
 

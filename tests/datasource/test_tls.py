@@ -277,8 +277,9 @@ def test_a_tls_mistake_fails_on_the_driver_within_30_s_naming_option_and_cause(t
     assert "not-the-password" not in msg
 
 
-@pytest.mark.parametrize("mistake", ["TLS client to a plaintext listener", "SASL_PLAINTEXT client to a SASL_SSL listener",
-                                     "an expired broker certificate", "no client certificate for a listener that requires one"])
+@pytest.mark.parametrize("mistake", [
+    "TLS client to a plaintext listener", "SASL_PLAINTEXT client to a SASL_SSL listener", "an expired broker certificate",
+    "no client certificate for a listener that requires one"])
 def test_a_consumer_request_names_the_tls_cause_without_the_acl_check_first(tls_broker, mistake):
     """The same mistakes met by a consumer's own request (a ``subscribePattern`` query has no topic
     to check ACLs of first): ``list_topics`` fails with the TLS cause, not after its retries."""
@@ -321,7 +322,8 @@ def test_a_sink_task_over_a_broken_tls_connection_names_the_cause(tls_broker):
     from dataflow_kafka.datasource import sink
     from dataflow_kafka.datasource.options import parse_sink_options
 
-    login = {**_login(tls_broker, "SSL-JKS"), "kafka.ssl.truststore.location": str(tls_broker.tls.files.other_truststore)}
+    login = {**_login(tls_broker, "SSL-JKS"),
+             "kafka.ssl.truststore.location": str(tls_broker.tls.files.other_truststore)}
     opts = parse_sink_options({**login, "topic": OUT, "kafka.delivery.timeout.ms": "5000"})
     batch = pa.RecordBatch.from_pydict({"value": [b"1", b"2"]}, schema=pa.schema([("value", pa.binary())]))
     began = time.monotonic()
