@@ -46,7 +46,6 @@ from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
 from dataflow_kafka.slicer.window_manager import Query, WindowManager
 from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
 from dataflow_kafka.windowing import AggregateFunction
-from dataflow_kafka.windowing.aggregations import declared
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError
 
@@ -303,7 +302,7 @@ class SlicingWindowOperator(WindowQueries):
             return WindowResults.concat(names, [])
         out = self.windows.emit(int(ts), self._time, self._count, names)
         if self._integral:
-            out.values = [integral_sum(v) if declared(a, "keeps_integers", False) else v
+            out.values = [integral_sum(v) if a.vectorised is not None and a.vectorised.keeps_integers else v
                           for a, v in zip(self.aggregations, out.values)]
         return out
 

@@ -53,8 +53,9 @@ from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import object_array
 from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
-    RESULT_COLUMNS, aggregation_columns, key_specs, output_watermark, window_command,
+    RESULT_COLUMNS, aggregation_columns, aggregation_list, key_specs, output_watermark, window_command,
 )
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -95,9 +96,7 @@ class SlicerStage(Stage):
     def __post_init__(self) -> None:
         if not self.windows:
             raise InvalidArgumentError("SlicerStage: at least one window (windows= a list or a dict {id: window})")
-        if not self.aggregations:
-            raise InvalidArgumentError("SlicerStage: at least one aggregation")
-        self.aggregations = list(self.aggregations)
+        self.aggregations = aggregation_list("SlicerStage", self.aggregations)
         self.windows = dict(self.windows) if isinstance(self.windows, dict) else list(self.windows)
         self._template_bytes = self._template().to_bytes()      # validates the configuration
         self.keyed = KeyedSlicingOperator.supports(self._template())
@@ -130,6 +129,10 @@ class SlicerStage(Stage):
 
     def output_key_columns(self) -> list[str]:
         return [n for n, _ in self._keys]
+
+    def current_results(self, frames, kind: str = "data") -> pd.DataFrame:
+        """One row per window: its latest row, retracted windows deleted (:func:`windowing.final.current_windows`)."""
+        return current_windows(frames, self, kind=kind)
 
     # -- state ------------------------------------------------------------------------------------
     def new_state(self) -> Any:

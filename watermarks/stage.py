@@ -14,7 +14,7 @@ Output rows (one per pane; columns shared with the slicer, :mod:`windowing.rows`
 column(s), ``query_id``, ``window_start_ms``, ``window_end_ms``, ``pane_index``, ``timing``
 (``EARLY``, ``ON_TIME``, ``LATE``), ``is_first``, ``is_last``, ``is_retraction`` (this row takes
 back an earlier pane: every refinement in ACCUMULATING_AND_RETRACTING, and in every mode the last
-pane of a session a merge replaced), and the aggregation's column (``sum``, ``max``, ...; JSON
+pane of a session a merge replaced), and a column per aggregation (``sum``, ``max``, ...; JSON
 text for non-numeric results). The current result per window is the latest row per window with
 retracted windows deleted (``accumulating`` modes; :func:`windowing.final.current_windows`). A pane's ``event_time_ms`` is its output
 timestamp (:class:`~watermarks.TimestampCombiner`; by default the window's last instant),
@@ -46,10 +46,12 @@ from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
-from dataflow_kafka.windowing import ToList, Window
+from dataflow_kafka.windowing import AggregateFunction, ToList, Window
+from dataflow_kafka.windowing.aggregations import Combined
 from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
-    RESULT_COLUMNS, aggregation_columns, json_value, key_specs, output_watermark, window_command,
+    RESULT_COLUMNS, aggregation_columns, aggregation_list, json_value, key_specs, output_watermark, window_command,
 )
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -70,8 +72,9 @@ class WindowingStage(Stage):
     ``value``: SQL expression of the element value; ``windows``: one :mod:`windowing` window, a
     list (ids ``"0"``, ``"1"``, ...) or a dict ``{id: window}``; ``trigger``, ``accumulation_mode``,
     ``allowed_lateness_ms``, ``timestamp_combiner``, ``on_time_behavior``, ``history_ms``: as
-    :class:`~watermarks.MultiQueryDriver`; ``aggregation``: a :mod:`windowing` aggregation
-    (default ``ToList()``); ``select``: ``{column: value}``, only input rows with these values
+    :class:`~watermarks.MultiQueryDriver`; ``aggregations``: a list of :mod:`windowing`
+    aggregations, all computed for every window, one column each (default ``[ToList()]``;
+    ``aggregation=`` one aggregation, deprecated); ``select``: ``{column: value}``, only input rows with these values
     (e.g. ``{"query_id": "1s"}`` after a slicer with several queries); ``output_watermark``:
     ``"complete"`` or ``"input"`` (:func:`windowing.rows.output_watermark`).
     """
@@ -85,7 +88,7 @@ class WindowingStage(Stage):
     accumulation_mode: Any = AccumulationMode.DISCARDING
     allowed_lateness_ms: int = 0
     timestamp_combiner: Any = TimestampCombiner.END_OF_WINDOW
-    aggregation: Any = None
+    aggregations: Any = None
     on_time_behavior: Any = OnTimeBehavior.FIRE_ALWAYS
     history_ms: int | None = None
     num_key_groups: int = 4
@@ -94,12 +97,19 @@ class WindowingStage(Stage):
     name: str | None = None
     key_types: dict = field(default_factory=dict)
     integral_values: bool = False
+    #: Deprecated: one aggregation; ``aggregations=[...]`` replaces it.
+    aggregation: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.windows is None:
             raise InvalidArgumentError("WindowingStage needs windows= (a window, a list or a dict {id: window})")
-        if self.aggregation is None:
-            self.aggregation = ToList()
+        if self.aggregation is not None:
+            if self.aggregations is not None:
+                raise InvalidArgumentError("WindowingStage: give aggregations= only (aggregation= is its old name)")
+            warnings.warn("WindowingStage(aggregation=...) is deprecated: write aggregations=[...], as SlicerStage "
+                          "takes them", DeprecationWarning, stacklevel=3)
+            self.aggregations, self.aggregation = [self.aggregation], None
+        self.aggregations = aggregation_list("WindowingStage", self.aggregations, ToList())
         self._keys = key_specs(self.key, reserved=self._reserved())
         output_watermark(self.output_watermark, None, 0)              # validates it
         probe = self.new_state()                  # validates the configuration here, not in Spark
@@ -110,7 +120,7 @@ class WindowingStage(Stage):
         return {"0": self.windows} if isinstance(self.windows, Window) else self.windows
 
     def _reserved(self) -> list[str]:
-        return [c for c, _ in RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns([self.aggregation or ToList()])]
+        return [c for c, _ in RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns(self.aggregations)]
 
     # -- input ------------------------------------------------------------------------------------
     def inputs(self) -> dict[str, str]:
@@ -134,18 +144,26 @@ class WindowingStage(Stage):
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self) -> list[tuple[str, str]]:
         keys = [(n, self.key_types.get(n, "string")) for n, _ in self._keys]
-        return keys + RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns([self.aggregation])
+        return keys + RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns(self.aggregations)
 
     def output_key_columns(self) -> list[str]:
         return [n for n, _ in self._keys]
+
+    def current_results(self, frames, kind: str = "data") -> pd.DataFrame:
+        """One row per window: its latest row, retracted windows deleted (:func:`windowing.final.current_windows`)."""
+        return current_windows(frames, self, kind=kind)
 
     # -- state ------------------------------------------------------------------------------------
     def new_state(self) -> MultiQueryDriver:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # lossy-trigger warnings: shown once, at construction
             return MultiQueryDriver(self._queries(), self.trigger, self.accumulation_mode, self.allowed_lateness_ms,
-                                    self.timestamp_combiner, self.aggregation, self.on_time_behavior,
+                                    self.timestamp_combiner, self._combiner(), self.on_time_behavior,
                                     self.history_ms)
+
+    def _combiner(self) -> AggregateFunction:
+        """What the driver runs: the aggregation, or several :class:`~windowing.aggregations.Combined`."""
+        return self.aggregations[0] if len(self.aggregations) == 1 else Combined(self.aggregations)
 
     def dump_state(self, state: MultiQueryDriver) -> bytes:
         return state.to_bytes()
@@ -210,7 +228,8 @@ class WindowingStage(Stage):
 
     def _frame(self, panes: list, floor: int | None) -> pd.DataFrame:
         names = [n for n, _ in self._keys]
-        aggs = aggregation_columns([self.aggregation])
+        aggs = aggregation_columns(self.aggregations)
+        widths = [len(a.spark_columns(a.name)) for a in self.aggregations]
         cols: dict[str, list] = {n: [] for n in names}
         for c in ("query_id", "window_start_ms", "window_end_ms", "pane_index", "timing", "is_first", "is_last",
                   "is_retraction", "event_time_ms", *(c for c, _ in aggs)):
@@ -227,7 +246,8 @@ class WindowingStage(Stage):
             cols["is_last"].append(p.is_last)
             cols["is_retraction"].append(p.is_retraction)
             cols["event_time_ms"].append(p.timestamp_ms if floor is None else max(p.timestamp_ms, floor))
-            values = [p.value] if len(aggs) == 1 else _components(p.value, len(aggs))
+            results = [p.value] if len(widths) == 1 else list(p.value)
+            values = [v for r, n in zip(results, widths) for v in ([r] if n == 1 else _components(r, n))]
             for (c, t), v in zip(aggs, values):
                 cols[c].append(_number(v) if t in ("double", "bigint") else
                                (None if v is None else list(np.atleast_1d(v).astype(float))) if t.startswith("array")

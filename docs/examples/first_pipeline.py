@@ -31,8 +31,8 @@ def build_pipeline() -> dk.Pipeline:
     per_minute = dk.SlicerStage(key="key", value=dk.Computed(amount, "double"),
                                 windows={"1m": dk.TumblingWindow(60_000)}, aggregations=[dk.Sum(), dk.Count()],
                                 allowed_lateness_ms=30_000)
-    biggest_minute = dk.WindowingStage(key="key", value="sum", windows=dk.FixedWindows(3_600_000),
-                                       aggregation=dk.Max(), trigger=dk.AfterWatermark(),
+    biggest_minute = dk.WindowingStage(key="key", value="sum", windows=dk.TumblingWindow(3_600_000),
+                                       aggregations=[dk.Max()], trigger=dk.AfterWatermark(),
                                        accumulation_mode="accumulating", allowed_lateness_ms=3_600_000)
     return per_minute.then(biggest_minute)
 

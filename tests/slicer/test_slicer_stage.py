@@ -16,7 +16,9 @@ from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.slicer.slicer_reference import same_rows
-from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
+from dataflow_kafka.windowing import (
+    M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command,
+)
 
 PARTS = 3
 LATENESS = 700

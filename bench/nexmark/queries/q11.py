@@ -64,7 +64,7 @@ class Q11(Query):
                   num_key_groups=settings.key_groups, name="q11_sessions")
         if variant == "slicer":
             return Pipeline([SlicerStage(windows={"session": SessionWindow(GAP_MS)}, aggregations=[Count()], **kw)])
-        return Pipeline([WindowingStage(windows={"session": SessionWindow(GAP_MS)}, aggregation=Count(),
+        return Pipeline([WindowingStage(windows={"session": SessionWindow(GAP_MS)}, aggregations=[Count()],
                                         trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
                                         **kw)])
 
