@@ -81,8 +81,8 @@ def main() -> int:
 
     import pandas as pd
 
-    on_spark = dk.current_windows(pd.DataFrame(out.rows()), pipeline.stages[-1])
-    locally = dk.current_windows(local.result if hasattr(local, "result") else local, pipeline.stages[-1])
+    on_spark = dk.current_results(pd.DataFrame(out.rows()), pipeline.stages[-1])
+    locally = dk.current_results(local.result if hasattr(local, "result") else local, pipeline.stages[-1])
     columns = ["key", "window_start_ms", "window_end_ms", "max"]
     # rows collected from Spark hold nulls beside integers (float columns); compare as int64
     show = lambda f: (f[columns].astype({"window_start_ms": "int64", "window_end_ms": "int64"})

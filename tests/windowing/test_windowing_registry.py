@@ -54,6 +54,14 @@ def test_a_new_window_type_registers_itself_and_every_engine_compiles_it_by_shap
     assert [(r.start, r.value) for r in op.process_watermark(2 * 86_400_000)] == [(0, 1), (86_400_000, 2)]
 
 
+def test_the_engines_messages_list_the_registered_window_types_without_an_edit():
+    for compile_ in (compile_window, compile_window_fn):
+        with pytest.raises(TypeError) as err:
+            compile_(object())
+        assert "TumblingWindow, SlidingWindow, SessionWindow, GlobalWindow" in str(err.value)
+        assert "DayWindow" in str(err.value)             # defined in this file, named by both engines
+
+
 def test_a_type_name_cannot_be_taken_twice():
     with pytest.raises(TypeError, match="'tumbling': taken by TumblingWindow"):
         type("Other", (Window,), {"__slots__": (), "type_name": "tumbling", "shape": WindowShape.TUMBLING})
