@@ -481,12 +481,12 @@ def _by_source(groups: list, sources: Any) -> list[tuple[Pipeline | None, Any, l
 
 
 def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeout_ms: int | None = None,
-                  input_types: Mapping[str, Any] | None = None) -> list[pd.DataFrame]:
+                  input_types: Mapping[str, Any] | None = None, states: dict | None = None) -> list[pd.DataFrame]:
     """Without Spark: the query of ``root`` and its upstreams on micro-batches
     (:meth:`keygroups.Pipeline.run_local`): ``batches`` is a list of frames (one source) or
     ``{source: frames}``, the same number of micro-batches each. Stages are bound as on Spark:
     to ``input_types``, or to the dtypes of each source's first frame with data rows, once every
-    source had one."""
+    source had one. ``states``: as :meth:`~keygroups.Pipeline.run_local`'s."""
     per = {n: list(f) for n, f in batches.items()} if isinstance(batches, Mapping) else None
     single = None if per is not None else list(batches)
     counts = {n: len(f) for n, f in per.items()} if per is not None else {"": len(single)}
@@ -497,7 +497,7 @@ def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeo
     unbound = dag_specs(root, fuse, idle_timeout_ms, None)
     bound = None if input_types is None else dag_specs(root, fuse, idle_timeout_ms, input_types)
     seen_types: dict[str, dict] = {}
-    states = {id(p): [{} for _ in unbound[id(p)]] for p in nodes}
+    states_of = {id(p): [{} for _ in unbound[id(p)]] for p in nodes}
     outputs = []
     for i in range(n_batches):
         now = {n: _framed(f[i]) for n, f in per.items()} if per is not None else _framed(single[i])
@@ -512,12 +512,14 @@ def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeo
         for p in nodes:
             if p._upstreams is None:
                 frame = _source(now, names.get(id(p), set()), "run_local")
-                out[id(p)] = p._step_local(frame, specs[id(p)], states[id(p)])
+                out[id(p)] = p._step_local(frame, specs[id(p)], states_of[id(p)])
                 continue
             stage = _head_stage(p)
             parts = [tag_frame(out[id(u)] if u is not None else src, inputs, u is None, stage.name)
                      for u, src, inputs in _by_source(_groups(p), now)]
             tagged = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-            out[id(p)] = p._step_local(tagged, specs[id(p)], states[id(p)], head=True)
+            out[id(p)] = p._step_local(tagged, specs[id(p)], states_of[id(p)], head=True)
         outputs.append(out[id(root)])
+    if states is not None:
+        states.update({spec.name: dict(k) for p in nodes for spec, k in zip(unbound[id(p)], states_of[id(p)])})
     return outputs

@@ -372,8 +372,8 @@ class Pipeline:
 
     # -- without Spark ----------------------------------------------------------------------------
     def run_local(self, batches: Iterable[pd.DataFrame], *, fuse: bool = True,
-                  idle_timeout_ms: int | None = None, input_types: dict[str, str] | None = None
-                  ) -> list[pd.DataFrame]:
+                  idle_timeout_ms: int | None = None, input_types: dict[str, str] | None = None,
+                  states: dict | None = None) -> list[pd.DataFrame]:
         """Run the pipeline on micro-batches without Spark; one output frame per batch.
 
         A batch is a frame of the row contract with epoch-ms columns (``event_time_ms``,
@@ -388,17 +388,22 @@ class Pipeline:
         :func:`~keygroups.operator.run_key_group`, its state kept as bytes between batches, as
         Spark keeps it. With a multi-input stage whose inputs read different sources, ``batches``
         is ``{input name: frames}`` (the same number of micro-batches each, as one query's).
+        ``states``: a dict that receives each operator's key-group states after the last batch,
+        ``{operator name: {key group: bytes}}`` (:func:`keygroups.state_view.local_state` shows them).
         """
         if self._upstreams is not None:
-            return fan_in.run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms, input_types=input_types)
+            return fan_in.run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms,
+                                        input_types=input_types, states=states)
         unbound = self._chain_specs(fuse, idle_timeout_ms)
         bound = None if input_types is None else self._chain_specs(fuse, idle_timeout_ms, dict(input_types))
-        states: list[dict[int, bytes]] = [{} for _ in unbound]
+        kept: list[dict[int, bytes]] = [{} for _ in unbound]
         outputs = []
         for batch in batches:
             if bound is None and (batch["kind"] == KIND_DATA).any():
                 bound = self._chain_specs(fuse, idle_timeout_ms, frame_types(batch))
-            outputs.append(self._step_local(batch, bound or unbound, states))
+            outputs.append(self._step_local(batch, bound or unbound, kept))
+        if states is not None:
+            states.update({spec.name: dict(k) for spec, k in zip(unbound, kept)})
         return outputs
 
     def _step_local(self, df: pd.DataFrame, specs: list[OperatorSpec], states: list[dict[int, bytes]],

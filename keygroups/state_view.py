@@ -13,6 +13,15 @@ Which Spark operator is which: Spark numbers stateful operators from the sink to
 each key group's tracker names the senders of its punctuations (Kafka partitions ``topic-p`` for
 an operator reading the source, ``<stage>-<key group>`` for one after another operator), which
 identifies the operator before it, so the mapping is read from the state itself and checked.
+
+What Spark's own reader gives: ``format("statestore")`` reads our operators (``transformWithStateInPandas``
+state, ``stateVarName="operator"``) as rows ``key`` (``key_group``), ``value`` (``blob``: the
+key group's state as bytes, a pickle of the stages' own codecs) and ``partition_id``; the
+``state-metadata`` source names the operators and their state variables. Spark cannot look
+inside the bytes: the windows, slices and held records come from the stages (this module).
+
+:func:`local_state` describes the states :meth:`keygroups.Pipeline.run_local` leaves (its
+``states=``), the same way: what a test compares a checkpoint with.
 """
 
 from __future__ import annotations
@@ -26,10 +35,13 @@ from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups.operator import OperatorSpec, load_operator_state
 from dataflow_kafka.keygroups.punctuation import InputWatermarks
 
-__all__ = ["StateView", "read_state", "describe_operator"]
+__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "ITEM_COLUMNS"]
 
 STATE_NAME = "operator"            # the value state every StageProcessor keeps (keygroups.processor)
-ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "start_ms", "end_ms", "count", "detail"]
+ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "query_id", "start_ms", "end_ms", "count",
+                "detail"]
+_ROW_FIELDS = frozenset(ITEM_COLUMNS[3:])
+_TEXT_LIMIT = 200                  # characters of one value in ``detail`` (payloads, states)
 WATERMARK_COLUMNS = ["operator", "stage", "key_group", "watermark_in_ms", "watermark_out_ms", "senders"]
 
 
@@ -45,9 +57,36 @@ class StateView:
     watermarks: pd.DataFrame
     batch_id: int | None
 
-    def of(self, stage: str) -> pd.DataFrame:
-        """The items of one stage."""
-        return self.items[self.items["stage"] == stage].reset_index(drop=True)
+    def of(self, stage: str, item: str | None = None) -> pd.DataFrame:
+        """The items of one stage (of one kind: ``item="window"``, ...)."""
+        keep = self.items["stage"] == stage
+        if item is not None:
+            keep &= self.items["item"] == item
+        return self.items[keep].reset_index(drop=True)
+
+
+def state_item(item: str, *, key: Any = None, query_id: str | None = None, start_ms: int | None = None,
+               end_ms: int | None = None, count: int | None = None, **detail: Any) -> dict:
+    """One row of :meth:`keygroups.Stage.describe_state`: what ``item`` it is (``window``,
+    ``slice``, ``held``, ``query``, ...), of which ``key`` and ``query_id``, its ``[start_ms,
+    end_ms)`` and ``count``; every other field goes into ``detail`` as ``name=value; ...`` text
+    (fields that are None left out; a value's text cut at 200 characters)."""
+    return {"item": item, "key": key, "query_id": query_id, "start_ms": _int(start_ms), "end_ms": _int(end_ms),
+            "count": _int(count),
+            "detail": "; ".join(f"{k}={_text(v)}" for k, v in detail.items() if v is not None) or None}
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _text(v: Any) -> str:
+    if hasattr(v, "item") and getattr(v, "ndim", None) == 0:       # a numpy scalar
+        v = v.item()
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    text = v if isinstance(v, str) else repr(v)
+    return text if len(text) <= _TEXT_LIMIT else text[:_TEXT_LIMIT - 3] + "..."
 
 
 def _senders(state) -> dict[str, Any]:
@@ -67,6 +106,10 @@ def describe_operator(spec: OperatorSpec, key_group: int, blob: bytes) -> tuple[
     wm_in = st.tracker.low_watermark_ms
     for i, (stage, state) in enumerate(zip(spec.stages, st.states)):
         for row in stage.describe_state(state):
+            unknown = set(row) - _ROW_FIELDS
+            if unknown:
+                raise InvalidArgumentError(f"stage {stage.name!r}: describe_state gave fields {sorted(unknown)}; "
+                                           f"a row has {sorted(_ROW_FIELDS)} (keygroups.state_view.state_item)")
             items.append({"operator": op, "stage": str(stage.name), "key_group": key_group, **row})
         marks.append({"operator": op, "stage": str(stage.name), "key_group": key_group, "watermark_in_ms": wm_in,
                       "watermark_out_ms": st.out_watermarks[i], "senders": _senders(st) if i == 0 else None})
@@ -122,6 +165,34 @@ def _match(expected: list[tuple[OperatorSpec, set]], decoded: dict[int, list[tup
     return out
 
 
+def _view(operators: list[tuple[OperatorSpec, list[tuple[int, bytes]]]], batch_id: int | None) -> StateView:
+    """The view of every operator's key-group states, in the order given."""
+    items: list[dict] = []
+    marks: list[dict] = []
+    for spec, groups in operators:
+        for kg, blob in groups:
+            its, ms = describe_operator(spec, kg, blob)
+            items += its
+            marks += ms
+    ints = {"key_group": "int64", "start_ms": "Int64", "end_ms": "Int64", "count": "Int64"}
+    return StateView(pd.DataFrame(items, columns=ITEM_COLUMNS).astype(ints),
+                     pd.DataFrame(marks, columns=WATERMARK_COLUMNS).astype(
+                         {"key_group": "int64", "watermark_in_ms": "Int64", "watermark_out_ms": "Int64"}),
+                     batch_id)
+
+
+def local_state(pipeline: Any, states: dict[str, dict[int, bytes]], fuse: bool = True) -> StateView:
+    """The :class:`StateView` of the states :meth:`keygroups.Pipeline.run_local` left in
+    ``states`` (its ``states=`` argument: ``{operator name: {key group: bytes}}``); ``fuse`` as
+    the run's. Operators are in the order of the plan (the source's first)."""
+    specs = [spec for spec, _ in _expected_upstreams(pipeline, fuse)]
+    unknown = set(states) - {s.name for s in specs}
+    if unknown:
+        raise InvalidArgumentError(f"local_state: operators {sorted(unknown)} are not this pipeline's "
+                                   f"({[s.name for s in specs]}; run with the same fuse=?)")
+    return _view([(spec, sorted(states.get(spec.name, {}).items())) for spec in specs], None)
+
+
 def read_state(checkpoint: str, pipeline: Any, spark: Any = None, batch_id: int | None = None,
                fuse: bool = True) -> StateView:
     """The committed state of the query that ``pipeline`` (the :class:`keygroups.Pipeline` applied
@@ -147,12 +218,5 @@ def read_state(checkpoint: str, pipeline: Any, spark: Any = None, batch_id: int 
         decoded[r["operatorId"]] = sorted((int(k), bytes(b)) for k, b in rows if b is not None)
     decoded = {k: v for k, v in decoded.items() if v}
     mapping = _match(_expected_upstreams(pipeline, fuse), decoded)
-    items: list[dict] = []
-    marks: list[dict] = []
-    for op_id in sorted(decoded, reverse=True):                 # source first
-        for kg, blob in decoded[op_id]:
-            its, ms = describe_operator(mapping[op_id], kg, blob)
-            items += its
-            marks += ms
     last = batch_id if batch_id is not None else max((r["maxBatchId"] for r in ours), default=None)
-    return StateView(pd.DataFrame(items, columns=ITEM_COLUMNS), pd.DataFrame(marks, columns=WATERMARK_COLUMNS), last)
+    return _view([(mapping[op_id], decoded[op_id]) for op_id in sorted(decoded, reverse=True)], last)  # source first

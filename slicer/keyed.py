@@ -67,7 +67,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from dataflow_kafka.slicer.compile import compile_window
-from dataflow_kafka.slicer.results import WindowResults, object_array
+from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME, progression_points
 from dataflow_kafka.windowing.aggregations import declared_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, next_query_id
@@ -342,7 +342,7 @@ class KeyedSlicingOperator(WindowQueries):
         own = self._own_starts()
         changed = upd & ~self.fresh[q]           # updates that need records since the last watermark
         self.fresh[:] = False
-        codes, results = self._windows(q, s, e, upd, names, changed, own)
+        codes, results, _ = self._windows(q, s, e, upd, names, changed, own)
         keys = object_array(self.keys)[codes]
         self.watermark = wm
         self.dirty[:] = False
@@ -372,14 +372,14 @@ class KeyedSlicingOperator(WindowQueries):
                     out[i, code] = c
         return out
 
-    def _windows(self, q, s, e, upd, names, changed, own=None) -> tuple[np.ndarray, WindowResults]:
+    def _windows(self, q, s, e, upd, names, changed, own=None) -> tuple[np.ndarray, WindowResults, np.ndarray]:
         """Aggregates of every (key, window) pair that holds records (``changed``: that got
         records since the last watermark), and, with ``own`` (:meth:`_own_starts`), that start at
-        or after the key's own coverage start."""
+        or after the key's own coverage start: ``(key codes, results, record counts)``."""
         keys = np.flatnonzero(np.bincount(self.kc, minlength=len(self.keys)))
         n_w = e.size
         if n_w == 0 or keys.size == 0:
-            return np.zeros(0, np.int64), WindowResults.concat(names, [])
+            return np.zeros(0, np.int64), WindowResults.concat(names, []), np.zeros(0, np.int64)
         # position of (key, time) in the table, sorted by (key, cell): one searchsorted per bound
         base = int(min(self.cell.min(), s.min()))
         shift = max(1, int(max(self.cell.max(), e.max()) - base + 1).bit_length())
@@ -415,7 +415,38 @@ class KeyedSlicingOperator(WindowQueries):
         values = [a.from_components(parts) for a in self.aggregations]
         res = WindowResults(names, object_array(self.query_ids)[q[w]], np.full(kk.size, TIME.value, object),
                             s[w], e[w], upd[w].copy(), values, q[w])
-        return kk, res
+        return kk, res, count
+
+    # ------------------------------------------------------------------ reading the state
+    def slices(self) -> Slices:
+        """The table's slices (each holds records), ``keys`` the key of each; a slice ends at the
+        next edge of the queries' grid. Read only."""
+        cell = self.cell
+        nxt = (cell[None, :] + 1 + (self._phases[:, None] - cell[None, :] - 1) % self._periods[:, None]).min(axis=0) \
+            if cell.size else np.zeros(0, np.int64)
+        return Slices(TIME.value, cell.copy(), nxt.tolist(), self.cnt.copy(), None, self.tmax.copy(),
+                      object_array(self.keys)[self.kc])
+
+    def open_windows(self) -> OpenWindows:
+        """Every (key, window) that holds records and that later watermarks may still emit or
+        update: ending after ``watermark - allowed_lateness_ms``, from the coverage starts on
+        (:class:`~slicer.results.OpenWindows`; rows by key code, end, query, start). Read only."""
+        names = [a.name for a in self.aggregations]
+        empty = OpenWindows(WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool),
+                            np.zeros(0, object))
+        if self.kc.size == 0 or not self.query_ids:
+            return empty
+        lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
+        wm = self.watermark
+        lo = lo_data if wm is None else max(wm - self.allowed_lateness_ms, lo_data)
+        q, e = progression_points(self.slide, self._end_phase, lo, hi_data + self.size)
+        s = e - self.size[q]
+        covered = s >= self.start_at[q]
+        q, s, e = q[covered], s[covered], e[covered]
+        none = np.zeros(e.size, bool)
+        codes, res, count = self._windows(q, s, e, none, names, none, self._own_starts())
+        pending = self.fresh[res.rank] | (True if wm is None else res.end > wm)
+        return OpenWindows(res, count, np.broadcast_to(pending, (len(res),)).copy(), object_array(self.keys)[codes])
 
     def _edge_values(self, c: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Value of the first (``c="f"``) or last (``"l"``) record of each slice range: the slice

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.slicer.describe import describe_engine, describe_keyed, describe_queries
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import object_array
@@ -152,6 +153,16 @@ class SlicerStage(Stage):
             return KeyedSlicingOperator.from_bytes(payload, SlicingWindowOperator.from_bytes(self._template_bytes))
         template, engines = pickle.loads(payload)
         return {"template": SlicingWindowOperator.from_bytes(template), "engines": engines}
+
+    def describe_state(self, state: Any) -> list[dict]:
+        """The queries, and per key its slices and open windows (:mod:`slicer.describe`)."""
+        if self.keyed:
+            return describe_keyed(state)
+        template = state["template"]
+        rows = describe_queries(template)
+        for key in list(state["engines"]):
+            rows += describe_engine(key, self._engine(state, key, None), template)
+        return rows
 
     @staticmethod
     def _engine(state: dict, key: Any, watermark: int | None) -> SlicingWindowOperator:

@@ -72,7 +72,7 @@ import dataclasses
 import warnings
 import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks._trigger_runtime import Layout, build
@@ -84,7 +84,7 @@ from dataflow_kafka.watermarks.windows import (
 from dataflow_kafka.windowing import AggregateFunction, ToList, Window
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["TriggerDriver", "LateDataDropped"]
+__all__ = ["TriggerDriver", "LateDataDropped", "WindowState"]
 
 _FORMAT = 3  # 2: per-window watermark hold (Beam's element hold); 3: + what a window showed, gone sessions
 _READS = (2, 3)
@@ -98,6 +98,26 @@ class _Ctx:
 class LateDataDropped(UserWarning):
     """Data were dropped because their window was past ``end + allowed_lateness_ms`` (warned once
     per driver; every drop is counted in ``dropped_late``)."""
+
+
+class WindowState(NamedTuple):
+    """One live window of a key, as :meth:`TriggerDriver.window_states` shows it: ``panes`` fired
+    so far, ``new_data`` (elements not yet in a pane), ``closed`` (its trigger finished: later
+    elements are dropped), ``past_end`` (a pane fired at or after its end), ``hold_ms`` (the next
+    pane's timestamp when it is not the window's end), ``expires_ms`` (the watermark that garbage
+    collects it: end plus the allowed lateness), ``waiting`` (what its trigger waits for, as
+    text), ``accumulator`` (the combiner's; ``None`` once closed)."""
+
+    key: Any
+    window: IntervalWindow
+    panes: int
+    new_data: bool
+    closed: bool
+    past_end: bool
+    hold_ms: int | None
+    expires_ms: int
+    waiting: str
+    accumulator: Any
 
 
 class _WindowState:
@@ -225,6 +245,21 @@ class TriggerDriver:
     def windows(self, key: Any = None) -> list[IntervalWindow]:
         """Live windows of ``key`` (not yet garbage collected), by start."""
         return sorted(self._keys.get(key, ()))
+
+    def window_states(self) -> list[WindowState]:
+        """Every live window of every key (keys in first-seen order, windows by start), as
+        :class:`WindowState`; reads the state only."""
+        ctx = _Ctx()
+        ctx.watermark, ctx.now = self._ctx.watermark, self._ctx.now
+        out = []
+        for key, ws in self._keys.items():
+            for w in sorted(ws):
+                st = ws[w]
+                ctx.end = w.end_ms
+                out.append(WindowState(key, w, st.next_index, st.dirty, st.closed, st.after_end, st.hold,
+                                       self._gc_time(w), "finished" if st.closed else self._root.waiting(st.trig, ctx),
+                                       st.acc))
+        return out
 
     def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Add ``(value, event_time_ms)`` pairs for ``key``; returns the panes that fired."""

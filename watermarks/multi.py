@@ -265,6 +265,31 @@ class MultiQueryDriver(WindowQueries):
         qid = query_id if query_id is not None else next(iter(self._queries))
         return self._queries[qid].driver.windows(key)
 
+    # -- reading the state ---------------------------------------------------------------------
+
+    def driver(self, query_id: str) -> TriggerDriver:
+        """Query ``query_id``'s :class:`TriggerDriver` (its windows: ``window_states()``); read it only."""
+        return self._queries[query_id].driver
+
+    def reported_from(self, query_id: str) -> int | None:
+        """Panes of the query's windows starting before this are not emitted (``None``: no limit)."""
+        r = self._queries[query_id].report_from
+        return None if r == BEGINNING_OF_TIME_MS else r
+
+    @property
+    def history_from_ms(self) -> int | None:
+        """The history holds the elements from this event time on (``None``: all so far)."""
+        return None if self._floor == BEGINNING_OF_TIME_MS else self._floor
+
+    def history(self) -> dict[Any, list[tuple[Any, int]]]:
+        """The elements kept for queries added later, per key (``(value, event_time_ms)``, in
+        arrival order); a copy."""
+        return {k: list(v) for k, v in self._history.items()}
+
+    def pending_panes(self) -> list[Pane]:
+        """Panes computed but not yet returned (a query added since the last call)."""
+        return list(self._pending)
+
     def _each(self, step) -> list[Pane]:
         out, self._pending = self._pending, []
         for qid, q in self._queries.items():

@@ -43,10 +43,11 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
-from dataflow_kafka.windowing import ToList, Window
+from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, ToList, Window
 from dataflow_kafka.windowing.commands import WINDOW_OPS
 from dataflow_kafka.windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, json_value, key_specs, output_watermark, window_command,
@@ -155,6 +156,41 @@ class WindowingStage(Stage):
         d.load_bytes(blob)
         return d
 
+    def describe_state(self, driver: MultiQueryDriver) -> list[dict]:
+        """The driver's clock (``time``: watermark, processing time), the queries (``start_ms``:
+        coverage start of a query added while running), per key the elements kept for queries
+        added later (``held``), and per query and key every live window (``window``: not yet
+        garbage collected, i.e. ``end + allowed_lateness_ms`` beyond the watermark): ``count``
+        the key's held elements in it (None where it starts before them), ``panes`` fired,
+        ``new_data`` (elements not yet in a pane), ``closed``, ``next`` (what its trigger waits
+        for), ``hold_ms`` (the next pane's timestamp), ``expires_ms``, ``value`` (the combiner's
+        output now: what the next pane carries); ``pane``: a pane computed, not yet emitted."""
+        rows = [state_item("time", start_ms=_time(driver.watermark_ms), processing_time_ms=_time(driver.processing_time_ms))]
+        for qid in driver.query_ids:
+            rows.append(state_item("query", query_id=qid, start_ms=driver.coverage_start(qid),
+                                   window=driver.window(qid), reported_from_ms=driver.reported_from(qid)))
+        floor = driver.history_from_ms
+        held = {}
+        for key, elems in driver.history().items():
+            ts = np.sort(np.fromiter((t for _, t in elems), np.int64, len(elems)))
+            held[key] = ts
+            rows.append(state_item("held", key=key, start_ms=ts[0], end_ms=ts[-1] + 1, count=ts.size,
+                                   kept_from_ms=floor))
+        for qid in driver.query_ids:
+            d = driver.driver(qid)
+            for w in d.window_states():
+                ts = held.get(w.key, np.zeros(0, np.int64))
+                s, e = w.window.start_ms, w.window.end_ms
+                n = None if floor is not None and s < floor else int(np.searchsorted(ts, e) - np.searchsorted(ts, s))
+                rows.append(state_item("window", key=w.key, query_id=qid, start_ms=s, end_ms=e, count=n,
+                                       panes=w.panes, new_data=w.new_data, closed=w.closed or None, next=w.waiting,
+                                       hold_ms=w.hold_ms, expires_ms=w.expires_ms,
+                                       value=None if w.closed else d.combiner.extract_output(w.accumulator)))
+        for p in driver.pending_panes():
+            rows.append(state_item("pane", key=p.key, query_id=p.query_id, start_ms=p.start_ms, end_ms=p.end_ms,
+                                   pane_index=p.index, timing=p.timing.name, value=p.value))
+        return rows
+
     # -- one batch --------------------------------------------------------------------------------
     def process(self, driver: MultiQueryDriver, batch: StageInput) -> StageOutput:
         errors = []
@@ -256,3 +292,8 @@ def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         return None
     return float(v)
+
+
+def _time(ms: int) -> int | None:
+    """A driver's clock reading; ``None`` before the first (the beginning of time)."""
+    return None if ms <= BEGINNING_OF_TIME_MS else ms
