@@ -35,7 +35,7 @@ from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups.operator import OperatorSpec, load_operator_state
 from dataflow_kafka.keygroups.punctuation import InputWatermarks
 
-__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "ITEM_COLUMNS"]
+__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "parse_detail", "ITEM_COLUMNS"]
 
 STATE_NAME = "operator"            # the value state every StageProcessor keeps (keygroups.processor)
 ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "query_id", "start_ms", "end_ms", "count",
@@ -63,6 +63,27 @@ class StateView:
         if item is not None:
             keep &= self.items["item"] == item
         return self.items[keep].reset_index(drop=True)
+
+    def table(self, stage: str, item: str) -> pd.DataFrame:
+        """The items of one stage and kind with each ``detail`` field as a column (text)."""
+        rows = self.of(stage, item)
+        fields = [parse_detail(d) for d in rows["detail"]]
+        extra = pd.DataFrame(fields, index=rows.index, dtype=object)
+        return pd.concat([rows.drop(columns=["detail"]), extra], axis=1)
+
+
+def parse_detail(text: str | None) -> dict[str, str]:
+    """A ``detail`` text back into its fields (``name=value; ...``; values as text)."""
+    out: dict[str, str] = {}
+    last = None
+    for part in (text or "").split("; ") if text else ():
+        name, eq, value = part.partition("=")
+        if eq and name.isidentifier():
+            out[name] = value
+            last = name
+        elif last is not None:                  # a value that holds "; " itself
+            out[last] += "; " + part
+    return out
 
 
 def state_item(item: str, *, key: Any = None, query_id: str | None = None, start_ms: int | None = None,
