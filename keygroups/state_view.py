@@ -35,12 +35,12 @@ from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups.operator import OperatorSpec, load_operator_state
 from dataflow_kafka.keygroups.punctuation import InputWatermarks
 
-__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "parse_detail", "ITEM_COLUMNS"]
+__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "ITEM_COLUMNS"]
 
 STATE_NAME = "operator"            # the value state every StageProcessor keeps (keygroups.processor)
 ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "query_id", "start_ms", "end_ms", "count",
                 "detail"]
-_ROW_FIELDS = frozenset(ITEM_COLUMNS[3:])
+_ROW_FIELDS = frozenset(ITEM_COLUMNS[3:] + ["fields"])
 _TEXT_LIMIT = 200                  # characters of one value in ``detail`` (payloads, states)
 WATERMARK_COLUMNS = ["operator", "stage", "key_group", "watermark_in_ms", "watermark_out_ms", "senders"]
 
@@ -49,41 +49,34 @@ WATERMARK_COLUMNS = ["operator", "stage", "key_group", "watermark_in_ms", "water
 class StateView:
     """A checkpoint's state, as two tables (pandas): ``items`` (one row per window, slice, held
     record group, ... of a stage and key: ``operator``, ``stage``, ``key_group``, ``key``,
-    ``item``, ``start_ms``, ``end_ms``, ``count``, ``detail``) and ``watermarks`` (per stage and
-    key group: its input and output low watermarks; ``senders``: the newest punctuation of each
-    sender, on the operator's first stage). ``batch_id``: the batch whose committed state this is."""
+    ``item``, ``query_id``, ``start_ms``, ``end_ms``, ``count``, ``detail``: the other fields as
+    text) and ``watermarks`` (per stage and key group: its input and output low watermarks;
+    ``senders``: the newest punctuation of each sender, on the operator's first stage).
+    ``batch_id``: the batch whose committed state this is; :meth:`table` gives the other fields
+    as typed columns."""
 
     items: pd.DataFrame
     watermarks: pd.DataFrame
     batch_id: int | None
+    fields: pd.Series | None = None            # per row of ``items`` (same index): its detail fields, typed
 
-    def of(self, stage: str, item: str | None = None) -> pd.DataFrame:
-        """The items of one stage (of one kind: ``item="window"``, ...)."""
+    def _rows(self, stage: str, item: str | None) -> pd.Series:
         keep = self.items["stage"] == stage
         if item is not None:
             keep &= self.items["item"] == item
-        return self.items[keep].reset_index(drop=True)
+        return keep
+
+    def of(self, stage: str, item: str | None = None) -> pd.DataFrame:
+        """The items of one stage (of one kind: ``item="window"``, ...)."""
+        return self.items[self._rows(stage, item)].reset_index(drop=True)
 
     def table(self, stage: str, item: str) -> pd.DataFrame:
-        """The items of one stage and kind with each ``detail`` field as a column (text)."""
-        rows = self.of(stage, item)
-        fields = [parse_detail(d) for d in rows["detail"]]
-        extra = pd.DataFrame(fields, index=rows.index, dtype=object)
-        return pd.concat([rows.drop(columns=["detail"]), extra], axis=1)
-
-
-def parse_detail(text: str | None) -> dict[str, str]:
-    """A ``detail`` text back into its fields (``name=value; ...``; values as text)."""
-    out: dict[str, str] = {}
-    last = None
-    for part in (text or "").split("; ") if text else ():
-        name, eq, value = part.partition("=")
-        if eq and name.isidentifier():
-            out[name] = value
-            last = name
-        elif last is not None:                  # a value that holds "; " itself
-            out[last] += "; " + part
-    return out
+        """The items of one stage and kind with each ``detail`` field as a column of its value."""
+        keep = self._rows(stage, item)
+        rows = self.items[keep].drop(columns=["detail"])
+        fields = self.fields[keep] if self.fields is not None else pd.Series([None] * len(rows), index=rows.index)
+        extra = pd.DataFrame([f or {} for f in fields], index=rows.index, dtype=object)
+        return pd.concat([rows, extra], axis=1).reset_index(drop=True)
 
 
 def state_item(item: str, *, key: Any = None, query_id: str | None = None, start_ms: int | None = None,
@@ -91,19 +84,24 @@ def state_item(item: str, *, key: Any = None, query_id: str | None = None, start
     """One row of :meth:`keygroups.Stage.describe_state`: what ``item`` it is (``window``,
     ``slice``, ``held``, ``query``, ...), of which ``key`` and ``query_id``, its ``[start_ms,
     end_ms)`` and ``count``; every other field goes into ``detail`` as ``name=value; ...`` text
-    (fields that are None left out; a value's text cut at 200 characters)."""
+    (fields that are None left out; a value's text cut at 200 characters), and, typed, into
+    ``fields`` (:meth:`StateView.table`)."""
+    fields = {k: _plain(v) for k, v in detail.items() if v is not None}
     return {"item": item, "key": key, "query_id": query_id, "start_ms": _int(start_ms), "end_ms": _int(end_ms),
-            "count": _int(count),
-            "detail": "; ".join(f"{k}={_text(v)}" for k, v in detail.items() if v is not None) or None}
+            "count": _int(count), "detail": "; ".join(f"{k}={_text(v)}" for k, v in fields.items()) or None,
+            "fields": fields or None}
 
 
 def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python value."""
+    return v.item() if hasattr(v, "item") and getattr(v, "ndim", None) == 0 else v
+
+
 def _text(v: Any) -> str:
-    if hasattr(v, "item") and getattr(v, "ndim", None) == 0:       # a numpy scalar
-        v = v.item()
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     text = v if isinstance(v, str) else repr(v)
@@ -196,10 +194,11 @@ def _view(operators: list[tuple[OperatorSpec, list[tuple[int, bytes]]]], batch_i
             items += its
             marks += ms
     ints = {"key_group": "int64", "start_ms": "Int64", "end_ms": "Int64", "count": "Int64"}
+    fields = pd.Series([row.pop("fields", None) for row in items], dtype=object)
     return StateView(pd.DataFrame(items, columns=ITEM_COLUMNS).astype(ints),
                      pd.DataFrame(marks, columns=WATERMARK_COLUMNS).astype(
                          {"key_group": "int64", "watermark_in_ms": "Int64", "watermark_out_ms": "Int64"}),
-                     batch_id)
+                     batch_id, fields)
 
 
 def local_state(pipeline: Any, states: dict[str, dict[int, bytes]], fuse: bool = True) -> StateView:

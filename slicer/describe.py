@@ -8,13 +8,15 @@ Rows (:func:`keygroups.state_view.state_item`) per key group, for both forms of
   (windows starting before it are never reported: a query added while running, :mod:`slicer.coverage`);
   ``coverage``: a key whose own coverage start is later;
 * ``slice``: a slice that holds records (Scotty §5.2): ``[start_ms, end_ms)`` (``end_ms`` None:
-  the open last slice), ``count`` records, ``newest_ms`` (and ``oldest_ms``) record time; count
-  windows' slices span record positions (``positions``);
+  the open last slice), ``count`` records, ``newest_ms`` (and ``oldest_ms``) record time; a count
+  window's slice covers the record positions ``positions`` ``(first, end)`` (end None: open),
+  ``[start_ms, end_ms)`` the times of its records;
 * ``window``: a window that holds records and can still be emitted or updated: its end is past
   the watermark minus the allowed lateness (each window type by its emission rule); ``state``
   ``pending`` (the watermark has not reached it) or ``emitted`` (records within the allowed
   lateness may still update it), ``count`` records and ``value`` the current aggregates. Windows already
-  final are not listed, so a sliding window of many instances costs what its open ones do.
+  final are not listed, so a sliding window of many instances costs what its open ones do. A count
+  window's bounds are ``positions``.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def _slice_rows(sl: Slices, key: Any, extra: dict) -> list[dict]:
     keys = sl.keys.tolist() if sl.keys is not None else [key] * len(sl.start)
     oldest = sl.oldest.tolist() if sl.oldest is not None else [None] * len(sl.start)
     if sl.measure == "count":                   # bounds are record positions: times as the span of its records
-        return [state_item("slice", key=k, start_ms=lo, end_ms=hi + 1, count=n, measure="count",
-                           positions=f"[{s}, {'' if e is None else e})", **extra)
+        return [state_item("slice", key=k, start_ms=lo, end_ms=hi + 1, count=n, measure="count", positions=(s, e),
+                           **extra)
                 for k, s, e, n, lo, hi in zip(keys, sl.start.tolist(), sl.end, sl.count.tolist(), oldest,
                                               sl.newest.tolist())]
     return [state_item("slice", key=k, start_ms=s, end_ms=e, count=n, oldest_ms=lo, newest_ms=hi, **extra)
@@ -86,7 +88,7 @@ def _window_rows(ow: OpenWindows, key: Any, extra: dict) -> list[dict]:
                                                      ow.pending.tolist())):
         aggs = {name: col[i] for name, col in zip(res.names, values)}
         if m == "count":
-            rows.append(state_item("window", key=k, query_id=qid, count=n, measure="count", positions=f"[{s}, {e})",
+            rows.append(state_item("window", key=k, query_id=qid, count=n, measure="count", positions=(s, e),
                                    state="pending" if p else "emitted", value=aggs, **extra))
         else:
             rows.append(state_item("window", key=k, query_id=qid, start_ms=s, end_ms=e, count=n,

@@ -7,7 +7,6 @@ table and one engine per key), over out-of-order batches and any number of key g
 
 from __future__ import annotations
 
-import ast
 import math
 from collections import defaultdict
 
@@ -102,14 +101,14 @@ def reference_windows(config: str, kept: dict, wm, coverage: dict, added: bool) 
     return out
 
 
-def _value(detail: dict, name: str) -> float:
-    return float(ast.literal_eval(detail["value"])[name])
+def _value(fields: dict, name: str) -> float:
+    return float(fields["value"][name])
 
 
 def shown_windows(view) -> dict:
     out = {}
     for r in view.table("w", "window").to_dict("records"):
-        pos = ast.literal_eval(r["positions"].replace(")", "]")) if isinstance(r.get("positions"), str) else (None, None)
+        pos = r["positions"] if isinstance(r.get("positions"), tuple) else (None, None)
         start = None if pd.isna(r["start_ms"]) else int(r["start_ms"])
         end = None if pd.isna(r["end_ms"]) else int(r["end_ms"])
         out[(r["key"], r["query_id"], start, end, *pos)] = (int(r["count"]), _value(r, "sum"), r["state"] == "pending")
@@ -149,13 +148,13 @@ def test_open_windows_and_slices_equal_the_brute_force(seed, n, config, batches)
     for r in view.table("w", "slice").to_dict("records"):      # a slice's count and newest: the records in its span
         recs = kept[r["key"]]
         if r.get("measure") == "count":
-            lo, hi = (int(x) if x else None for x in r["positions"].strip("[)").split(", "))
+            lo, hi = r["positions"]
             part = recs[lo:hi]
         else:
             hi = math.inf if pd.isna(r["end_ms"]) else int(r["end_ms"])
             part = [(t, v) for t, v in recs if int(r["start_ms"]) <= t < hi]
         assert int(r["count"]) == len(part) > 0
-        newest = int(r["newest_ms"]) if "newest_ms" in r and isinstance(r["newest_ms"], str) else int(r["end_ms"]) - 1
+        newest = int(r["end_ms"]) - 1 if r.get("measure") == "count" else int(r["newest_ms"])
         assert newest == max(t for t, _ in part)
     time_slices = view.table("w", "slice")
     if "measure" in time_slices:

@@ -66,7 +66,7 @@ def test_blocks_held_items_and_key_states_equal_the_brute_force(seed, groups, n)
     if closed is None:
         assert blocks["start_ms"].isna().all()
     else:
-        assert set(blocks["closed_block"]) == {str(closed)} and set(blocks["start_ms"]) == {closed * PERIOD}
+        assert set(blocks["closed_block"]) == {closed} and set(blocks["start_ms"]) == {closed * PERIOD}
     held = view.table(name, "held")
     pending = held[held["buffer"].isna()] if "buffer" in held else held
     got = Counter()
