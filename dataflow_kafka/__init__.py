@@ -31,6 +31,8 @@ _EXPORTS = {
     "Stage": "dataflow_kafka.keygroups.stage",
     "Input": "dataflow_kafka.keygroups.stage",
     "Computed": "dataflow_kafka.keygroups.computed",
+    # a stopped query's state: per stage and key its windows, slices, held records, watermarks
+    "read_state": "dataflow_kafka.keygroups.state_view",
     # the stage adapters of the engines
     "SlicerStage": "dataflow_kafka.slicer.stage",
     "WindowingStage": "dataflow_kafka.watermarks.stage",
