@@ -89,7 +89,8 @@ class Consolidate(Stage):
     def describe_state(self, state: dict) -> list[dict]:
         """Per key the panes held (``pane``: ``[start_ms, end_ms)``, ``count`` records, partial
         ``sum``/``min``/``max``) and the windows not yet emitted that hold panes (``window``:
-        ending after the watermark; ``count``, ``value``); ``watermark``: the stage's."""
+        ending after the watermark; ``count``, ``sum``, ``min``, ``max``, ``mean`` so far); ``watermark``: the
+        stage's."""
         panes, wm = state["panes"], state["wm"]
         ps = panes["ps"]
         rows = [state_item("watermark", start_ms=wm)]
@@ -100,7 +101,7 @@ class Consolidate(Stage):
         for r in ([] if open_ is None else open_.to_dict("records")):
             rows.append(state_item("window", key=r["key"], query_id=r["query_id"], start_ms=r["window_start_ms"],
                                    end_ms=r["window_end_ms"], count=r["count"], state="pending",
-                                   value={c: r[c] for c in ("sum", "min", "max", "mean")}))
+                                   **{c: r[c] for c in ("sum", "min", "max", "mean")}))
         return rows
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:

@@ -144,15 +144,15 @@ class RunningTotal(SlotStage):
         return {**st, "table": RoutingTable.from_json(st["table"])}
 
     def describe_state(self, state: dict) -> list[dict]:
-        """Per key group the slot serves (``key_group`` in the detail): each key's running
+        """Per key group the slot serves (``kg`` in the detail): each key's running
         ``total``; rows ``held`` while the key group's state is on its way (``awaiting``: the
         hand-off it waits for)."""
-        rows = [state_item("total", key=k, key_group=kg, total=t)
+        rows = [state_item("total", key=k, kg=kg, total=t)
                 for kg in sorted(state["groups"]) for k, t in state["groups"][kg].items()]
-        rows += [state_item("awaiting", key_group=kg, handoff=name) for kg, name in sorted(state["awaiting"].items())]
+        rows += [state_item("awaiting", kg=kg, handoff=name) for kg, name in sorted(state["awaiting"].items())]
         for kg, held in sorted(state["held"].items()):
             ts = held["event_time_ms"]
-            rows.append(state_item("held", start_ms=ts.min(), end_ms=ts.max() + 1, count=len(held), key_group=kg))
+            rows.append(state_item("held", start_ms=ts.min(), end_ms=ts.max() + 1, count=len(held), kg=kg))
         return rows
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:

@@ -249,13 +249,14 @@ class Stage(ABC):
         """The state :meth:`dump_state` wrote (default: unpickled)."""
         return pickle.loads(bytes(blob))
 
-    def describe_state(self, state: Any) -> list[dict]:
+    def describe_state(self, state: Any) -> Any:
         """What a key group's state holds, for people (:func:`keygroups.state_view.read_state`):
-        one dict per item, with ``item`` (``window``, ``slice``, ``held``, ``query``, ...) and
-        any of ``key``, ``start_ms``, ``end_ms``, ``count``, ``detail`` (text). Default: the
-        state's ``repr``, shortened; engines describe their windows, slices and held records."""
-        text = repr(state)
-        return [{"item": "state", "detail": text if len(text) <= 500 else text[:497] + "..."}]
+        one row per item (:func:`keygroups.state_view.state_item`: ``item`` such as ``window``,
+        ``slice``, ``held``, ``query``; ``key``, ``query_id``, ``start_ms``, ``end_ms``,
+        ``count``; any other field is detail), as a list of dicts or a DataFrame of those
+        columns. Default: one ``state`` row holding the state (its ``repr`` shown); the engines
+        describe their windows, slices and held records."""
+        return [{"item": "state", "state": state}]
 
     @abstractmethod
     def process(self, state: Any, batch: StageInput) -> StageOutput:

@@ -26,21 +26,25 @@ inside the bytes: the windows, slices and held records come from the stages (thi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups.operator import OperatorSpec, load_operator_state
 from dataflow_kafka.keygroups.punctuation import InputWatermarks
 
-__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "ITEM_COLUMNS"]
+__all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "concat_rows", "ITEM_COLUMNS",
+           "ROW_COLUMNS"]
 
 STATE_NAME = "operator"            # the value state every StageProcessor keeps (keygroups.processor)
 ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "query_id", "start_ms", "end_ms", "count",
                 "detail"]
-_ROW_FIELDS = frozenset(ITEM_COLUMNS[3:] + ["fields"])
+ROW_COLUMNS = ITEM_COLUMNS[3:-1]   # what a stage's description gives besides its detail fields
+_RESERVED = frozenset(ITEM_COLUMNS[:3] + ["detail"])
 _TEXT_LIMIT = 200                  # characters of one value in ``detail`` (payloads, states)
 WATERMARK_COLUMNS = ["operator", "stage", "key_group", "watermark_in_ms", "watermark_out_ms", "senders"]
 
@@ -52,60 +56,132 @@ class StateView:
     ``item``, ``query_id``, ``start_ms``, ``end_ms``, ``count``, ``detail``: the other fields as
     text) and ``watermarks`` (per stage and key group: its input and output low watermarks;
     ``senders``: the newest punctuation of each sender, on the operator's first stage).
-    ``batch_id``: the batch whose committed state this is; :meth:`table` gives the other fields
-    as typed columns."""
+    ``batch_id``: the batch whose committed state this is. ``rows`` are ``items`` without the
+    text, ``fields`` the detail fields, typed, one column each (same index): the text is made when
+    ``items`` or :meth:`of` is read, for the rows read; :meth:`table` gives the typed fields."""
 
-    items: pd.DataFrame
+    rows: pd.DataFrame
     watermarks: pd.DataFrame
     batch_id: int | None
-    fields: pd.Series | None = None            # per row of ``items`` (same index): its detail fields, typed
+    fields: pd.DataFrame
+
+    @functools.cached_property
+    def items(self) -> pd.DataFrame:
+        return self.rows.assign(detail=_detail(self.fields))
 
     def _rows(self, stage: str, item: str | None) -> pd.Series:
-        keep = self.items["stage"] == stage
+        keep = self.rows["stage"] == stage
         if item is not None:
-            keep &= self.items["item"] == item
+            keep &= self.rows["item"] == item
         return keep
 
     def of(self, stage: str, item: str | None = None) -> pd.DataFrame:
         """The items of one stage (of one kind: ``item="window"``, ...)."""
-        return self.items[self._rows(stage, item)].reset_index(drop=True)
+        keep = self._rows(stage, item)
+        return self.rows[keep].assign(detail=_detail(self.fields[keep])).reset_index(drop=True)
 
     def table(self, stage: str, item: str) -> pd.DataFrame:
-        """The items of one stage and kind with each ``detail`` field as a column of its value."""
+        """The items of one stage and kind with each of their detail fields as a column of its value."""
         keep = self._rows(stage, item)
-        rows = self.items[keep].drop(columns=["detail"])
-        fields = self.fields[keep] if self.fields is not None else pd.Series([None] * len(rows), index=rows.index)
-        extra = pd.DataFrame([f or {} for f in fields], index=rows.index, dtype=object)
-        return pd.concat([rows, extra], axis=1).reset_index(drop=True)
+        extra = self.fields[keep].dropna(axis=1, how="all")
+        return pd.concat([self.rows[keep], extra], axis=1).reset_index(drop=True)
 
 
 def state_item(item: str, *, key: Any = None, query_id: str | None = None, start_ms: int | None = None,
                end_ms: int | None = None, count: int | None = None, **detail: Any) -> dict:
     """One row of :meth:`keygroups.Stage.describe_state`: what ``item`` it is (``window``,
     ``slice``, ``held``, ``query``, ...), of which ``key`` and ``query_id``, its ``[start_ms,
-    end_ms)`` and ``count``; every other field goes into ``detail`` as ``name=value; ...`` text
-    (fields that are None left out; a value's text cut at 200 characters), and, typed, into
-    ``fields`` (:meth:`StateView.table`)."""
-    fields = {k: _plain(v) for k, v in detail.items() if v is not None}
+    end_ms)`` and ``count``; the other fields (None ones left out) are its detail: typed in
+    :attr:`StateView.fields`, as ``name=value; ...`` text in the ``detail`` column (a value's text
+    cut at 200 characters). A stage with many rows may give a DataFrame of these columns instead."""
     return {"item": item, "key": key, "query_id": query_id, "start_ms": _int(start_ms), "end_ms": _int(end_ms),
-            "count": _int(count), "detail": "; ".join(f"{k}={_text(v)}" for k, v in fields.items()) or None,
-            "fields": fields or None}
+            "count": _int(count), **{k: v for k, v in detail.items() if v is not None}}
 
 
 def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def _plain(v: Any) -> Any:
-    """A numpy scalar as the Python value."""
-    return v.item() if hasattr(v, "item") and getattr(v, "ndim", None) == 0 else v
-
-
 def _text(v: Any) -> str:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
-    text = v if isinstance(v, str) else repr(v)
+    text = v if isinstance(v, str) else repr(v.item() if isinstance(v, np.generic) else v)
     return text if len(text) <= _TEXT_LIMIT else text[:_TEXT_LIMIT - 3] + "..."
+
+
+def _texts(values: np.ndarray) -> np.ndarray:
+    """The text of each value (vectorised for numbers and strings), as a numpy string array."""
+    kind = values.dtype.kind
+    if kind in "iubU":
+        return values.astype(str)
+    if kind == "f":                        # shortest round-trip text; whole numbers without ".0"
+        out = values.astype(str)
+        whole = np.isfinite(values) & (values == np.round(values)) & (np.abs(values) < 2.0 ** 53)
+        if whole.any():
+            out = out.astype(object)
+            out[whole] = values[whole].astype(np.int64).astype(str)
+            out = out.astype(str)
+        return out
+    if kind == "O" and pd.api.types.infer_dtype(values, skipna=False) == "string":
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        if (lengths <= _TEXT_LIMIT).all():
+            return values.astype(str)
+    return np.array([_text(v) for v in values], dtype=object).astype(str)
+
+
+def _detail(fields: pd.DataFrame) -> pd.Series:
+    """``name=value; ...`` of each row's fields that are not null, in column order. Rows are
+    grouped by which fields they have (few patterns), each group joined with numpy's string ops."""
+    n, names = len(fields), list(fields.columns)
+    if n == 0 or not names:
+        return pd.Series([None] * n, index=fields.index, dtype=object)
+    present = np.column_stack([~pd.isna(fields[c].to_numpy()) for c in names])
+    code = np.zeros(n, np.int64) if len(names) <= 62 else None
+    if code is not None:
+        for j in range(len(names)):
+            code |= present[:, j].astype(np.int64) << j
+        patterns, which = np.unique(code, return_inverse=True)
+        patterns = (patterns[:, None] >> np.arange(len(names))) & 1 == 1
+    else:
+        patterns, which = np.unique(present, axis=0, return_inverse=True)
+    order = np.argsort(which.ravel(), kind="stable")
+    bounds = np.searchsorted(which.ravel()[order], np.arange(len(patterns) + 1))
+    out = np.full(n, None, dtype=object)
+    for p, pattern in enumerate(patterns):
+        rows = order[bounds[p]:bounds[p + 1]]
+        text = None
+        for c, has in zip(names, pattern):
+            if has:
+                piece = np.char.add(c + "=", _texts(fields[c].to_numpy()[rows]))
+                text = piece if text is None else np.char.add(np.char.add(text, "; "), piece)
+        if text is not None:
+            out[rows] = text.tolist()
+    return pd.Series(out, index=fields.index, dtype=object)
+
+
+def concat_rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Description frames one below the other (columns in order of first appearance; a column a
+    frame leaves empty does not decide the column's type)."""
+    def filled(f: pd.DataFrame) -> pd.DataFrame:
+        empty = [c for c in f.columns if f[c].first_valid_index() is None]
+        return f.drop(columns=empty) if empty else f
+
+    return pd.concat([filled(f) for f in frames], ignore_index=True, sort=False)
+
+
+def _described(stage: Any, state: Any) -> pd.DataFrame:
+    """A stage's description as a frame of :data:`ROW_COLUMNS` and its detail fields."""
+    rows = stage.describe_state(state)
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame.from_records(list(rows))
+    bad = [c for c in frame.columns if c in _RESERVED or not isinstance(c, str) or not c.isidentifier()]
+    if bad:
+        raise InvalidArgumentError(f"stage {stage.name!r}: describe_state gave fields {bad}, which name the view's "
+                                   f"own columns {sorted(_RESERVED)} or are not identifiers "
+                                   "(keygroups.state_view.state_item)")
+    for c in ROW_COLUMNS:
+        if c not in frame.columns:
+            frame[c] = None
+    return frame
 
 
 def _senders(state) -> dict[str, Any]:
@@ -115,21 +191,19 @@ def _senders(state) -> dict[str, Any]:
     return tracker.source_punctuations()
 
 
-def describe_operator(spec: OperatorSpec, key_group: int, blob: bytes) -> tuple[list[dict], list[dict]]:
-    """One key group's committed state of operator ``spec``: ``(items, watermarks)`` rows
-    (:class:`StateView`'s columns)."""
+def describe_operator(spec: OperatorSpec, key_group: int, blob: bytes) -> tuple[list[pd.DataFrame], list[dict]]:
+    """One key group's committed state of operator ``spec``: its stages' descriptions (frames of
+    :data:`ROW_COLUMNS` and detail fields, with ``operator``, ``stage`` and ``key_group``) and
+    its watermark rows (:class:`StateView`'s columns)."""
     st = load_operator_state(spec, blob)
     op = " > ".join(str(s.name) for s in spec.stages)
-    items: list[dict] = []
+    items: list[pd.DataFrame] = []
     marks: list[dict] = []
     wm_in = st.tracker.low_watermark_ms
     for i, (stage, state) in enumerate(zip(spec.stages, st.states)):
-        for row in stage.describe_state(state):
-            unknown = set(row) - _ROW_FIELDS
-            if unknown:
-                raise InvalidArgumentError(f"stage {stage.name!r}: describe_state gave fields {sorted(unknown)}; "
-                                           f"a row has {sorted(_ROW_FIELDS)} (keygroups.state_view.state_item)")
-            items.append({"operator": op, "stage": str(stage.name), "key_group": key_group, **row})
+        frame = _described(stage, state)
+        if len(frame):
+            items.append(frame.assign(operator=op, stage=str(stage.name), key_group=key_group))
         marks.append({"operator": op, "stage": str(stage.name), "key_group": key_group, "watermark_in_ms": wm_in,
                       "watermark_out_ms": st.out_watermarks[i], "senders": _senders(st) if i == 0 else None})
         wm_in = st.out_watermarks[i]
@@ -186,19 +260,21 @@ def _match(expected: list[tuple[OperatorSpec, set]], decoded: dict[int, list[tup
 
 def _view(operators: list[tuple[OperatorSpec, list[tuple[int, bytes]]]], batch_id: int | None) -> StateView:
     """The view of every operator's key-group states, in the order given."""
-    items: list[dict] = []
+    frames: list[pd.DataFrame] = []
     marks: list[dict] = []
     for spec, groups in operators:
         for kg, blob in groups:
             its, ms = describe_operator(spec, kg, blob)
-            items += its
+            frames += its
             marks += ms
+    every = concat_rows(frames) if frames else pd.DataFrame(columns=ITEM_COLUMNS[:-1])
+    fields = every[[c for c in every.columns if c not in ITEM_COLUMNS]]
+    rows = every.reindex(columns=ITEM_COLUMNS[:-1])
+    for c in ("key", "item", "query_id"):                  # missing: None, not NaN
+        rows[c] = rows[c].astype(object).where(rows[c].notna(), None)
     ints = {"key_group": "int64", "start_ms": "Int64", "end_ms": "Int64", "count": "Int64"}
-    fields = pd.Series([row.pop("fields", None) for row in items], dtype=object)
-    return StateView(pd.DataFrame(items, columns=ITEM_COLUMNS).astype(ints),
-                     pd.DataFrame(marks, columns=WATERMARK_COLUMNS).astype(
-                         {"key_group": "int64", "watermark_in_ms": "Int64", "watermark_out_ms": "Int64"}),
-                     batch_id, fields)
+    return StateView(rows.astype(ints), pd.DataFrame(marks, columns=WATERMARK_COLUMNS).astype(
+        {"key_group": "int64", "watermark_in_ms": "Int64", "watermark_out_ms": "Int64"}), batch_id, fields)
 
 
 def local_state(pipeline: Any, states: dict[str, dict[int, bytes]], fuse: bool = True) -> StateView:

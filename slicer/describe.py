@@ -14,9 +14,13 @@ Rows (:func:`keygroups.state_view.state_item`) per key group, for both forms of
 * ``window``: a window that holds records and can still be emitted or updated: its end is past
   the watermark minus the allowed lateness (each window type by its emission rule); ``state``
   ``pending`` (the watermark has not reached it) or ``emitted`` (records within the allowed
-  lateness may still update it), ``count`` records and ``value`` the current aggregates. Windows already
-  final are not listed, so a sliding window of many instances costs what its open ones do. A count
-  window's bounds are ``positions``.
+  lateness may still update it), ``count`` records and the current aggregates, one field per output
+  column of the stage (``sum``, ``mean``, ``m4_min``, ...; ``value_count`` for ``Count``, as
+  ``count`` is the records'). Windows already final are not listed, so a sliding window of many
+  instances costs what its open ones do. A count window's bounds are ``positions``.
+
+Built column-wise (a DataFrame per key group), so describing many keys costs numpy calls, not a
+Python call per window.
 """
 
 from __future__ import annotations
@@ -24,16 +28,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from dataflow_kafka.keygroups.state_view import state_item
+from dataflow_kafka.keygroups.state_view import ROW_COLUMNS, concat_rows, state_item
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
-from dataflow_kafka.slicer.results import OpenWindows, Slices
+from dataflow_kafka.slicer.results import OpenWindows, Slices, object_array
+from dataflow_kafka.windowing.rows import aggregation_columns
 
-__all__ = ["describe_keyed", "describe_engine", "describe_queries"]
+__all__ = ["describe_keyed", "describe_engines"]
 
 
-def describe_keyed(op: KeyedSlicingOperator, **extra: Any) -> list[dict]:
+def describe_keyed(op: KeyedSlicingOperator, **extra: Any) -> pd.DataFrame:
     """Rows of a :class:`~slicer.keyed.KeyedSlicingOperator` (every key of a key group);
     ``extra``: fields added to every row's detail."""
     rows = []
@@ -42,63 +48,71 @@ def describe_keyed(op: KeyedSlicingOperator, **extra: Any) -> list[dict]:
                                fresh=bool(op.fresh[i]) or None, **extra))
         for key in op.key_start[i]:
             rows.append(state_item("coverage", key=key, query_id=qid, start_ms=op.coverage_start(qid, key), **extra))
-    return rows + _slice_rows(op.slices(), None, extra) + _window_rows(op.open_windows(), None, extra)
+    return _frame(rows, [_slices(op.slices())], [_windows(op.open_windows(), op.aggregations)], extra)
 
 
-def describe_engine(key: Any, op: SlicingWindowOperator, template: SlicingWindowOperator | None = None,
-                    **extra: Any) -> list[dict]:
-    """Rows of key ``key``'s :class:`~slicer.SlicingWindowOperator`; its queries' coverage starts
-    where they differ from ``template``'s (the queries every key runs, listed once)."""
-    rows = []
-    for qid in op.query_ids:
-        start = op.coverage_start(qid)
-        if template is None or qid not in template.query_ids or start != template.coverage_start(qid):
-            rows.append(state_item("coverage", key=key, query_id=qid, start_ms=start, **extra))
-    for sl in op.slices():
-        rows += _slice_rows(sl, key, extra)
-    return rows + _window_rows(op.open_windows(), key, extra)
+def describe_engines(template: SlicingWindowOperator, engines: dict[Any, SlicingWindowOperator],
+                     **extra: Any) -> pd.DataFrame:
+    """Rows of one :class:`~slicer.SlicingWindowOperator` per key: the queries every key runs
+    (``template``'s, listed once), and per key its coverage starts where they differ from the
+    template's, its slices and its open windows."""
+    rows = [state_item("query", query_id=qid, start_ms=template.coverage_start(qid), window=template.window(qid),
+                       **extra) for qid in template.query_ids]
+    slices, windows = [], []
+    for key, op in engines.items():
+        for qid in op.query_ids:
+            start = op.coverage_start(qid)
+            if qid not in template.query_ids or start != template.coverage_start(qid):
+                rows.append(state_item("coverage", key=key, query_id=qid, start_ms=start, **extra))
+        slices += [_slices(sl, key) for sl in op.slices()]
+        windows.append(_windows(op.open_windows(), op.aggregations, key))
+    return _frame(rows, slices, windows, extra)
 
 
-def describe_queries(op: SlicingWindowOperator, **extra: Any) -> list[dict]:
-    """``query`` rows of a per-key operator's queries (the template every key starts from)."""
-    return [state_item("query", query_id=qid, start_ms=op.coverage_start(qid), window=op.window(qid), **extra)
-            for qid in op.query_ids]
+def _frame(rows: list[dict], slices: list[pd.DataFrame], windows: list[pd.DataFrame], extra: dict) -> pd.DataFrame:
+    parts = [pd.DataFrame.from_records(rows)] if rows else []
+    parts += [p.assign(**extra) for p in slices + windows if len(p)]
+    return concat_rows(parts) if parts else pd.DataFrame(columns=ROW_COLUMNS)
 
 
-def _slice_rows(sl: Slices, key: Any, extra: dict) -> list[dict]:
-    keys = sl.keys.tolist() if sl.keys is not None else [key] * len(sl.start)
-    oldest = sl.oldest.tolist() if sl.oldest is not None else [None] * len(sl.start)
+def _keys(keys: np.ndarray | None, key: Any, n: int) -> np.ndarray:
+    return keys if keys is not None else object_array([key] * n)
+
+
+def _slices(sl: Slices, key: Any = None) -> pd.DataFrame:
+    n = len(sl.start)
+    end = pd.array(sl.end, dtype="Int64")
+    cols: dict[str, Any] = {"item": "slice", "key": _keys(sl.keys, key, n)}
     if sl.measure == "count":                   # bounds are record positions: times as the span of its records
-        return [state_item("slice", key=k, start_ms=lo, end_ms=hi + 1, count=n, measure="count", positions=(s, e),
-                           **extra)
-                for k, s, e, n, lo, hi in zip(keys, sl.start.tolist(), sl.end, sl.count.tolist(), oldest,
-                                              sl.newest.tolist())]
-    return [state_item("slice", key=k, start_ms=s, end_ms=e, count=n, oldest_ms=lo, newest_ms=hi, **extra)
-            for k, s, e, n, lo, hi in zip(keys, sl.start.tolist(), sl.end, sl.count.tolist(), oldest,
-                                          sl.newest.tolist())]
+        cols.update(start_ms=sl.oldest, end_ms=sl.newest + 1, count=sl.count, measure="count",
+                    positions=object_array(list(zip(sl.start.tolist(), sl.end))))
+    else:
+        cols.update(start_ms=sl.start, end_ms=end, count=sl.count, oldest_ms=sl.oldest, newest_ms=sl.newest)
+    return pd.DataFrame(cols, index=pd.RangeIndex(n))
 
 
-def _window_rows(ow: OpenWindows, key: Any, extra: dict) -> list[dict]:
+def _windows(ow: OpenWindows, aggregations: list, key: Any = None) -> pd.DataFrame:
     res = ow.results
-    keys = ow.keys.tolist() if ow.keys is not None else [key] * len(res)
-    values = [_column(v) for v in res.values]
-    rows = []
-    for i, (k, qid, m, s, e, n, p) in enumerate(zip(keys, res.query_id.tolist(), res.measure.tolist(),
-                                                     res.start.tolist(), res.end.tolist(), ow.count.tolist(),
-                                                     ow.pending.tolist())):
-        aggs = {name: col[i] for name, col in zip(res.names, values)}
-        if m == "count":
-            rows.append(state_item("window", key=k, query_id=qid, count=n, measure="count", positions=(s, e),
-                                   state="pending" if p else "emitted", value=aggs, **extra))
-        else:
-            rows.append(state_item("window", key=k, query_id=qid, start_ms=s, end_ms=e, count=n,
-                                   state="pending" if p else "emitted", value=aggs, **extra))
-    return rows
-
-
-def _column(values: Any) -> list:
-    """An aggregate column as plain values (M4: a tuple per window)."""
-    if isinstance(values, np.ndarray):
-        return [tuple(x) if isinstance(x, list) else x for x in values.tolist()]
-    return [tuple(x.tolist()) if isinstance(x, np.ndarray) else x.item() if isinstance(x, np.generic) else x
-            for x in values]
+    n = len(res)
+    cols: dict[str, Any] = {"item": "window", "key": _keys(ow.keys, key, n), "query_id": res.query_id}
+    count_measure = res.measure == "count"
+    if count_measure.any():
+        cols.update(start_ms=pd.array(np.where(count_measure, None, res.start), dtype="Int64"),
+                    end_ms=pd.array(np.where(count_measure, None, res.end), dtype="Int64"),
+                    measure=np.where(count_measure, "count", None),
+                    positions=object_array([(int(s), int(e)) if c else None for s, e, c in
+                                            zip(res.start.tolist(), res.end.tolist(), count_measure.tolist())]))
+    else:
+        cols.update(start_ms=res.start, end_ms=res.end)
+    cols.update(count=ow.count, state=np.where(ow.pending, "pending", "emitted"))
+    names = [c for c, _ in aggregation_columns(aggregations)]
+    values = iter(names)
+    for fn, v in zip(aggregations, res.values):       # the aggregates, named as the stage's output columns
+        width = len(fn.spark_columns(fn.name))
+        arr = v if isinstance(v, np.ndarray) else object_array(list(v))
+        for j in range(width):
+            name = next(values)
+            col = arr[:, j] if width > 1 and arr.ndim == 2 else (
+                object_array([x[j] if x is not None else None for x in arr]) if width > 1 else arr)
+            cols["value_" + name if name in ROW_COLUMNS else name] = col
+    return pd.DataFrame(cols, index=pd.RangeIndex(n))

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
-from dataflow_kafka.slicer.describe import describe_engine, describe_keyed, describe_queries
+from dataflow_kafka.slicer.describe import describe_engines, describe_keyed
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import object_array
@@ -154,15 +154,11 @@ class SlicerStage(Stage):
         template, engines = pickle.loads(payload)
         return {"template": SlicingWindowOperator.from_bytes(template), "engines": engines}
 
-    def describe_state(self, state: Any) -> list[dict]:
+    def describe_state(self, state: Any) -> pd.DataFrame:
         """The queries, and per key its slices and open windows (:mod:`slicer.describe`)."""
         if self.keyed:
             return describe_keyed(state)
-        template = state["template"]
-        rows = describe_queries(template)
-        for key in list(state["engines"]):
-            rows += describe_engine(key, self._engine(state, key, None), template)
-        return rows
+        return describe_engines(state["template"], {k: self._engine(state, k, None) for k in list(state["engines"])})
 
     @staticmethod
     def _engine(state: dict, key: Any, watermark: int | None) -> SlicingWindowOperator:

@@ -8,6 +8,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from dataflow_kafka.errors import InvalidArgumentError
@@ -56,7 +57,8 @@ def test_a_fused_operator_shows_each_stage_and_the_default_description():
     view = local_state(pipe, states)
     assert set(view.items["operator"]) == {"counts > tc"} and set(view.watermarks["stage"]) == {"counts", "tc"}
     default = view.of("tc")
-    assert set(default["item"]) == {"state"} and default["detail"].str.startswith("{'weight': 1").all()
+    assert set(default["item"]) == {"state"} and default["detail"].str.startswith("state={'weight': 1").all()
+    assert [s["weight"] for s in view.table("tc", "state")["state"]] == [1, 1]     # the state itself, typed
     per_group = view.watermarks.groupby("key_group")
     for _, m in per_group:                          # the second stage's input is the first's output watermark
         m = m.set_index("stage")
@@ -64,28 +66,48 @@ def test_a_fused_operator_shows_each_stage_and_the_default_description():
         assert m.loc["tc", "senders"] is None and m.loc["counts", "senders"] == {"t-0": 2_600}
 
 
-def test_detail_text_is_bounded_and_fields_stay_typed():
-    import numpy as np
+@dataclass
+class _Described(RunningCount):
+    """Describes every key twice: as a dict row and in a frame, with typed detail fields."""
 
-    row = state_item("held", key="k", start_ms=np.int64(5), count=2, payload=("a; b", 1), n=3.0, skipped=None,
-                     big="x" * 500)
-    assert (row["item"], row["key"], row["start_ms"], row["end_ms"], row["count"]) == ("held", "k", 5, None, 2)
-    assert row["fields"] == {"payload": ("a; b", 1), "n": 3.0, "big": "x" * 500}
-    assert row["detail"] == "payload=('a; b', 1); n=3; big=" + "x" * 197 + "..."
-    assert state_item("x")["detail"] is None and state_item("x")["fields"] is None
+    def describe_state(self, state):
+        import pandas as pd
+
+        rows = [state_item("held", key=k, start_ms=np.int64(5), count=n, payload=("a; b", 1), n=3.0, skipped=None,
+                           big="x" * 500) for k, n in state.items()]
+        frame = pd.DataFrame({"item": "framed", "key": list(state), "count": list(state.values()),
+                              "ratio": [0.5] * len(state), "flag": [True] * len(state)})
+        return pd.concat([pd.DataFrame.from_records(rows), frame], ignore_index=True)
+
+
+def test_detail_text_is_bounded_and_fields_stay_typed():
+    row = state_item("held", key="k", start_ms=np.int64(5), count=2, payload=("a", 1), skipped=None)
+    assert row == {"item": "held", "key": "k", "query_id": None, "start_ms": 5, "end_ms": None, "count": 2,
+                   "payload": ("a", 1)}
+    stage = _Described(name="d")
+    states: dict = {}
+    Pipeline([stage]).run_local(_batches([("a", 1), ("b", 2), ("a", 3)], []), states=states)
+    view = local_state(Pipeline([stage]), states)
+    held = view.of("d", "held").sort_values("key")
+    assert held["detail"].tolist() == ["payload=('a; b', 1); n=3; big=" + "x" * 197 + "..."] * 2
+    assert held["count"].tolist() == [2, 1] and held["start_ms"].tolist() == [5, 5]
+    typed = view.table("d", "held")
+    assert typed["payload"].tolist() == [("a; b", 1)] * 2 and typed["big"].str.len().tolist() == [500, 500]
+    assert "ratio" not in typed and set(view.table("d", "framed")["ratio"]) == {0.5}
+    assert view.of("d", "framed")["detail"].tolist() == ["ratio=0.5; flag=True"] * 2
 
 
 @dataclass
 class _BadDescription(RunningCount):
     def describe_state(self, state):
-        return [{"item": "count", "colour": "red"}]
+        return [{"item": "count", "stage": "red"}]
 
 
 def test_a_description_with_unknown_fields_names_the_stage():
     stage = _BadDescription(name="bad")
     states: dict = {}
     Pipeline([stage]).run_local(_batches([("a", 1)], []), states=states)
-    with pytest.raises(InvalidArgumentError, match=r"stage 'bad': describe_state gave fields \['colour'\]"):
+    with pytest.raises(InvalidArgumentError, match=r"stage 'bad': describe_state gave fields \['stage'\]"):
         local_state(Pipeline([stage]), states)
 
 

@@ -101,17 +101,13 @@ def reference_windows(config: str, kept: dict, wm, coverage: dict, added: bool) 
     return out
 
 
-def _value(fields: dict, name: str) -> float:
-    return float(fields["value"][name])
-
-
 def shown_windows(view) -> dict:
     out = {}
     for r in view.table("w", "window").to_dict("records"):
         pos = r["positions"] if isinstance(r.get("positions"), tuple) else (None, None)
         start = None if pd.isna(r["start_ms"]) else int(r["start_ms"])
         end = None if pd.isna(r["end_ms"]) else int(r["end_ms"])
-        out[(r["key"], r["query_id"], start, end, *pos)] = (int(r["count"]), _value(r, "sum"), r["state"] == "pending")
+        out[(r["key"], r["query_id"], start, end, *pos)] = (int(r["count"]), float(r["sum"]), r["state"] == "pending")
     return out
 
 
