@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,3 +75,34 @@ def test_routes_partials_panes_and_windows_equal_the_brute_force(seed, moves, n)
     shown = view.of("consolidate", "window")
     assert Counter({(k, q, int(s), int(e)): int(c) for k, q, s, e, c in
                     zip(shown["key"], shown["query_id"], shown["start_ms"], shown["end_ms"], shown["count"])}) == want
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), kg=st.integers(0, KG - 1), shift=st.integers(1, SLOTS - 1), n=st.integers(1, 4))
+def test_disruptive_migration_state_holds_totals_and_the_moved_key_groups_rows(seed, kg, shift, n):
+    """A key group moved in the last batch: its state is on its way (``awaiting``), its rows of that
+    batch are ``held``; every other key's ``total`` is the sum of its values so far."""
+    import uuid
+
+    from dataflow_kafka.balancing.migration_disruptive import MemoryHandoff, ordered_pipeline
+    from dataflow_kafka.keygroups import key_group_of
+
+    batches, puncts = _workload(seed, n, 25, 0)
+    table = RoutingTable.uniform(KG, SLOTS, 2)
+    pipe = ordered_pipeline("key", "value", table, MemoryHandoff(uuid.uuid4().hex), routers=1)
+    states: dict = {}
+    pipe.run_local(batches_with_moves(batches, puncts, {n - 1: [(kg, (table.slot_of(kg) + shift) % SLOTS)]}, KG),
+                   states=states)
+    view = local_state(pipe, states)
+    moved = [r for r in batches[-1] if key_group_of(r[2], KG) == kg]
+    want = Counter()
+    for recs in batches:
+        for _, _, k, v, _ in recs:
+            if key_group_of(k, KG) != kg:
+                want[k] += v or 0.0
+    totals = view.table("running_total", "total")
+    assert dict(zip(totals["key"], totals["total"])) == pytest.approx(dict(want))
+    awaiting = view.table("running_total", "awaiting")
+    held = view.table("running_total", "held")
+    assert list(awaiting["kg"]) == [kg]
+    assert (list(held.get("kg", [])), list(held["count"])) == (([kg], [len(moved)]) if moved else ([], []))
