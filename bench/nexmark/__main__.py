@@ -27,7 +27,6 @@ import datetime as dt
 import tempfile
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -37,28 +36,12 @@ from bench.nexmark.latency import EventTrickle, measure, run_timed
 from bench.nexmark.queries import REGISTRY, get
 from bench.nexmark.query import Query, parse_bids
 from bench.nexmark.runs import Run, run_native, run_ours, source_options
+from bench.nexmark.stats import load1, multiset_diff as _diff, percentile as _pct
 
 NATIVE_DELAYS = ("5 seconds", "0 seconds")
 FIELDS = ["date", "phase", "delayed", "query", "side", "variant", "connector", "bids", "seconds", "rows_per_s",
           "batches", "expected", "missing", "extra", "open", "stale", "dropped", "correct", "p50_ms", "p99_ms", "latency_n",
           "load_before", "load_after"]
-
-
-def load1() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def _pct(xs: list[int], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return float(xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))])
-
-
-def _diff(expected: list[tuple], got: list[tuple]) -> tuple[int, int]:
-    e, g = Counter(expected), Counter(got)
-    return sum((e - g).values()), sum((g - e).values())
 
 
 def _watermark_ms(run: Run) -> int | None:
