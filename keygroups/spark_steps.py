@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from dataflow_kafka.keygroups.computed import Computed, evaluate
-from dataflow_kafka.keygroups.contract import CONTROL_NAMES, schema_ddl
+from dataflow_kafka.keygroups.contract import CONTROL_NAMES, KIND_DATA, schema_ddl
 from dataflow_kafka.keygroups.frames import _ingest_columns, _ingest_frame, _pack_frame
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
 from dataflow_kafka.keygroups.stage import Stage
@@ -74,7 +74,21 @@ def _timestamps_back(df, names: Sequence[str]):
 
 
 def _compute_spark(df, computed: dict[str, Computed]):
-    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
+    """Spark: the ``computed`` inputs (first operator) added on data rows (null on the others):
+    those with a :attr:`~keygroups.computed.Computed.sql` form as JVM expressions, the rest in one
+    ``mapInPandas`` step."""
+    from pyspark.sql import functions as F
+
+    in_jvm = {n: c for n, c in computed.items() if c.sql is not None}
+    if in_jvm:
+        is_data = F.col("kind") == KIND_DATA if "kind" in df.columns else F.lit(True)
+        df = df.withColumns({n: F.when(is_data, F.expr(c.sql).cast(c.type)) for n, c in in_jvm.items()})
+    rest = {n: c for n, c in computed.items() if c.sql is None}
+    return _compute_python(df, rest) if rest else df
+
+
+def _compute_python(df, computed: dict[str, Computed]):
+    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs on data rows."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
     df, stamps, tz = _timestamps_as_micros(df)

@@ -1,0 +1,54 @@
+"""``keygroups.json_field``: one field of a JSON record value, computed by Spark in the JVM
+(its ``sql``, ``from_json``) and by ``run_local`` in one vectorised ``pyarrow.json`` pass (per row
+when the pass cannot take a frame); both must give the same values on every row."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.keygroups import json_field
+
+VALUES = [b'{"a": 3, "s": "x", "d": 1.5, "b": true}', b'{"a": -9223372036854775808, "s": "", "d": 2, "b": false}',
+          b'{"a": "3", "s": 4, "d": "y", "b": 1}', b'{"s": null}', b'[1, 2]', b'not json', b'', None,
+          b'{"a": 1.5, "nested": {"a": 7}}', b'{"a": true}', '{"a": 12, "s": "caf\\u00e9"}'.encode(),
+          b'{"a": 99999999999999999999}', b'{"a": 2147483648}']
+CLEAN = [b'{"a": %d, "s": "v%d", "d": %d.25, "b": %s}' % (i, i, i, b"true" if i % 2 else b"false")
+         for i in range(50)]
+
+
+def _plain(xs):
+    return [None if x is None or (isinstance(x, float) and x != x) else x.item() if hasattr(x, "item") else x
+            for x in xs]
+
+
+@pytest.mark.parametrize("name,type_", [("a", "bigint"), ("a", "int"), ("s", "string"), ("d", "double"),
+                                        ("b", "boolean")])
+def test_the_vectorised_pass_equals_the_per_row_rule(name, type_):
+    c = json_field(name, type_)
+    for values in (CLEAN, VALUES):
+        got = _plain(c(pd.DataFrame({"value": values})))
+        assert got == c.fn._per_row(values)
+    assert _plain(c(pd.DataFrame({"value": CLEAN}))) == [
+        {"a": i, "s": f"v{i}", "d": i + 0.25, "b": bool(i % 2)}[name] for i in range(50)]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(InvalidArgumentError, match="type='map'"):
+        json_field("a", "map")
+    with pytest.raises(InvalidArgumentError, match="name"):
+        json_field("a`b")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name,type_", [("a", "bigint"), ("a", "int"), ("s", "string"), ("d", "double"),
+                                        ("b", "boolean")])
+def test_spark_computes_the_same_values_in_the_jvm(spark, name, type_):
+    from pyspark.sql import functions as F
+
+    c = json_field(name, type_)
+    values = CLEAN[:5] + VALUES
+    df = spark.createDataFrame(pd.DataFrame({"i": range(len(values)), "value": values}), "i int, value binary")
+    got = [r[0] for r in df.orderBy("i").select(F.expr(c.sql).cast(type_)).collect()]
+    assert got == _plain(c(pd.DataFrame({"value": values})))
