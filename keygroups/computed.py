@@ -85,18 +85,50 @@ class Computed:
 
 
 class _JsonObject:
-    """``fn`` of :func:`json_object` (a class, so it pickles by reference)."""
+    """``fn`` of :func:`json_object` (a class, so it pickles by reference): the text of every row
+    built column by column, integers and booleans formatted by numpy in one pass, other values
+    by ``json.dumps`` one by one (the same text as ``json.dumps`` of the row's dict)."""
 
     def __init__(self, columns: tuple) -> None:
         self.columns = columns
 
     def __call__(self, frame: pd.DataFrame) -> list:
-        cols = [frame[c].astype(object).where(frame[c].notna(), None).tolist() for c in self.columns]
-        return [json.dumps(dict(zip(self.columns, (_plain(v) for v in row))), separators=(",", ":"),
-                           default=str) for row in zip(*cols)]
+        if not len(frame):
+            return []
+        out = np.full(len(frame), "{", dtype=object)
+        for i, c in enumerate(self.columns):
+            out = out + (("," if i else "") + json.dumps(c) + ":") + _json_texts(frame[c])
+        return (out + "}").tolist()
 
     def __repr__(self) -> str:
         return f"json_object{self.columns!r}"
+
+
+def _json_texts(col: pd.Series) -> np.ndarray:
+    """The JSON text of every value of ``col`` (``null`` where missing), an object array: integers,
+    booleans and finite floats (also in an object column) formatted by numpy in one pass (its
+    float text is Python's shortest ``repr``, as ``json.dumps`` writes it), other values by
+    ``json.dumps`` one by one."""
+    missing = col.isna().to_numpy(bool)
+    kind = col.dtype.kind
+    if kind == "O":
+        inferred = pd.api.types.infer_dtype(col, skipna=True)
+        kind = {"integer": "i", "boolean": "b", "floating": "f"}.get(inferred, "O")
+        if kind != "O" and missing.all():
+            kind = "O"
+    if kind in "iu":
+        ints = col.to_numpy(dtype=np.uint64 if col.dtype.kind == "u" else np.int64, na_value=0)
+        out = ints.astype(str).astype(object)
+    elif kind == "b":
+        out = np.where(col.to_numpy(dtype=bool, na_value=False), "true", "false").astype(object)
+    elif kind == "f" and np.isfinite(floats := col.to_numpy(dtype=np.float64, na_value=0.0)).all():
+        out = floats.astype(str).astype(object)
+    else:
+        out = np.array([None if m else json.dumps(_plain(v), separators=(",", ":"), default=str)
+                        for v, m in zip(col.to_numpy(dtype=object), missing)], dtype=object)
+    if missing.any():
+        out[missing] = "null"
+    return out
 
 
 def _plain(v: Any) -> Any:
@@ -137,13 +169,13 @@ class _JsonField:
         raw = [v.encode() if isinstance(v, str) else v for v in values]
         buf = b"\n".join(raw)                     # TypeError on a null value
         if buf.count(b"\n") != len(raw) - 1:
-            raise ValueError("a value spans lines")
+            raise InvalidArgumentError("a value spans lines: parsed per row")
         table = pajson.read_json(io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
                                  parse_options=pajson.ParseOptions(
                                      explicit_schema=pa.schema([(self.name, _ARROW_OF[self.type])]),
                                      unexpected_field_behavior="ignore"))
         if table.num_rows != len(raw):
-            raise ValueError("an empty value")
+            raise InvalidArgumentError("an empty value: parsed per row")
         col = table.column(self.name)
         if self.type == "string" or col.null_count:
             return pd.Series(col.to_pylist(), dtype=object)

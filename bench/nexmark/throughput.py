@@ -15,6 +15,11 @@ What it does, once per run:
   first state store) is left out: rows/s = the bids of batches 1.. over the sum of their
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
   process from the end of batch 0 to the end of the run (``/proc``; the broker is not counted);
+* ``--floor``: a third arm per windowed query, the evidence for a gap: Spark's connector, the
+  bids parsed in the JVM, hashed by the first stage's key into 4 key groups and passed through one
+  ``transformWithStateInPandas`` processor that only counts its rows in its state
+  (:class:`bench._stream.FloorProcessor`): what any Python stateful operator costs on Spark's own
+  connector, with no stage code (checked by the row count);
 * checks every arm's final result: ours against the brute-force reference (every row), Spark's
   against the reference on the windows its final watermark closed (a bounded append-mode run never
   emits the rest, counted as ``open``); projections Q0/Q1 by a checksum per batch (count and
@@ -58,6 +63,9 @@ FLINK_PER_CORE = {"q0": 155_020, "q1": 157_940, "q2": 175_210, "q3": 152_120, "q
 #: Bids among NEXMark's events (46 of every 50): bids / BID_SHARE = the events behind them.
 BID_SHARE = 0.92
 NATIVE_DELAY = "5 seconds"
+#: The key of each windowed query's first stage: the floor arm groups by it (module docstring).
+FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder"}
+FLOOR_LABEL = "no-op transformWithStateInPandas"
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
@@ -185,7 +193,9 @@ def _checksum(df) -> tuple:
     from pyspark.sql import functions as F
 
     cols = [c for c in _SUMS if c in df.columns]
-    aggs = [F.count(F.lit(1))] + [F.sum(c) for c in cols] + ([F.sum(F.length("extra"))] if "extra" in df.columns else [])
+    aggs = [F.count(F.lit(1))] + [F.sum(c) for c in cols]
+    if "extra" in df.columns:
+        aggs.append(F.sum(F.length("extra")))
     row = df.agg(*aggs).collect()[0]
     return tuple(0 if v is None else float(v) for v in row)
 
@@ -200,6 +210,10 @@ def _checksum_reference(q: Projection, records: list[dict]) -> tuple:
 
 def _same_checksum(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= 1e-9 * max(1.0, abs(y)) for x, y in zip(a, b))
+
+
+def _count(df) -> tuple:
+    return (df.count(),)
 
 
 def _uses_checksum(q: Query) -> bool:
@@ -220,7 +234,8 @@ class Harness:
         cfg = NexmarkConfig(events=events, seed=seed, events_per_s=rate, delayed=delayed, partitions=partitions)
         t0 = time.monotonic()
         evs = generate(cfg)
-        self.topic = produce(bootstrap, f"nexmark-steady-{uuid.uuid4().hex[:8]}", evs, partitions, kinds=("bid",))["bid"]
+        prefix = f"nexmark-steady-{uuid.uuid4().hex[:8]}"
+        self.topic = produce(bootstrap, prefix, evs, partitions, kinds=("bid",))["bid"]
         self.records = bids(evs)
         self._references: dict = {}
         log(f"{events} events, {len(self.records)} bids in {self.topic} ({partitions} partitions, {delayed:.0%} "
@@ -240,11 +255,30 @@ class Harness:
 
         return WorkerProfiler(self.cpu, Path(self.profile_dir) / f"{label}.txt")
 
+    def _native_source(self, batch_size: int):
+        opts = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": self.topic, "startingOffsets": "earliest",
+                "maxOffsetsPerTrigger": str(batch_size)}
+        if self.connector == "dataflow-kafka":
+            opts["eventTimeField"] = "dateTime"
+        src = self.spark.readStream.format(self.connector).options(**opts).load()
+        return parse_bids(src, with_kind=self.connector == "dataflow-kafka")
+
     def arm(self, q: Query, side: str, variant: str, batch_size: int, repeat: int) -> dict:
         before = load1()
         ck = str(self.tmp / uuid.uuid4().hex[:10])
         summarise = _checksum if _uses_checksum(q) else None
-        if side == "ours":
+        if side == "floor":
+            from bench._stream import FloorProcessor
+
+            key = FLOOR_KEYS[q.name]
+            keyed = self._native_source(batch_size).selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group",
+                                                               key, "ts_ms")
+            out = keyed.groupBy("key_group").transformWithStateInPandas(
+                FloorProcessor(), f"key_group int, {key} bigint, ts_ms bigint", "Append", "None")
+            connector = self.connector
+            run = run_arm(out, ck, self.cpu, _count)
+            steady_bids = run.steady_rows
+        elif side == "ours":
             reader = self.spark.readStream.format("dataflow-kafka").options(
                 **source_options(self.bootstrap, self.topic, batch_size))
             out, connector = q.spark(variant, reader.load()), "dataflow-kafka"
@@ -252,12 +286,7 @@ class Harness:
             run = run_arm(out, ck, self.cpu, summarise, self._profiler(label))
             steady_bids = run.steady_rows - self.partitions * (run.batches - 1)    # one punctuation row per partition
         else:
-            opts = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": self.topic, "startingOffsets": "earliest",
-                    "maxOffsetsPerTrigger": str(batch_size)}
-            if self.connector == "dataflow-kafka":
-                opts["eventTimeField"] = "dateTime"
-            src = self.spark.readStream.format(self.connector).options(**opts).load()
-            out = q.native(parse_bids(src, with_kind=self.connector == "dataflow-kafka"), NATIVE_DELAY)
+            out = q.native(self._native_source(batch_size), NATIVE_DELAY)
             connector = self.connector
             run = run_arm(out, ck, self.cpu, summarise)
             steady_bids = run.steady_rows
@@ -267,11 +296,13 @@ class Harness:
         cpu_s = jvm_s + py_s + driver_s
         events_per_cpu = steady_bids / BID_SHARE / cpu_s if cpu_s > 0 else None
         row = {"date": dt.datetime.now().isoformat(timespec="seconds"), "batch_size": batch_size, "repeat": repeat,
-               "query": q.name, "side": side, "variant": variant if side == "ours" else _native_label(q),
+               "query": q.name, "side": side,
+               "variant": variant if side == "ours" else FLOOR_LABEL if side == "floor" else _native_label(q),
                "connector": connector, "bids": len(self.records), "batches": run.batches, "steady_bids": steady_bids,
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
                "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "python_cpu_s": round(py_s, 2),
-               "driver_cpu_s": round(driver_s, 2), "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
+               "driver_cpu_s": round(driver_s, 2),
+               "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
                "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
                "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
                "load_before": before, "load_after": load1(), "profile": run.profile, **check}
@@ -283,6 +314,10 @@ class Harness:
         return row
 
     def _check(self, q: Query, side: str, variant: str, run: Steady) -> dict:
+        if side == "floor":
+            ok = sum(n for n, in run.frames) == len(self.records)
+            return {"correct": ok, "expected": len(self.records), "missing": 0 if ok else None,
+                    "extra": 0 if ok else None, "open": 0}
         if _uses_checksum(q):
             got = tuple(map(sum, zip(*run.frames))) if run.frames else ()
             ok = _same_checksum(got, self._reference(q, None))
@@ -303,12 +338,14 @@ class Harness:
         return {"correct": missing == extra == 0, "expected": len(closed), "missing": missing, "extra": extra,
                 "open": len(expected) - len(closed)}
 
-    def run(self, queries: list[Query], batch_sizes: list[int], repeats: int = 1) -> None:
+    def run(self, queries: list[Query], batch_sizes: list[int], repeats: int = 1, floor: bool = False) -> None:
         k = 0
         for batch_size in batch_sizes:
             for repeat in range(repeats):
                 for q in queries:
                     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
+                    if floor and q.name in FLOOR_KEYS:
+                        arms.append(("floor", FLOOR_LABEL))
                     for side, variant in arms if k % 2 == 0 else arms[::-1]:
                         self.arm(q, side, variant, batch_size, repeat)
                     k += 1
@@ -321,10 +358,14 @@ class Harness:
             return "(no runs)"
         df = pd.DataFrame(self.rows)
         lines = ["| query | variant | batch | ours rows/s | Spark rows/s | ours / Spark | ours ev/CPU-s | "
-                 "Spark ev/CPU-s | Flink ev/core-s | correct (ours, Spark) |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                 "Spark ev/CPU-s | Flink ev/core-s | floor / Spark, rows/s; ev/CPU-s | correct (ours, Spark) |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for (query, batch), g in df.groupby(["query", "batch_size"], sort=False):
-            spark_rows = g[g["side"] == "spark"]
+            spark_rows, floor_rows = g[g["side"] == "spark"], g[g["side"] == "floor"]
+            floor = "-"
+            if len(floor_rows) and len(spark_rows):
+                floor = (f"{floor_rows['rows_per_s'].median() / spark_rows['rows_per_s'].median():.2f}; "
+                         f"{floor_rows['events_per_cpu_s'].median() / spark_rows['events_per_cpu_s'].median():.2f}")
             s_rate = spark_rows["rows_per_s"].median() if len(spark_rows) else None
             s_cpu = spark_rows["events_per_cpu_s"].median() if len(spark_rows) else None
             s_ok = bool(spark_rows["correct"].all()) if len(spark_rows) else None
@@ -334,7 +375,7 @@ class Harness:
                 lines.append(f"| {query} | {variant} | {batch:,} | {o_rate:,.0f} | "
                              f"{'-' if s_rate is None else f'{s_rate:,.0f}'} | {ratio} | {o_cpu:,.0f} | "
                              f"{'-' if s_cpu is None else f'{s_cpu:,.0f}'} | "
-                             f"{FLINK_PER_CORE.get(query, 0):,} | {bool(o['correct'].all())}, {s_ok} |")
+                             f"{FLINK_PER_CORE.get(query, 0):,} | {floor} | {bool(o['correct'].all())}, {s_ok} |")
         return "\n".join(lines)
 
     def write_csv(self, path: str) -> None:
@@ -355,6 +396,7 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--floor", action="store_true", help="also a no-op Python stateful operator on Spark's connector")
     p.add_argument("--profile", metavar="DIR", help="py-spy flame graphs of the Python workers, ours' steady states")
     p.add_argument("--csv", default="bench/out/nexmark_throughput.csv")
     p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
@@ -382,7 +424,7 @@ def main(argv=None) -> None:
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True))
         try:
-            h.run(queries, sizes, a.repeats)
+            h.run(queries, sizes, a.repeats, a.floor)
         finally:
             print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "
                   f"load {min((r['load_before'] for r in h.rows), default=0):.1f}-"

@@ -52,3 +52,28 @@ def test_spark_computes_the_same_values_in_the_jvm(spark, name, type_):
     df = spark.createDataFrame(pd.DataFrame({"i": range(len(values)), "value": values}), "i int, value binary")
     got = [r[0] for r in df.orderBy("i").select(F.expr(c.sql).cast(type_)).collect()]
     assert got == _plain(c(pd.DataFrame({"value": values})))
+
+
+def test_json_object_writes_what_json_dumps_writes():
+    import json
+
+    import numpy as np
+
+    from dataflow_kafka.keygroups import json_object
+
+    f = pd.DataFrame({"a": np.array([1, -2, 2**62, 0]), "b": pd.array([1, None, 3, 4], dtype="Int64"),
+                      "c": [1.5, np.nan, 1e16, -0.0], "d": ["x", None, 'q"u\\ote', "caf\u00e9"],
+                      "e": [True, False, True, False], "f": pd.array([True, None, False, True], dtype="boolean"),
+                      "g": [{"k": 1}, [1, 2], None, pd.Timestamp(0)], "h": pd.array([1, 2, 3, 4], dtype="Int32"),
+                      "u": np.array([0, 1, 2**63, 5], dtype=np.uint64),
+                      "oi": pd.Series([np.int64(7), 8, None, -1], dtype=object),
+                      "of": pd.Series([0.1, None, 1e16, 2.0], dtype=object),
+                      "ob": pd.Series([True, None, False, True], dtype=object),
+                      "inf": [float("inf"), 1.0, -float("inf"), 0.5], "none": [None] * 4,
+                      "mix": pd.Series([1, "a", 2.5, None], dtype=object)})
+    cols = tuple(f.columns)
+    plain = [[None if pd.isna(v) is True else v.item() if hasattr(v, "item") else v for v in f[c].astype(object)]
+             for c in cols]
+    expected = [json.dumps(dict(zip(cols, row)), separators=(",", ":"), default=str) for row in zip(*plain)]
+    assert json_object(*cols)(f).tolist() == expected
+    assert json_object("a")(f.iloc[:0]).tolist() == []
