@@ -14,7 +14,8 @@ What it does, once per run:
 * times the **steady state**: the first micro-batch (query start, Python workers' start, the
   first state store) is left out: rows/s = the bids of batches 1.. over the sum of their
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
-  process from the end of batch 0 to the end of the run (``/proc``; the broker is not counted);
+  process from the end of batch 0 to the end of the run (``/proc``, sampled: :class:`ProcessCpu`;
+  the broker is not counted);
 * ``--floor``: a third arm per windowed query, the evidence for a gap: Spark's connector, the
   bids parsed in the JVM, hashed by the first stage's key into 4 key groups and passed through one
   ``transformWithStateInPandas`` processor that only counts its rows in its state
@@ -41,6 +42,7 @@ import argparse
 import datetime as dt
 import os
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -73,12 +75,22 @@ FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector
 
 
 class ProcessCpu:
-    """CPU seconds used so far by Spark's JVM and its descendants (the Python daemon and workers,
-    reaped children included) and by this process (not its other children: the broker)."""
+    """CPU seconds used by Spark's JVM and its descendants (the Python daemons and workers) and
+    by this process (not its other children: the broker), between :meth:`start` and :meth:`stop`.
 
-    def __init__(self, jvm_pid: int) -> None:
-        self.jvm_pid = jvm_pid
+    pyspark's daemon ignores ``SIGCHLD``, so the kernel reaps a worker that exits and its CPU
+    reaches no parent's ``cutime``: a background thread reads every process's own CPU every
+    ``interval_s`` and keeps the last value seen per process (by pid and start time), so a worker
+    that exits during the run loses at most its last interval."""
+
+    def __init__(self, jvm_pid: int, interval_s: float = 0.2) -> None:
+        self.jvm_pid, self.interval_s = jvm_pid, interval_s
         self.tick = os.sysconf("SC_CLK_TCK")
+        self._first: dict[tuple[int, int], int] = {}
+        self._last: dict[tuple[int, int], tuple[int, bool]] = {}     # (ticks, is Python)
+        self._own0 = 0.0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     @staticmethod
     def _stat(pid: int) -> list[str] | None:
@@ -103,22 +115,50 @@ class ProcessCpu:
             todo += children.get(pid, [])
         return out
 
-    def seconds(self) -> tuple[float, float, float]:
-        """``(JVM, Python workers, this driver process)`` CPU seconds so far."""
-        jvm = py = 0
+    def _sample(self, first: bool = False) -> None:
         for pid in self._tree():
             st = self._stat(pid)
             if st is None:
                 continue
-            ticks = sum(int(x) for x in st[11:15])    # utime, stime, cutime, cstime
-            if pid == self.jvm_pid:
-                jvm += sum(int(x) for x in st[11:13])   # its reaped children are Python daemons: counted there
-            elif self._comm(pid).startswith("python"):
-                py += ticks
+            key = (pid, int(st[19]))                         # pid and start time: a reused pid is new
+            ticks = int(st[11]) + int(st[12])               # utime, stime
+            if key not in self._last:
+                self._first[key] = ticks if first else 0    # a process started during the run counts whole
+                self._last[key] = (ticks, self._comm(pid).startswith("python"))
             else:
-                jvm += ticks
+                self._last[key] = (ticks, self._last[key][1])
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def start(self) -> None:
+        """Start counting (at the end of batch 0)."""
+        self._first, self._last = {}, {}
+        self._sample(first=True)
         own = os.times()
-        return jvm / self.tick, py / self.tick, own.user + own.system
+        self._own0 = own.user + own.system
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> tuple[float, float, float]:
+        """``(JVM, Python workers, this driver process)`` CPU seconds since :meth:`start`."""
+        if self._thread is None:
+            return 0.0, 0.0, 0.0
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()
+        jvm = py = 0
+        for key, (ticks, is_python) in self._last.items():
+            used = ticks - self._first[key]
+            if is_python:
+                py += used
+            else:
+                jvm += used
+        own = os.times()
+        return jvm / self.tick, py / self.tick, own.user + own.system - self._own0
 
     @staticmethod
     def _comm(pid: int) -> str:
@@ -149,17 +189,18 @@ class Steady:
 
 class _Collector:
     """``foreachBatch``: keeps each batch's output (or ``summarise(df)``), and at the end of batch 0
-    snapshots CPU and starts ``on_steady`` (a profiler)."""
+    starts the CPU meter and ``on_steady`` (a profiler)."""
 
     def __init__(self, cpu: ProcessCpu, summarise: Callable | None, on_steady: Callable | None) -> None:
         self.cpu, self.summarise, self.on_steady = cpu, summarise, on_steady
         self.out: dict[int, object] = {}
-        self.cpu_at_steady: tuple[float, float, float] | None = None
+        self.steady = False
 
     def __call__(self, df, batch_id: int) -> None:
         self.out[batch_id] = self.summarise(df) if self.summarise is not None else df.toPandas()
-        if self.cpu_at_steady is None:
-            self.cpu_at_steady = self.cpu.seconds()
+        if not self.steady:
+            self.steady = True
+            self.cpu.start()
             if self.on_steady is not None:
                 self.on_steady()
 
@@ -169,8 +210,11 @@ def run_arm(out_df, checkpoint: str, cpu: ProcessCpu, summarise: Callable | None
     """Run ``out_df`` with Trigger.AvailableNow into the collecting sink; the steady state is
     batches 1.. (see the module docstring)."""
     got = _Collector(cpu, summarise, profiler.start if profiler is not None else None)
-    q = run_available_now(out_df, checkpoint, got, timeout_s, on_end=profiler.stop if profiler is not None else None)
-    cpu_end = cpu.seconds()
+    try:
+        q = run_available_now(out_df, checkpoint, got, timeout_s,
+                              on_end=profiler.stop if profiler is not None else None)
+    finally:
+        cpu_s = cpu.stop()
     progress = sorted((dict(p) for p in q.recentProgress), key=lambda p: p["batchId"])
     if progress and progress[0]["batchId"] != 0:
         raise RuntimeError("Spark kept too few progress reports to time batch 0 apart "
@@ -180,7 +224,7 @@ def run_arm(out_df, checkpoint: str, cpu: ProcessCpu, summarise: Callable | None
                   steady_rows=sum(int(p["numInputRows"]) for p in steady),
                   steady_s=sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000,
                   first_batch_s=progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0,
-                  cpu_s=tuple(b - a for a, b in zip(got.cpu_at_steady or cpu_end, cpu_end)),
+                  cpu_s=cpu_s,
                   profile=getattr(profiler, "path", "") if profiler is not None else "")
 
 
