@@ -81,14 +81,15 @@ class ProcessCpu:
     pyspark's daemon ignores ``SIGCHLD``, so the kernel reaps a worker that exits and its CPU
     reaches no parent's ``cutime``: a background thread reads every process's own CPU every
     ``interval_s`` and keeps the last value seen per process (by pid and start time), so a worker
-    that exits during the run loses at most its last interval."""
+    that exits during the run loses at most its last interval. The thread's own CPU is left out of
+    the driver's."""
 
     def __init__(self, jvm_pid: int, interval_s: float = 0.2) -> None:
         self.jvm_pid, self.interval_s = jvm_pid, interval_s
         self.tick = os.sysconf("SC_CLK_TCK")
         self._first: dict[tuple[int, int], int] = {}
         self._last: dict[tuple[int, int], tuple[int, bool]] = {}     # (ticks, is Python)
-        self._own0 = 0.0
+        self._own0 = self._meter_s = 0.0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -129,8 +130,10 @@ class ProcessCpu:
                 self._last[key] = (ticks, self._last[key][1])
 
     def _run(self) -> None:
+        t0 = time.thread_time()
         while not self._stop.wait(self.interval_s):
             self._sample()
+        self._meter_s = time.thread_time() - t0      # the meter's own CPU, left out of the driver's
 
     def start(self) -> None:
         """Start counting (at the end of batch 0)."""
@@ -158,7 +161,7 @@ class ProcessCpu:
             else:
                 jvm += used
         own = os.times()
-        return jvm / self.tick, py / self.tick, own.user + own.system - self._own0
+        return jvm / self.tick, py / self.tick, own.user + own.system - self._own0 - self._meter_s
 
     @staticmethod
     def _comm(pid: int) -> str:
