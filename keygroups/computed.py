@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Computed", "json_field", "json_object", "computed_inputs", "evaluate"]
+__all__ = ["Computed", "json_field", "json_field_source", "json_object", "computed_inputs", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -227,6 +227,13 @@ def json_object(*columns: str) -> Computed:
     if not columns:
         raise InvalidArgumentError("json_object: name at least one column")
     return Computed(_JsonObject(tuple(columns)), "string", tuple(columns))
+
+
+def json_field_source(c: Computed) -> tuple[str, str] | None:
+    """``(column, field name)`` of a :func:`json_field` input, None for any other ``Computed``: the
+    Spark plan parses several fields of one column with one ``from_json``."""
+    fn = c.fn
+    return (fn.column, fn.name) if isinstance(fn, _JsonField) else None
 
 
 def computed_inputs(inputs: dict) -> dict[str, Computed]:
