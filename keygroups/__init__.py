@@ -37,7 +37,7 @@ True
 
 from __future__ import annotations
 
-from dataflow_kafka.keygroups.computed import Computed, json_object
+from dataflow_kafka.keygroups.computed import Computed, json_field, json_object
 from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
 from dataflow_kafka.keygroups.pipeline import Pipeline
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
@@ -47,7 +47,8 @@ from dataflow_kafka.keygroups.stage import Dropped, Input, PythonRouter, Stage, 
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
     "PunctuationTracker", "InputWatermarks", "CONTROL_COLUMNS", "Modification",
-    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "PythonRouter", "Pipeline", "Computed", "json_object",
+    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "PythonRouter", "Pipeline", "Computed", "json_field",
+    "json_object",
     "StageProcessor", "deferred",
 ]
 
