@@ -32,6 +32,7 @@ password.
     ├── KafkaTimeoutError (TimeoutError)         Kafka did not answer in time
     ├── BrokerError (RuntimeError)               an embedded broker cannot start or stop
     │   └── KafkaSetupError                      Apache Kafka's jars or Java are missing
+    ├── ConnectServerError (RuntimeError)        a Spark Connect server could not be started
     └── TraceError                               typed pipelines (data-trace types)
         └── TraceTypeError (TypeError)           a DAG whose stream types do not fit
 """
@@ -42,7 +43,7 @@ __all__ = ["DataflowKafkaError", "InvalidArgumentError", "OptionError", "PlanErr
            "DataLossError", "KafkaUnavailableError", "KafkaSecurityError", "KafkaAuthenticationError", "KafkaTlsError",
            "KafkaAuthorizationError", "BrokerError", "KafkaSetupError", "TraceError", "TraceTypeError",
            "ArgumentTypeError", "NotFoundError", "KafkaClientError", "KafkaTimeoutError", "CapacityError",
-           "conditions_table"]
+           "ConnectServerError", "conditions_table"]
 
 
 class DataflowKafkaError(Exception):
@@ -173,6 +174,12 @@ class KafkaSetupError(BrokerError):
     """Apache Kafka's jars are missing and could not be resolved, or Java is missing."""
 
     condition = "EMBEDDED_BROKER_FAILED.SETUP"
+
+
+class ConnectServerError(DataflowKafkaError, RuntimeError):
+    """A Spark Connect server (:func:`datasource.connect.connect_server`) did not start listening."""
+
+    condition = "SPARK_CONNECT_SERVER_FAILED"
 
 
 class TraceError(DataflowKafkaError):

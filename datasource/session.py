@@ -86,11 +86,15 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
 def register(spark) -> None:
     """Make ``format("dataflow-kafka")`` available in ``spark``, and make ``spark`` the active
     session of the calling thread (Spark looks Python data sources up in the thread's active
-    session: see :func:`use_in_this_thread`). Also ``dataflow_kafka.datasource.register``."""
+    session: see :func:`use_in_this_thread`). Also ``dataflow_kafka.datasource.register``. ``spark``
+    may be a Spark Connect client session (:mod:`datasource.connect`): Spark ships the class to
+    the server, whose Python workers must be able to import this package."""
+    from dataflow_kafka.datasource.connect import is_connect
     from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
     spark.dataSource.register(DataflowKafkaDataSource)
-    use_in_this_thread(spark)
+    if not is_connect(spark):          # a Connect client has no JVM thread of its own to pin
+        use_in_this_thread(spark)
 
 
 def session_settings(master: str = "local[2]", shuffle_partitions: int | None = None,

@@ -48,6 +48,7 @@ from dataflow_kafka.keygroups.frames import (
     _by_key_group, _groups_of_columns, _ingest_columns, _ingest_frame, _local_inputs, _packable,
 )
 from dataflow_kafka.keygroups.fusion import plan_chain
+from dataflow_kafka.keygroups.metrics import observe_stages
 from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
 from dataflow_kafka.keygroups.plan import (
     Head, _bind, _chain_links, _configured, _distinct, _Link, _link_rates, _named, _type_of, frame_types, plain_column,
@@ -283,7 +284,8 @@ class Pipeline:
         return [(f.name, f.dataType.simpleString()) for f in self.apply(input, fuse=fuse).schema.fields]
 
     # -- Spark ------------------------------------------------------------------------------------
-    def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True):
+    def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True,
+              metrics: bool = True):
         """The streaming DataFrame of the pipeline's output rows (contract + last stage's data).
 
         ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``;
@@ -293,10 +295,25 @@ class Pipeline:
         (:class:`~keygroups.punctuation.PunctuationTracker`). ``pack_source``: pack the first
         operator's input rows per task and key group into Arrow blobs before the shuffle
         (:mod:`keygroups.packed`; few shuffle rows per key group instead of one per record).
+        ``metrics``: fold each stage's ``metrics`` rows into the query's progress
+        (``observedMetrics["dataflow-kafka:<stage>"]``, :mod:`keygroups.metrics`).
         """
         if self._upstreams is not None:
-            return fan_in.apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
-        return self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
+            out = fan_in.apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
+        else:
+            out = self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
+        return observe_stages(out, [str(s.name) for s in self.all_stages()]) if metrics else out
+
+    def state_operators(self, fuse: bool = True) -> list[tuple[str, ...]]:
+        """The stage names of each stateful operator in the order Spark numbers them (its
+        ``operatorId``, the order of ``stateOperators`` in a progress and of the state reader's
+        operators): from the sink towards the source, for a chain the plan reversed. A pipeline
+        with upstreams (:meth:`join`) is refused: Spark numbers its operators in its plan tree's
+        order."""
+        if self._upstreams is not None:
+            raise InvalidArgumentError("state_operators: only a chain's operators have a known order; a pipeline "
+                                       "with upstreams (Pipeline.join) has its plan tree's")
+        return [tuple(str(s.name) for s in op) for op in reversed(self._own_plan(fuse))]
 
     def _apply_chain(self, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
                      head: "Head | None" = None, claims: Any = "own"):

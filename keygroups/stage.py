@@ -249,6 +249,14 @@ class Stage(ABC):
         """The state :meth:`dump_state` wrote (default: unpickled)."""
         return pickle.loads(bytes(blob))
 
+    def describe_state(self, state: Any) -> list[dict]:
+        """What a key group's state holds, for people (:func:`keygroups.state_view.read_state`):
+        one dict per item, with ``item`` (``window``, ``slice``, ``held``, ``query``, ...) and
+        any of ``key``, ``start_ms``, ``end_ms``, ``count``, ``detail`` (text). Default: the
+        state's ``repr``, shortened; engines describe their windows, slices and held records."""
+        text = repr(state)
+        return [{"item": "state", "detail": text if len(text) <= 500 else text[:497] + "..."}]
+
     @abstractmethod
     def process(self, state: Any, batch: StageInput) -> StageOutput:
         """One micro-batch of one key group: apply ``batch.modifications`` (those meant for this
