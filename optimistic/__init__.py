@@ -43,6 +43,10 @@ Example
 ([(1,), (2,), (1, 3), (2, 4)], 1)
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.optimistic")  # one name per file: never `import optimistic`
+
 from dataflow_kafka.optimistic.barrier import Barrier, BarrierCounters
 from dataflow_kafka.optimistic.buffered import BufferedPipeline
 from dataflow_kafka.optimistic.local import Mode, RunResult, run_buffered, run_local, safe_punctuations

@@ -51,6 +51,10 @@ On Spark
 lazily: ``import slicer`` does not import pyspark) is the one-stage pipeline.
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.slicer")  # one name per file: never `import slicer`
+
 from dataflow_kafka.slicer.context_windows import (
     ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow,
     WindowContext,

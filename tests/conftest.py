@@ -1,8 +1,9 @@
 """Shared fixtures: one Kafka broker and one SparkSession per test session.
 
-The broker comes from :func:`brokers.kafka_broker`: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an
-embedded Apache Kafka node (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or ``tansu`` picks a development
-broker instead).
+The broker comes from :func:`dataflow_kafka.brokers.kafka_broker`: ``KAFKA_BOOTSTRAP_SERVERS`` if
+set, else an embedded Apache Kafka node (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or ``tansu`` picks a
+development broker instead). The marks, Hypothesis profiles and the suite's own checks are in
+tests/suite.py (loaded here as a plugin).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import KafkaHelper
+
+pytest_plugins = ["tests.suite"]
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +45,10 @@ def bootstrap(broker) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(request):
+def spark(broker):
+    # Spark stops before the broker (it depends on it): its Python workers keep cached Kafka clients
+    # (range stats producers) that would otherwise retry a stopped broker until the process exits.
     from dataflow_kafka.datasource.session import spark_session
-
-    # Spark stops before the broker: its Python workers keep cached Kafka clients (range stats
-    # producers) that would otherwise retry a stopped broker until the process exits.
-    request.getfixturevalue("broker")
 
     s = spark_session(master="local[2]", shuffle_partitions=2)
     yield s

@@ -20,6 +20,10 @@
 [('a', 2), ('a', 10)]
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.traces")  # one name per file: never `import traces`
+
 from dataflow_kafka.traces.dag import Dag, Result, TraceTypeError, canonical
 from dataflow_kafka.traces.templates import OpKeyedOrdered, OpKeyedUnordered, OpStateless
 from dataflow_kafka.traces.types import Blocker, Event, Marker, O, Punctuation, Record, StreamType, TraceError, U

@@ -12,8 +12,6 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.kafka
-
 
 def _consumer(bootstrap):
     from dataflow_kafka.datasource import kafka_read

@@ -17,8 +17,6 @@ import pytest
 
 from tests.support import KafkaHelper, now_ms, own_broker_kind
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
 
 class _Writer:
     """Numbered JSON records into ``topic`` (2 partitions) until stopped; ``acked`` holds the

@@ -19,7 +19,6 @@ import pytest
 
 from tests.support import now_ms
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 USERS = {"alice": "alice-secret-4f1c", "bob": "bob-secret-77aa", "carol": "carol-secret-0b3e",
          "dave": "dave-secret-9d21", "erin": "erin-secret-5c6f"}

@@ -32,7 +32,6 @@ from tests.support import BatchCollector, forget_batches_from, now_ms, source_ba
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.windowing import TumblingWindow
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 2
 PER_BATCH = 60

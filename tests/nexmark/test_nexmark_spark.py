@@ -11,7 +11,6 @@ from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
 from bench.nexmark.queries import REGISTRY
 from bench.nexmark.runs import replayed_batches, run_ours
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 CONFIG = NexmarkConfig(events=4000, seed=22, events_per_s=100, delayed=0.1, partitions=2)
 PER_BATCH = 1200

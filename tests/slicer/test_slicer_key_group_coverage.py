@@ -16,6 +16,8 @@ from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.windowing import Count, Median, Sum, TumblingWindow
 from dataflow_kafka.windowing.final import current_windows
 
+from tests.suite import examples
+
 PARTS = 2
 
 
@@ -93,7 +95,7 @@ def _rows(out) -> list:
     return [sorted(map(tuple, o[o["kind"] == "data"][cols].astype(object).values.tolist())) for o in out]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scripts(), st.integers(2, 4), st.sampled_from([0, 60]), st.booleans())
 def test_output_does_not_depend_on_key_groups_or_batch_splits(script, n, lateness, per_key):
     aggs = [Sum(), Count(), Median()] if per_key else [Sum(), Count()]   # per-key engines / the keyed table

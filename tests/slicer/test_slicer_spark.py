@@ -20,7 +20,6 @@ from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from tests.slicer.slicer_reference import same_rows
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS, KEYS, LATENESS = 3, 7, 1_500
 WINDOWS = [SlidingWindow(2_000, 500), TumblingWindow(1_000), SessionWindow(300),

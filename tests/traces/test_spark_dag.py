@@ -16,7 +16,6 @@ from tests.traces.test_compile_dag import _assert_sinks_equal
 from dataflow_kafka.traces import Dag, OpStateless
 from dataflow_kafka.traces.spark import compile_dag, messages_from_frames, to_spark
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 2
 PERIOD_MS = 1_000

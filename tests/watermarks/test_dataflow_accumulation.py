@@ -12,7 +12,7 @@ from dataflow_kafka.windowing import FixedWindows, MaxCombiner, MeanCombiner, Se
 from dataflow_kafka.watermarks.transcript import run_transcript
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 EARLY_LATE = AfterWatermark(early=AfterCount(1), late=AfterCount(1))
 
