@@ -37,6 +37,7 @@ __all__ = ["FIXTURE_MARKS", "PROFILES", "examples", "derive_marks", "modules_loa
 FIXTURE_MARKS: dict[str, str] = {
     "spark": "spark",                   # the session's SparkSession (tests/conftest.py)
     "broker": "kafka",                  # the session's broker; ``bootstrap`` and ``kafka`` depend on it
+    "own_broker": "kafka",              # a broker of the test's own, to stop, kill or restart (tests/conftest.py)
     "secured": "kafka",                 # a SCRAM-secured Apache Kafka of its own (datasource/test_security.py)
     "standalone_cluster": "spark",      # a standalone Spark master and worker (datasource/test_cluster.py)
 }
@@ -188,9 +189,9 @@ def pytest_sessionfinish(session) -> None:
     twice = {**session.config._modules_loaded_twice, **twice}
     if twice:
         lines = "\n".join(f"  {f}: {', '.join(n)}" for f, n in twice.items())
-        session.config.get_terminal_writer().line(
-            "FAILED: files loaded as two modules (import each as dataflow_kafka.*, tests.* or bench.* only):\n"
-            + lines, red=True)
+        message = f"FAILED: files loaded as two modules (import each as dataflow_kafka.*, tests.* or bench.* only):\n{lines}"
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(message, red=True) if reporter else print(message, file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -85,7 +85,8 @@ def _pytest(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.C
                           cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
 
 
-def test_a_run_that_loads_a_file_as_two_modules_fails_naming_the_file(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist-workers"])
+def test_a_run_that_loads_a_file_as_two_modules_fails_naming_the_file(tmp_path, workers):
     (tmp_path / "helper.py").write_text("X = 1\n")
     (tmp_path / "test_twice.py").write_text(textwrap.dedent("""
         import importlib.util, sys
@@ -101,9 +102,9 @@ def test_a_run_that_loads_a_file_as_two_modules_fails_naming_the_file(tmp_path):
             if "TWICE" in __import__("os").environ:
                 load("helper_b")
     """))
-    once = _pytest(tmp_path)
+    once = _pytest(tmp_path, *workers)
     assert once.returncode == 0, once.stdout + once.stderr
-    twice = _pytest(tmp_path, env={**os.environ, "TWICE": "1"})
+    twice = _pytest(tmp_path, *workers, env={**os.environ, "TWICE": "1"})
     assert twice.returncode == 1, twice.stdout + twice.stderr
     assert "1 passed" in twice.stdout and "helper.py: helper_a, helper_b" in twice.stdout, twice.stdout
 
