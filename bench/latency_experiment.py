@@ -1,5 +1,6 @@
 """End-to-end latency of FlameStream's optimistic scheme on Spark against two buffered baselines
-(the experiment of seeds/flamestream-optimistic.txt, section VI, Figures 9-12).
+(the experiment of Kuralenok et al., "An optimistic approach to handle out-of-order events within
+analytical stream processing", §VI Experiments, Figures 9-12).
 
 Workload: the inverted index of :mod:`optimistic.workload` with 1, 2 or 3 order-sensitive
 stages (posting lists by word; then document-frequency milestones by word; then pairs of words

@@ -13,7 +13,8 @@ rate grows, and the throughput of other aggregations at 20 windows.
 Every engine here runs with ``emission="compact"`` (:data:`EMISSION`), not the engine's default
 ``"scotty"``: the Buckets baseline reports windows with records only (and windows starting before
 0; the streams' delayed records reach negative times, which Scotty's emission rejects), so the
-comparison stays like for like, and the figures stay comparable with the runs before issue 12.
+comparison stays like for like, and the figures stay comparable with the runs made before the engine
+took Scotty's semantics (docs/data/slicer_engine_issue12.csv).
 
     .venv/bin/python -m bench.slicer_engine           # a few minutes
     .venv/bin/python -m bench.slicer_engine --quick   # under a minute

@@ -1,4 +1,5 @@
-"""FlameStream's optimistic out-of-order processing (seeds/flamestream-optimistic.txt, §IV-V).
+"""FlameStream's optimistic out-of-order processing (Kuralenok et al., "An optimistic approach to
+handle out-of-order events within analytical stream processing", §IV-V).
 
 Order-sensitive operators normally wait for a punctuation before they process. Here they do not:
 every stage handles items at once, inserts late ones where the total order puts them, and sends

@@ -1,4 +1,5 @@
-"""General stream slicing for window aggregation (Scotty, ``seeds/scotty-slicing.txt`` §4-9).
+"""General stream slicing for window aggregation (Traub et al., "Scotty: General and Efficient
+Open-Source Window Aggregation for Stream Processing Systems", TODS 2021, §4-9).
 
 Many concurrent window queries over one stream share one set of *slices*: non-overlapping
 chunks of the stream with one partial aggregate each. Every record updates exactly one

@@ -1,4 +1,5 @@
-"""Typed order-aware pipelines: data-trace types (seeds/data-trace-types.txt) on the stage layer.
+"""Typed order-aware pipelines: data-trace types (Mamouras et al., "Data-Trace Types for
+Distributed Stream Processing Systems", PLDI 2019, §3-5) on the stage layer.
 
 - :mod:`traces.types`: ``U(K, V)``, ``O(K, V)``, markers, events, blocks (:class:`Blocker`);
 - :mod:`traces.templates`: ``OpStateless``, ``OpKeyedOrdered``, ``OpKeyedUnordered`` (Table 1, 3);

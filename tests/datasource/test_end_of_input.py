@@ -1,4 +1,4 @@
-"""``endOfInput=punctuate`` (issue 22): a bounded run's last punctuation closes every window, is in
+"""``endOfInput=punctuate``: a bounded run's last punctuation closes every window, is in
 the offset log, and a replay does the same."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nobody gets in without credentials (issue 20): the source, the control topic, the range-stats
+"""Nobody gets in without credentials: the source, the control topic, the range-stats
 topic and the sink on an Apache Kafka broker with SASL_PLAINTEXT, SCRAM-SHA-512 and ACLs
 (``StandardAuthorizer``, nothing allowed without an ACL).
 

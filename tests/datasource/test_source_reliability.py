@@ -1,4 +1,4 @@
-"""Bad records and bad offsets on a real broker (issue 13, source side): each becomes an error row
+"""Bad records and bad offsets on a real broker: each becomes an error row
 naming topic-partition@offset, or a clear error, and the query goes on (also after a restart)."""
 
 from __future__ import annotations

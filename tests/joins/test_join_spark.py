@@ -1,4 +1,4 @@
-"""Join stages on Spark over Kafka (issue 23), each batch equal to ``Pipeline.run_local`` on the same
+"""Join stages on Spark over Kafka, each batch equal to ``Pipeline.run_local`` on the same
 micro-batches (rebuilt from the topics and the offset log), across a restart from the checkpoint
 and a replayed batch:
 

@@ -1,4 +1,4 @@
-"""Computed stage inputs and ``emit`` without Spark (issue 22, items 3 and 4): an inner stage reads
+"""Computed stage inputs and ``emit`` without Spark: an inner stage reads
 a Python expression of several columns of the previous stage (Q5's
 ``to_json(named_struct('auction', auction, 'count', count))``), which ``run_local`` evaluates
 as Spark does (``tests/keygroups/test_emit_spark.py`` runs the same pipeline shape on Spark); fused

@@ -1,4 +1,4 @@
-"""``Pipeline.emit`` and computed inputs on Spark (issue 22, items 3 and 4).
+"""``Pipeline.emit`` and computed inputs on Spark.
 
 A Q5-shaped pipeline of every windowing stage type, each followed by a re-keyed stage: bids
 counted per auction (the keyed slicing table) -> the hottest auction per window (Dataflow panes,

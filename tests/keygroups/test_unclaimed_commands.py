@@ -1,4 +1,4 @@
-"""Control commands that no stage of the query takes become ``error`` rows (issue 13): an unknown
+"""Control commands that no stage of the query takes become ``error`` rows: an unknown
 op, a command naming a stage that is not in the query, an op its stage does not take. The query
 goes on, the commands a stage takes still apply, and a replayed batch reports the same."""
 

@@ -1,4 +1,4 @@
-"""NEXMark on Spark (issue 22): every registered query, every variant, over
+"""NEXMark on Spark: every registered query, every variant, over
 ``format("dataflow-kafka")`` with 10% of the events delayed up to 5 s, equals the brute-force
 reference; and the same query run without Spark (``run_local``) on the micro-batches the Spark run
 read gives the same final rows. One topic for the module, the session's broker and SparkSession."""

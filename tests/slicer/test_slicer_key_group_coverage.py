@@ -1,5 +1,5 @@
 """A window query added at runtime reports the same windows whatever the number of key groups or
-the batch split (issue 22, item 6): the keyed table decides coverage per key, with a bound every
+the batch split: the keyed table decides coverage per key, with a bound every
 key group computes alike (:mod:`slicer.keyed`); one engine per key (a ``Median()``) did already."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Slicer windows that change after they were emitted say so (issue 22, items 1 and 2).
+"""Slicer windows that change after they were emitted say so.
 
 A late record within the allowed lateness that extends or fuses a session (or cuts a punctuation
 window, shifts slide-by-tuple windows, splits a threshold frame, ...) retracts the emitted rows

@@ -1,4 +1,4 @@
-"""Scotty's rules, one small scenario each, the expected windows written from the rule (issue 12).
+"""Scotty's rules, one small scenario each, the expected windows written from the rule.
 
 Each test states the rule it checks (``docs/semantics.md``, Scotty column); the property tests
 (test_slicer_properties.py) check the same rules at random against the brute-force reference.

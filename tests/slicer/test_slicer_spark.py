@@ -192,7 +192,7 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     windows = [r for b in batches for r in got[b] if r[0] == "window"]
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]
     assert any(r[5] for r in windows)                                      # updates from late records
-    # late records within the lateness extend and fuse emitted sessions: retracted (issue 22)
+    # late records within the lateness extend and fuse emitted sessions: retracted
     assert any(r[6] for r in windows) == (config == "per_key")
     assert {r[2] for r in windows} == {str(i) for i in range(len(CONFIGS[config][0]))}   # query ids: the index
     late = sum(r[3] for r in drops if r[2] == "late")

@@ -1,4 +1,4 @@
-"""DAGs with fan-out, fan-in and several sources compiled to the stage layer (issue 23 B), run by
+"""DAGs with fan-out, fan-in and several sources compiled to the stage layer, run by
 its local runner (the per-key-group code Spark runs): every sink's blocks equal Dag.run_local's on
 the same micro-batches, for 1-4 key groups, both strategies and random batch splits; a stalled
 source holds the output back and loses nothing."""

@@ -1,4 +1,4 @@
-"""Several sources merged into one vertex (issue 23 A): MRG aligns inputs whose first markers
+"""Several sources merged into one vertex: MRG aligns inputs whose first markers
 differ, and the parallel deployment equals the sequential reference on random multi-source DAGs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A typed DAG with two sources, fan-in and fan-out on Spark over Kafka (issue 23 B), one query:
+"""A typed DAG with two sources, fan-in and fan-out on Spark over Kafka, one query:
 every block both sources closed equals Dag.run_local's on the same micro-batches, across a
 restart from the checkpoint and a replayed batch; one source stalled for several batches holds
 the output back and loses nothing (the other ran ahead: none of its records is late)."""

@@ -1,4 +1,4 @@
-"""Beam's rules in the Dataflow driver (issue 12): bundles, output timestamps, the lateness warning.
+"""Beam's rules in the Dataflow driver: bundles, output timestamps, the lateness warning.
 
 Expected panes are written from Beam's documented behaviour:
 

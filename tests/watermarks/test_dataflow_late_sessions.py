@@ -1,4 +1,4 @@
-"""A late element that would change an emitted session (issue 22, item 2).
+"""A late element that would change an emitted session.
 
 It is applied with the retraction of the session(s) it replaces and the merged session as the
 next pane, in every accumulation mode, or dropped and counted as late when the session's state is

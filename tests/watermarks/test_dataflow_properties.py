@@ -155,7 +155,7 @@ def test_modes_agree_discarding_and_retractions_sum_to_the_final_pane(elems, adv
         assert signed_total == total(f)
     for p in dis:  # every delta belongs to exactly one final pane
         assert not p.value or sum(attributed(p, f) for f in fin) == 1
-    # issue 22: folding per window gives the final panes in every mode (no window left behind)
+    # folding per window gives the final panes in every mode (no window left behind)
     want = {(f.key, f.window): total(f) for f in fin}
     assert fold_latest(ret) == fold_latest(acc) == fold_sum(dis) == want
     if lateness == NO_DROPS:

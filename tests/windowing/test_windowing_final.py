@@ -1,4 +1,4 @@
-"""windowing.final: the current result per window from a stage's rows (issue 22, item 5).
+"""windowing.final: the current result per window from a stage's rows.
 
 The fold (the latest row per window, a retraction deleting it) against a row-by-row reference on
 random histories, its idempotence (a replayed batch), the stages it reads, and the Spark
