@@ -28,13 +28,14 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m demo
 
-# Marks, Hypothesis profiles and the suite's own checks: docs/tests.md
+# Two pytest-xdist workers sharing one broker, each with its own SparkSession; marks, Hypothesis
+# profiles, the suite's own checks and measured times: docs/tests.md
 test: setup
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=15
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
 # Engines only, Hypothesis's dev profile: no JVM, no broker (each test checked), under a minute.
 test-engines: setup
-	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -q -m "not spark and not kafka"
+	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -q -n 2 -m "not spark and not kafka"
 
 # Broker conformance against every embedded candidate (docs/brokers.md).
 conformance: setup
