@@ -37,6 +37,10 @@ True
 
 from __future__ import annotations
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.keygroups")  # one name per file: never `import keygroups`
+
 from dataflow_kafka.keygroups.computed import Computed, json_field, json_object
 from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
 from dataflow_kafka.keygroups.pipeline import Pipeline

@@ -1,6 +1,7 @@
 """Windowing: *where* in event time elements are grouped (Dataflow Model, section 2.2).
 
-The model splits windowing into two operations (seed ``dataflow-model.txt`` §2.2):
+The model splits windowing into two operations (the Dataflow Model, Akidau et al., VLDB 2015, §2.2
+Windowing):
 
 * ``AssignWindows(datum) -> Set<Window>`` puts every element into zero or more windows; the
   element is conceptually copied into each of them (§2.2.1).
