@@ -15,7 +15,7 @@ setup: $(STAMP) $(KAFKA_STAMP)
 # Apache Kafka's broker and its dependencies, resolved by Maven from brokers/pom.xml into .jvm/kafka.
 $(KAFKA_STAMP): brokers/pom.xml | $(STAMP)
 	@command -v mvn >/dev/null || { echo "Maven is required to resolve Apache Kafka (e.g. apt-get install maven)"; exit 1; }
-	$(PY) -m brokers
+	$(PY) -m dataflow_kafka.brokers
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required by Spark and Kafka (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -28,12 +28,14 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m demo
 
+# Two pytest-xdist workers sharing one broker, each with its own SparkSession; marks, Hypothesis
+# profiles, the suite's own checks and measured times: docs/tests.md
 test: setup
-	$(PY) -m pytest -q --durations=15
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
-# Engines only: no JVM, no broker (seconds).
+# Engines only, Hypothesis's dev profile: no JVM, no broker (each test checked), under a minute.
 test-engines: setup
-	$(PY) -m pytest -q -m "not spark and not kafka"
+	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -q -n 2 -m "not spark and not kafka and not jvm"
 
 # Broker conformance against every embedded candidate (docs/brokers.md).
 conformance: setup

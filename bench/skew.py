@@ -1,4 +1,4 @@
-"""Skew and the balancer: a windowed aggregation whose hot key groups move between slots (issue 15).
+"""Skew and the balancer: a windowed aggregation whose hot key groups move between slots.
 
 One query per mode, on the embedded broker, reading records produced in real time at ``--rate``
 records/s (event time runs ``--speed`` times faster than the wall clock, so minutes of event time

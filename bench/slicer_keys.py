@@ -24,16 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.slicer_spark import LATENESS_MS, window_specs  # noqa: E402
+from bench.slicer_spark import LATENESS_MS, window_specs
 
 
 def batches(n_batches: int, records: int, keys: int, seed: int = 3, rate: int = 1_000):

@@ -53,14 +53,11 @@ import inspect
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._kafka import create_topics, dataflow_kafka_source, produce_json  # noqa: E402
+from bench._kafka import create_topics, dataflow_kafka_source, produce_json
 
 LATENESS_MS = 2_000
 PARTITIONS = 4

@@ -2,10 +2,11 @@
 format the storage, and build the command line that :mod:`brokers.launcher` runs.
 
 One node in KRaft combined mode (``process.roles=broker,controller``) on loopback: a client
-listener (``PLAINTEXT``, or ``SASL_PLAINTEXT`` with SCRAM-SHA-512 and ACLs when users are given)
-and a controller listener. The jars come from ``brokers/pom.xml`` (``make setup``), resolved once
-into ``.jvm/kafka`` of the repository, or into ``~/.cache/dataflow-kafka`` when the package is
-installed without the repository; ``DATAFLOW_KAFKA_JARS`` points elsewhere.
+listener (``PLAINTEXT``, or ``SASL_PLAINTEXT`` with SCRAM-SHA-512 and ACLs when users are given),
+TLS listeners when asked for (:mod:`brokers.tls`), and a controller listener. The jars come from
+``brokers/pom.xml`` (``make setup``), resolved once into ``.jvm/kafka`` of the repository, or into
+``~/.cache/dataflow-kafka`` when the package is installed without the repository;
+``DATAFLOW_KAFKA_JARS`` points elsewhere.
 
 What the configuration changes from Kafka's defaults, and why: the internal topics have
 replication factor 1 (one node) and 4 partitions instead of 50 (a first consumer group or
@@ -26,6 +27,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from dataflow_kafka.brokers.tls import Tls, TlsFiles, make_certificates
 from dataflow_kafka.errors import KafkaSetupError
 
 __all__ = ["KAFKA_VERSION", "Scram", "kafka_jars", "resolve_kafka_jars", "KafkaNode"]
@@ -154,6 +156,9 @@ class KafkaNode:
     port: int
     controller_port: int
     scram: Scram | None = None
+    tls: Tls | None = None                                       # TLS listeners (brokers/tls.py)
+    tls_ports: dict[str, int] = field(default_factory=dict)      # TLS listener name -> port
+    tls_files: TlsFiles | None = None                            # made by prepare()
     heap: str = field(default_factory=lambda: os.environ.get("DATAFLOW_KAFKA_HEAP", "768m"))
 
     @property
@@ -166,14 +171,18 @@ class KafkaNode:
 
     def server_properties(self) -> str:
         client = "SASL_PLAINTEXT" if self.scram else "PLAINTEXT"
+        tls = {lst.name: (lst.protocol, self.tls_ports[lst.name]) for lst in self.tls.listeners} if self.tls else {}
+        served = ",".join(f"{name}://127.0.0.1:{port}" for name, port in
+                          [(client, self.port), *((n, p) for n, (_, p) in tls.items())])
         lines = [
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
-            f"listeners={client}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners={client}://127.0.0.1:{self.port}",
+            f"listeners={served},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners={served}",
             "controller.listener.names=CONTROLLER",
-            f"listener.security.protocol.map={client}:{client},CONTROLLER:PLAINTEXT",
+            f"listener.security.protocol.map={client}:{client},CONTROLLER:PLAINTEXT"
+            + "".join(f",{name}:{protocol}" for name, (protocol, _) in tls.items()),
             f"inter.broker.listener.name={client}",
             f"log.dirs={self.data_dir}",
             "offsets.topic.replication.factor=1",
@@ -192,20 +201,29 @@ class KafkaNode:
             "num.recovery.threads.per.data.dir=1",
             "log.cleaner.threads=1",
         ]
+        if self.tls:
+            if self.tls_files is None or (not self.scram and any(p == "SASL_SSL" for p, _ in tls.values())):
+                raise KafkaSetupError("a TLS node needs its certificates (prepare()) and, for a SASL_SSL listener, "
+                                      "SCRAM users (scram=Scram(...))")
+            jaas = {self.scram.mechanism: self._jaas()} if self.scram else {}
+            lines += self.tls.server_properties(self.tls_files, jaas)
         if self.scram:
             s = self.scram
             lines += [
                 f"sasl.enabled.mechanisms={s.mechanism}",
                 f"sasl.mechanism.inter.broker.protocol={s.mechanism}",
-                f"listener.name.sasl_plaintext.{s.mechanism.lower()}.sasl.jaas.config="
-                f"org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="{s.admin}" password="{s.admin_password}";',
+                f"listener.name.sasl_plaintext.{s.mechanism.lower()}.sasl.jaas.config={self._jaas()}",
                 "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                 "allow.everyone.if.no.acl.found=false",
                 # the controller listener is PLAINTEXT on loopback: the node talks to itself as ANONYMOUS
                 f"super.users=User:{s.admin};User:ANONYMOUS",
             ]
         return "\n".join(lines) + "\n"
+
+    def _jaas(self) -> str:
+        s = self.scram
+        return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{s.admin}" ' \
+               f'password="{s.admin_password}";'
 
     def _java_cmd(self, main: str, *args: str) -> list[str]:
         jars = resolve_kafka_jars()
@@ -217,6 +235,8 @@ class KafkaNode:
         """Write the configuration and format the storage once (``StorageTool format
         --standalone``, with the SCRAM users when given); a formatted data directory is kept."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.tls and self.tls_files is None:
+            self.tls_files = make_certificates(self.workdir / "tls", self.tls.password)
         self.config_path.write_text(self.server_properties())
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
         if (self.data_dir / "meta.properties").exists():

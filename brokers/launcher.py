@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Iterator
 
 from dataflow_kafka.brokers.apache_kafka import KafkaNode, KafkaSetupError, Scram
+from dataflow_kafka.brokers.tls import Tls, TlsEndpoints
 from dataflow_kafka.errors import BrokerError
 
-__all__ = ["Broker", "kafka_broker", "EMBEDDED_KINDS", "Scram"]
+__all__ = ["Broker", "kafka_broker", "EMBEDDED_KINDS", "Scram", "Tls"]
 
 EMBEDDED_KINDS = ("kafka", "noida-db", "tansu")
 
@@ -134,6 +135,7 @@ class Broker:
 
     ``client_conf``: librdkafka settings every client of this broker needs besides
     ``bootstrap.servers`` (a SASL login of the super user on a secured broker; empty otherwise).
+    ``tls``: the TLS listeners' addresses and the clients' settings (``kafka_broker(tls=...)``).
     """
 
     kind: str
@@ -144,6 +146,7 @@ class Broker:
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     client_conf: dict[str, str] = field(default_factory=dict, repr=False)
     scram: Scram | None = field(default=None, repr=False)
+    tls: TlsEndpoints | None = field(default=None, repr=False)
 
     @property
     def persistent(self) -> bool:
@@ -246,20 +249,23 @@ def _close_our_clients(timeout_s: float = 5.0) -> None:
             module.close_producers(timeout_s)
 
 
-def _embedded(kind: str, workdir: Path, scram: Scram | None = None) -> Broker:
+def _embedded(kind: str, workdir: Path, scram: Scram | None = None, tls: Tls | None = None) -> Broker:
     port = _free_port()
     addr = f"127.0.0.1:{port}"
     data_dir = workdir / "data"
-    if scram is not None and kind != "kafka":
-        raise BrokerError(f"SASL/SCRAM needs the Apache Kafka broker, not {kind!r}")
+    if (scram is not None or tls is not None) and kind != "kafka":
+        raise BrokerError(f"SASL/SCRAM and TLS need the Apache Kafka broker, not {kind!r}")
     if kind == "kafka":
-        node = KafkaNode(workdir, port, _free_port(), scram)
+        tls_ports = {lst.name: _free_port() for lst in tls.listeners} if tls else {}
+        node = KafkaNode(workdir, port, _free_port(), scram, tls, tls_ports)
         try:
             node.prepare()
         except KafkaSetupError as e:
             raise BrokerError(str(e)) from None
+        servers = {n: f"127.0.0.1:{p}" for n, p in tls_ports.items()}
+        endpoints = TlsEndpoints(tls, node.tls_files, servers) if tls else None
         b = Broker(kind, addr, node.data_dir, workdir / "kafka.log", node.command(),
-                   client_conf=scram.client_conf() if scram else {}, scram=scram)
+                   client_conf=scram.client_conf() if scram else {}, scram=scram, tls=endpoints)
         b._start()
         return b
     exe = _executable(kind)
@@ -276,16 +282,17 @@ def _embedded(kind: str, workdir: Path, scram: Scram | None = None) -> Broker:
 
 @contextlib.contextmanager
 def kafka_broker(kind: str = "auto", workdir: str | os.PathLike | None = None,
-                 scram: Scram | None = None) -> Iterator[Broker]:
+                 scram: Scram | None = None, tls: Tls | None = None) -> Iterator[Broker]:
     """Yield a healthy :class:`Broker`; stop what was started here on exit.
 
     ``kind``: ``"auto"`` (``KAFKA_BOOTSTRAP_SERVERS``, else ``DATAFLOW_KAFKA_EMBEDDED``, else
     Apache Kafka), ``"kafka"``, ``"external"``, ``"docker"``, ``"noida-db"`` or ``"tansu"``.
     ``scram``: start Apache Kafka with SASL_PLAINTEXT, SCRAM-SHA-512 and ACLs for these users
-    (always a broker of its own, never an external one).
+    (always a broker of its own, never an external one). ``tls``: TLS listeners beside the
+    plaintext one, with certificates made for this run (:mod:`brokers.tls`; Apache Kafka only).
     """
     if kind == "auto":
-        if scram is not None:
+        if scram is not None or tls is not None:
             kind = "kafka"
         elif os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
             kind = "external"
@@ -312,7 +319,7 @@ def kafka_broker(kind: str = "auto", workdir: str | os.PathLike | None = None,
     if workdir is None:
         tmp = tempfile.mkdtemp(prefix=f"dataflow-kafka-{kind}-")
         workdir = tmp
-    broker = _embedded(kind, Path(workdir), scram)
+    broker = _embedded(kind, Path(workdir), scram, tls)
     try:
         yield broker
     finally:

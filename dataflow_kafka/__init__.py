@@ -64,6 +64,8 @@ _EXPORTS = {
     "AfterCount": "dataflow_kafka.watermarks.triggers",
     "AfterProcessingTime": "dataflow_kafka.watermarks.triggers",
     "Repeatedly": "dataflow_kafka.watermarks.triggers",
+    # metrics of a running query (StreamingQueryProgress)
+    "progress_metrics": "dataflow_kafka.keygroups.metrics",
     # final results
     "current_windows": "dataflow_kafka.windowing.final",
     "UpsertWindows": "dataflow_kafka.windowing.final",

@@ -38,7 +38,7 @@ from typing import Iterator, Mapping
 
 from dataflow_kafka.errors import ConnectServerError
 
-__all__ = ["ConnectServer", "connect_server", "connect_session", "is_connect"]
+__all__ = ["ConnectServer", "connect_server", "connect_session"]
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -125,15 +125,6 @@ def connect_server(master: str = "local[2]", shuffle_partitions: int | None = No
         yield server
     finally:
         server.stop()
-
-
-def is_connect(spark) -> bool:
-    """Whether ``spark`` is a Spark Connect client session (it has no JVM of its own)."""
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:                # the client's dependencies (grpcio, ...) are not installed
-        return False
-    return isinstance(spark, ConnectSession)
 
 
 def connect_session(url: str):

@@ -13,6 +13,7 @@ import functools
 import io
 import itertools
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,11 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from dataflow_kafka.datasource import kafka_security
+from dataflow_kafka.datasource import kafka_security, kafka_tls
 from dataflow_kafka.datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
 )
-from dataflow_kafka.errors import DataLossError, InvalidArgumentError, KafkaClientError, KafkaTimeoutError, KafkaUnavailableError
+from dataflow_kafka.errors import (
+    DataLossError, InvalidArgumentError, KafkaClientError, KafkaTimeoutError, KafkaUnavailableError, OptionError,
+)
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
            "watermarks", "fetch_range", "RangeRecords", "records_to_batch", "event_times",
@@ -65,57 +68,28 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
     """
     conf = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
             "enable.partition.eof": True, "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10,
-            "queued.min.messages": CHUNK, "log_level": 3}
+            "queued.min.messages": CHUNK}
     conf.update(kafka_conf)
     conf["enable.auto.commit"] = False
     conf["enable.partition.eof"] = True
     conf["auto.offset.reset"] = "error"  # an offset outside the log is reported (fetch_range), never skipped
-    errors = _ClientErrors(conf)
-    c = _consumer_class()({**conf, "error_cb": errors})
+    errors = kafka_security.ClientErrors(conf)
+    c = _consumer_class()({**conf, **kafka_security.client_callbacks(errors)})
     c.client_errors = errors
     return c
-
-
-class _ClientErrors:
-    """librdkafka's ``error_cb`` of a consumer: keeps the last authentication failure (reported
-    only through this callback, while requests time out as broker transport failures)."""
-
-    def __init__(self, conf: dict) -> None:
-        self.conf = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol", "sasl.mechanism",
-                                                             "sasl.mechanisms", "sasl.username")}
-        self.authentication: str | None = None
-
-    def __call__(self, err) -> None:
-        from confluent_kafka import KafkaError
-
-        if err.code() == KafkaError._AUTHENTICATION:
-            self.authentication = err.str()
-
-    def raise_if_refused(self, c=None) -> None:
-        """Raise :class:`KafkaAuthenticationError` if the broker refused the login. ``c``: the
-        consumer, whose events are served first when it has no assignment (polling an assigned
-        consumer would take records)."""
-        if c is not None and self.authentication is None:
-            try:
-                if not c.assignment():
-                    c.poll(0)
-            except Exception:  # noqa: BLE001 - a closed consumer: nothing more to learn
-                pass
-        if self.authentication is not None:
-            raise kafka_security.authentication_error(self.conf, self.authentication)
 
 
 _CONSUMER_CLASS = []
 
 
 def _consumer_class():
-    """``confluent_kafka.Consumer`` with room for the consumer's :class:`_ClientErrors` (the C type
+    """``confluent_kafka.Consumer`` with room for the consumer's :class:`kafka_security.ClientErrors` (the C type
     takes no attributes), created on first use (confluent_kafka is imported inside functions)."""
     if not _CONSUMER_CLASS:
         from confluent_kafka import Consumer
 
         class DataflowKafkaConsumer(Consumer):
-            client_errors: _ClientErrors
+            client_errors: kafka_security.ClientErrors
 
         _CONSUMER_CLASS.append(DataflowKafkaConsumer)
     return _CONSUMER_CLASS[0]
@@ -128,9 +102,19 @@ def _conf_of(c) -> dict:
 
 
 def _raise_if_refused(c) -> None:
+    """Raise :class:`KafkaAuthenticationError` or :class:`KafkaTlsError` if the broker refused
+    consumer ``c``'s login or TLS handshake. The consumer's callbacks are served first when it has
+    no assignment (polling an assigned consumer would take records)."""
     errors = getattr(c, "client_errors", None)
-    if errors is not None:
-        errors.raise_if_refused(c)
+    if errors is None:
+        return
+    if errors.refusal() is None:
+        try:
+            if not c.assignment():
+                c.poll(0)
+        except Exception:  # noqa: BLE001 - a closed consumer: nothing more to learn
+            pass
+    errors.raise_if_refused()
 
 
 _idle: dict[tuple, list] = {}  # Kafka configuration -> this process's idle pooled consumer(s)
@@ -232,7 +216,9 @@ def _retrying(request, timeout_s: float, c=None):
 def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
     """Turn a Kafka client error or timeout inside the block into a :class:`KafkaUnavailableError`
     naming ``kafka.bootstrap.servers`` and ``what`` was being read (e.g. ``topic t-0 offsets [5, 9)``)
-    instead of a bare ``KafkaError{code=_ALL_BROKERS_DOWN,...}``."""
+    instead of a bare ``KafkaError{code=_ALL_BROKERS_DOWN,...}``; a client that could not be
+    created because of a TLS setting is a :class:`KafkaTlsError` naming the option, one given a
+    setting librdkafka does not know an :class:`OptionError` naming it."""
     from confluent_kafka import KafkaException
 
     try:
@@ -240,6 +226,13 @@ def naming_servers(kafka_conf: dict[str, str], what: str) -> Iterator[None]:
     except (KafkaException, TimeoutError) as e:
         err = e.args[0] if e.args else e
         cause = err.str() if hasattr(err, "str") else str(err)
+        tls = kafka_tls.diagnose(kafka_conf, cause) if cause.startswith("Failed to create") else None
+        if tls is not None:
+            raise tls from None
+        unknown = re.search(r'No such configuration property: "([^"]+)"', cause)
+        if unknown:
+            raise OptionError(f"option 'kafka.{unknown.group(1)}' is not a setting of librdkafka, the Kafka client "
+                              "of dataflow-kafka (a setting of Kafka's Java client?): remove it") from None
         transient = isinstance(e, TimeoutError) or _transient(err)
         raise KafkaUnavailableError(
             f"cannot read {what} from Kafka at kafka.bootstrap.servers={kafka_conf.get('bootstrap.servers')!r}: "

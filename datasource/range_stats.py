@@ -20,6 +20,7 @@ from collections import OrderedDict
 
 from dataflow_kafka.datasource import kafka_read, kafka_security
 from dataflow_kafka.datasource.sink import ProducerCache, ensure_topic
+from dataflow_kafka.errors import KafkaSecurityError
 
 __all__ = ["DEFAULT_TOPIC", "range_key", "publish", "close_producers", "RangeStats"]
 
@@ -27,7 +28,7 @@ DEFAULT_TOPIC = "dataflow-kafka-range-stats"
 _TAIL = 10_000         # entries the driver reads back when it starts (a restarted query's last batch)
 _CACHE = 50_000        # entries the driver keeps
 _log = logging.getLogger(__name__)
-_producers = ProducerCache({}, forced={"linger.ms": 0, "log_level": 3})  # per Kafka configuration and process
+_producers = ProducerCache({}, forced={"linger.ms": 0})  # per Kafka configuration and process
 
 
 def range_key(topic: str, partition: int, start: int, end: int, event_time_field: str | None,
@@ -88,8 +89,8 @@ class RangeStats:
         try:
             ensure_topic(self.kafka_conf, self.topic)
             return None
-        except kafka_security.KafkaAuthorizationError:
-            raise             # a missing ACL is the user's to fix (or rangeStatsTopic=''), not a silent slow path
+        except (kafka_security.KafkaAuthorizationError, KafkaSecurityError):
+            raise             # a missing ACL or a TLS mistake is the user's to fix, not a silent slow path
         except Exception as e:  # noqa: BLE001 - no broker support: fall back to scans
             return f"cannot use range stats topic {self.topic!r}: {e}"
 

@@ -45,7 +45,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread",
+__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread", "is_connect",
            "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -89,7 +89,6 @@ def register(spark) -> None:
     session: see :func:`use_in_this_thread`). Also ``dataflow_kafka.datasource.register``. ``spark``
     may be a Spark Connect client session (:mod:`datasource.connect`): Spark ships the class to
     the server, whose Python workers must be able to import this package."""
-    from dataflow_kafka.datasource.connect import is_connect
     from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
     spark.dataSource.register(DataflowKafkaDataSource)
@@ -153,6 +152,15 @@ def python_without_pyspark_zip() -> str | None:
     tmp.chmod(0o755)
     os.replace(tmp, path)         # atomic: a concurrent process sees the old or the new file, whole
     return str(path)
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (it has no JVM of its own)."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:                # the client's dependencies (grpcio, ...) are not installed
+        return False
+    return isinstance(spark, ConnectSession)
 
 
 def use_in_this_thread(spark) -> None:

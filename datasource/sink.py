@@ -71,7 +71,9 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 from dataflow_kafka.brokers.admin import admin_conf, create_topics
 from dataflow_kafka.datasource import kafka_security
 from dataflow_kafka.datasource.options import OptionError, SinkOptions
-from dataflow_kafka.errors import InvalidArgumentError, KafkaClientError, KafkaUnavailableError, PlanError
+from dataflow_kafka.errors import (
+    InvalidArgumentError, KafkaClientError, KafkaSecurityError, KafkaUnavailableError, PlanError,
+)
 
 __all__ = ["DataflowKafkaStreamWriter", "DataflowKafkaBatchWriter", "WriteResult", "validate_write_schema",
            "ProducerCache", "producer_stats", "close_producers", "ensure_topic", "write_exactly_once",
@@ -79,14 +81,13 @@ __all__ = ["DataflowKafkaStreamWriter", "DataflowKafkaBatchWriter", "WriteResult
 
 DELIVERY_TIMEOUT_MS = 30_000  # default of kafka.delivery.timeout.ms: a record not acknowledged by then fails
 #: Producer settings of the sink; ``kafka.*`` options override them.
-PRODUCER_DEFAULTS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3,
+PRODUCER_DEFAULTS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5,
                      "delivery.timeout.ms": DELIVERY_TIMEOUT_MS}
 FLUSH_MARGIN_S = 5.0         # a task waits the delivery timeout plus this for its acknowledgements
 DRAIN_TIMEOUT_S = 10.0       # a failed task waits this long for its other records before it returns
 EXIT_FLUSH_TIMEOUT_S = 5.0   # per producer at process exit
 _MAX_ERRORS = 5              # distinct (topic, partition, error) quoted in a task's failure message
 _MSG_TIMED_OUT = -192        # confluent_kafka.KafkaError._MSG_TIMED_OUT (not imported at module level)
-_AUTHENTICATION = -169       # KafkaError._AUTHENTICATION
 _TOPIC_AUTHORIZATION_FAILED = 29   # KafkaError.TOPIC_AUTHORIZATION_FAILED
 _CLUSTER_AUTHORIZATION_FAILED = 31  # KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
@@ -143,25 +144,29 @@ class WriteResult(WriterCommitMessage):
 
 
 class _Entry:
-    """A producer, the fatal error it reported, if any, the last client-level error, and the last
-    refused login (librdkafka reports it only here, between "all brokers down" errors)."""
+    """A producer, the fatal error it reported, if any, the last client-level error, and what the
+    broker refused (a login, a TLS handshake: librdkafka reports them only to the client's
+    callbacks, between "all brokers down" errors; ``refused``)."""
 
-    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at", "authentication")
+    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at", "refused")
 
-    def __init__(self) -> None:
+    def __init__(self, conf: dict) -> None:
         self.producer = None
         self.fatal = None
         self.pid = os.getpid()
         self.last_error = None
         self.last_error_at = 0.0
-        self.authentication = None
+        self.refused = kafka_security.ClientErrors(conf)
 
     def on_error(self, err) -> None:   # librdkafka's error_cb: client-level errors, fatal ones included
         if err.fatal():
             self.fatal = err
-        if err.code() == _AUTHENTICATION:
-            self.authentication = err
         self.last_error, self.last_error_at = err, time.monotonic()
+        self.refused(err)
+
+    def callbacks(self) -> dict:
+        """The producer settings that make this entry its ``error_cb`` and ``logger``."""
+        return {**kafka_security.client_callbacks(self.refused), "error_cb": self.on_error}
 
 
 def _close_quietly(client, timeout_s: float = 0.0) -> None:
@@ -212,8 +217,8 @@ class ProducerCache:
                 self.drop(conf)
                 entry = None
         if entry is None:
-            entry = _Entry()
-            entry.producer = Producer({**self.defaults, **conf, **self.forced, "error_cb": entry.on_error})
+            entry = _Entry(conf)
+            entry.producer = Producer({**self.defaults, **conf, **self.forced, **entry.callbacks()})
             self._entries[key] = entry
             self.created += 1
             if not self._exit_hook:
@@ -260,13 +265,27 @@ def close_producers(timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
 def ensure_topic(kafka_conf: dict, topic: str, partitions: int = 1, timeout_s: float = 30.0) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists; raise naming the topic
     and ``kafka.bootstrap.servers`` when it cannot be created or checked."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    refused = kafka_security.ClientErrors(kafka_conf)
+    admin = AdminClient({**admin_conf(kafka_conf), **kafka_security.client_callbacks(refused)})
+    deadline = time.monotonic() + timeout_s
     try:
-        md = AdminClient(admin_conf(kafka_conf)).list_topics(topic, timeout=timeout_s).topics.get(topic)
+        while True:     # in short requests: a refused login or TLS handshake shows in the callbacks
+            try:
+                md = admin.list_topics(topic, timeout=min(2.0, max(0.5, deadline - time.monotonic()))).topics.get(topic)
+                break
+            except KafkaException:
+                admin.poll(0)
+                refused.raise_if_refused()
+                if time.monotonic() >= deadline:
+                    raise
         if md is not None and md.error is None and md.partitions:
             return
         create_topics(kafka_conf, {topic: partitions}, exist_ok=True, timeout_s=timeout_s)
+    except KafkaSecurityError:
+        raise
     except Exception as e:  # noqa: BLE001
         code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
         if code in (_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED):
@@ -323,8 +342,7 @@ class _TaskDelivery:
             raise kafka_security.authorization_error(conf, "WRITE", f"topic {sorted(self.denied)[0]!r}",
                                                      f"the sink writes to it ({self.failed} of {self.sent} "
                                                      "records refused)")
-        if self.entry.authentication is not None:
-            raise kafka_security.authentication_error(conf, self.entry.authentication.str())
+        self.entry.refused.raise_if_refused()
         last = self.entry.last_error
         if self.failed:
             what = f"delivery failed for {self.failed} of {self.sent} records: " + "; ".join(
@@ -528,8 +546,8 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
     first = next((b for b in it if b.num_rows), None)
     if first is None:
         return WriteResult(0, os.getpid())
-    entry = _Entry()
-    entry.producer = producer = Producer({**PRODUCER_DEFAULTS, **conf, "error_cb": entry.on_error,
+    entry = _Entry(conf)
+    entry.producer = producer = Producer({**PRODUCER_DEFAULTS, **conf, **entry.callbacks(),
                                           "transactional.id": f"dataflow-kafka-{query_id}-{partition}"})
     index = _index_consumer(conf, query_id, partition)
     task = _TaskDelivery(entry)

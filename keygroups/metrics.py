@@ -97,11 +97,14 @@ def observe_stages(df, stage_names: Iterable[str]):
 
 
 def _as_dict(row: Any) -> dict:
+    """An observed metrics row as ``{name: value}``: a ``Row``, a JSON object, or the
+    ``{"values": [...], "schema": {...}}`` form a Spark Connect client's progress carries."""
     if row is None:
         return {}
-    if hasattr(row, "asDict"):
-        return row.asDict()
-    return dict(row)
+    row = row.asDict(recursive=True) if hasattr(row, "asDict") else dict(row)
+    if set(row) == {"values", "schema"} and isinstance(row["schema"], Mapping):
+        return {f["name"]: v for f, v in zip(row["schema"].get("fields", []), row["values"])}
+    return row
 
 
 def _offsets(text: Any) -> dict[str, dict[str, int]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dataflow_kafka.keygroups.computed import Computed, evaluate
-from dataflow_kafka.keygroups.contract import CONTROL_NAMES, schema_ddl
+from dataflow_kafka.keygroups.computed import Computed, evaluate, json_field_source
+from dataflow_kafka.keygroups.contract import CONTROL_NAMES, KIND_DATA, schema_ddl
 from dataflow_kafka.keygroups.frames import _ingest_columns, _ingest_frame, _pack_frame
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
 from dataflow_kafka.keygroups.stage import Stage
@@ -74,7 +74,54 @@ def _timestamps_back(df, names: Sequence[str]):
 
 
 def _compute_spark(df, computed: dict[str, Computed]):
-    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
+    """Spark: the ``computed`` inputs (first operator) added on data rows (null on the others):
+    those with a :attr:`~keygroups.computed.Computed.sql` form as JVM expressions, the rest in one
+    ``mapInPandas`` step."""
+    from pyspark.sql import functions as F
+
+    in_jvm = {n: c for n, c in computed.items() if c.sql is not None}
+    if in_jvm:
+        is_data = F.col("kind") == KIND_DATA if "kind" in df.columns else F.lit(True)
+        exprs = {n: F.expr(c.sql) for n, c in in_jvm.items()}
+        parses, shared = _shared_json_parses(df, in_jvm)
+        if parses:                            # one parse per column, a projection of its own
+            df = df.withColumns(parses)
+        exprs.update(shared)
+        df = df.withColumns({n: F.when(is_data, e.cast(in_jvm[n].type)) for n, e in exprs.items()})
+        df = df.drop(*parses)
+    rest = {n: c for n, c in computed.items() if c.sql is None}
+    return _compute_python(df, rest) if rest else df
+
+
+def _shared_json_parses(df, computed: dict[str, Computed]) -> tuple[dict, dict]:
+    """The :func:`~keygroups.computed.json_field` inputs that read several fields of one column,
+    from one ``from_json`` of that column (one parse per row instead of one per field): ``({temporary
+    column: the parse}, {input: its field of the parse})``. The same values as one ``from_json``
+    per field while Spark keeps a record's other fields when one does not convert
+    (``spark.sql.json.enablePartialResults``, the default); otherwise nothing is shared."""
+    from pyspark.sql import functions as F
+
+    if df.sparkSession.conf.get("spark.sql.json.enablePartialResults", "true").lower() != "true":
+        return {}, {}
+    by_column: dict[str, dict[str, tuple[str, str]]] = {}
+    for n, c in computed.items():
+        src = json_field_source(c)
+        if src is not None:
+            by_column.setdefault(src[0], {})[n] = (src[1], c.type)
+    parses, shared = {}, {}
+    for column, fields in by_column.items():
+        names = {f for f, _ in fields.values()}
+        if len(fields) < 2 or len(names) != len({(f, t) for f, t in fields.values()}):
+            continue                  # one field, or one field read as two types: a parse each
+        schema = ", ".join(f"`{f}` {t.upper()}" for f, t in dict(fields.values()).items())
+        tmp = f"__json_{column}"
+        parses[tmp] = F.from_json(F.col(column).cast("string"), schema)
+        shared.update({n: F.col(tmp).getField(f) for n, (f, _) in fields.items()})
+    return parses, shared
+
+
+def _compute_python(df, computed: dict[str, Computed]):
+    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs on data rows."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
     df, stamps, tz = _timestamps_as_micros(df)

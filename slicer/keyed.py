@@ -39,7 +39,7 @@ another order).
 Queries added while running (:meth:`KeyedSlicingOperator.add_window`, ``apply(command)``; time
 tumbling and sliding windows only) cover what the table still holds, from a **coverage start**
 ``C_k`` per key on (windows of key ``k`` starting before it are never reported), decided so that
-which windows appear does not depend on which keys share a key group (issue 22). ``C_k`` is the
+which windows appear does not depend on which keys share a key group. ``C_k`` is the
 latest of:
 
 * ``U``, the same in every key group: the highest eviction cut so far (the first start, over the

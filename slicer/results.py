@@ -1,13 +1,13 @@
 """Window results: one row per emitted window, or a columnar batch of them.
 
-``query_id`` is the query's id (a string). ``update`` is ``True`` for a window that ended at
-or before the previous watermark and is emitted again because records that arrived since
-(within the allowed lateness) changed it, or because context changed its extent, and for a
-window that replaces retracted ones. ``retraction`` is ``True`` for a row that takes back a
-window emitted earlier whose extent no longer exists (a late record extended or fused sessions,
-a late punctuation cut a window: the Dataflow Model's retraction, ``seeds/dataflow-model.txt``
-§2.3); it carries the values that window was emitted with. Folding the rows in order (the latest
-row per ``(query_id, start, end)``, a retraction deleting its window) gives the current windows:
+``query_id`` is the query's id (a string). ``update`` is ``True`` for a window that ended at or
+before the previous watermark and is emitted again because records that arrived since (within the
+allowed lateness) changed it, or because context changed its extent, and for a window that
+replaces retracted ones. ``retraction`` is ``True`` for a row that takes back a window emitted
+earlier whose extent no longer exists (a late record extended or fused sessions, a late
+punctuation cut a window: the Dataflow Model's retraction, Akidau et al., VLDB 2015, §2.3); it
+carries the values that window was emitted with. Folding the rows in order (the latest row per
+``(query_id, start, end)``, a retraction deleting its window) gives the current windows:
 :func:`windowing.final.current_windows`.
 """
 

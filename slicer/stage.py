@@ -18,7 +18,7 @@ count windows), ``update`` (a window emitted before, emitted again because recor
 allowed lateness changed it, or a window replacing retracted ones), ``measure`` (``time`` or
 ``count``), ``is_retraction`` (this row takes back a window emitted earlier whose extent no
 longer exists, with the values it was emitted with: a late record extended or fused sessions,
-cut a punctuation window, ...; the Dataflow stage's convention, ``seeds/dataflow-model.txt``
+cut a punctuation window, ...; the Dataflow stage's convention, the Dataflow Model
 §2.3), one column per aggregation (``sum``, ``count``, ``mean``, ``m4_min`` ...). The current
 result per window is the latest row per (key, ``query_id``, start, end) with retracted windows
 deleted: :func:`windowing.final.current_windows` folds it. A row's

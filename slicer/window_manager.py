@@ -9,7 +9,7 @@ On a watermark ``w`` (previous one ``p``, allowed lateness ``L``) it emits, per 
 * retractions (first, ``retraction=True``) of emitted context-aware windows whose extent no
   longer exists: a late record extended or fused sessions, a late punctuation cut a window, a
   late record shifted slide-by-tuple windows (the Dataflow Model's retractions,
-  ``seeds/dataflow-model.txt`` §2.3). A window overlapping a retracted one is emitted as an
+  Akidau et al., VLDB 2015, §2.3). A window overlapping a retracted one is emitted as an
   update (``update=True``), in either emission.
 
 With ``scotty=True`` (the operator's default ``emission="scotty"``) empty tumbling and sliding

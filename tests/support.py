@@ -10,7 +10,7 @@ from dataflow_kafka.brokers.admin import create_topics, unique_topic
 from dataflow_kafka.datasource.replay import BatchCollector, offset_log, read_topic, source_batches
 
 __all__ = ["own_broker_kind", "KafkaHelper", "now_ms", "BatchCollector", "run_available_now", "forget_batches_from",
-           "offset_log", "source_batches"]
+           "offset_log", "source_batches", "run_source_to_sink"]
 
 
 def own_broker_kind() -> str:
@@ -69,6 +69,31 @@ def run_available_now(spark, options: dict, checkpoint: str, collector: BatchCol
     if q.exception() is not None:
         raise q.exception()
     return q
+
+
+def run_source_to_sink(spark, source: dict, sink: dict, checkpoint, timeout_s: float = 180):
+    """``format("dataflow-kafka")`` with the ``source`` options, the values of its data rows
+    written by the dataflow-kafka sink with the ``sink`` options, under Trigger.AvailableNow.
+    Returns (the query or None, its error or None, seconds until it ended); an error of
+    ``start()`` itself (the sink checks its access there) is returned too."""
+    reader = spark.readStream.format("dataflow-kafka")
+    for k, v in source.items():
+        reader = reader.option(k, v)
+    began, q = time.monotonic(), None
+    try:
+        writer = (reader.load().filter("kind = 'data'").selectExpr("value").writeStream.format("dataflow-kafka")
+                  .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
+        for k, v in sink.items():
+            writer = writer.option(k, v)
+        q = writer.start()
+        q.awaitTermination(timeout_s)
+        error = q.exception()
+    except Exception as e:  # noqa: BLE001 - start() may refuse
+        error = e
+    finally:
+        if q is not None:
+            q.stop()
+    return q, error, time.monotonic() - began
 
 
 def forget_batches_from(checkpoint: str, batch_id: int) -> None:

@@ -1,4 +1,4 @@
-"""The package a user installs (issue 24): the wheel holds one top-level package, ``dataflow_kafka``
+"""The package a user installs: the wheel holds one top-level package, ``dataflow_kafka``
 (no ``datasource``, ``bench``, ``tests`` in site-packages), and installed into a fresh virtualenv it
 runs the first-pipeline example, locally and on Spark, with nothing but ``import dataflow_kafka``.
 

@@ -6,6 +6,10 @@ Windows and aggregations are the shared vocabulary of :mod:`dataflow_kafka.windo
 names (``FixedWindows`` is ``TumblingWindow``, ``SumCombiner`` is ``Sum``, ...): import them from
 there; custom window functions subclass :class:`WindowFn`."""
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.watermarks")  # one name per file: never `import watermarks`
+
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import LateDataDropped, TriggerDriver
 from dataflow_kafka.watermarks.multi import MultiQueryDriver

@@ -1,9 +1,9 @@
 """The trigger driver: GroupAlsoByWindow with triggers, panes, lateness and accumulation.
 
-``TriggerDriver`` runs the Dataflow Model (seed ``dataflow-model.txt`` §2.2 to §2.4) for one
-window function, trigger and accumulation mode over keyed elements, without Spark. It is both
-the tool for reasoning about semantics (feed it a transcript, read the panes) and the core that
-the Spark operator runs inside a stateful processor.
+``TriggerDriver`` runs the Dataflow Model (Akidau et al., VLDB 2015, §2.2 Windowing to §2.4
+Examples) for one window function, trigger and accumulation mode over keyed elements, without Spark.
+It is both the tool for reasoning about semantics (feed it a transcript, read the panes) and the
+core that the Spark operator runs inside a stateful processor.
 
 One call of ``add`` is one **bundle**, as in Beam's ``ReduceFnRunner.processElements``: per
 element, AssignWindows; drop copies whose window is past the allowed lateness (counted in
@@ -29,7 +29,7 @@ output watermark over every key of a step; here it is per key, so how keys are g
 groups on Spark) does not change a timestamp.
 
 Merging windows (sessions) that change after they emitted say so in every accumulation mode
-(issue 22; the paper's retractions, §2.3): a window a merge replaces has its last pane retracted
+(the Dataflow Model's retractions, §2.3): a window a merge replaces has its last pane retracted
 (an ``is_retraction`` copy; in ``discarding`` mode carrying the window's total, the sum of its
 panes) before the merged window's next pane, and in ``discarding`` mode that pane carries
 everything the merged window holds (a new window to a consumer summing panes per window). An

@@ -1,11 +1,11 @@
 """Several window queries over one keyed stream, added and removed while running.
 
-:class:`MultiQueryDriver` runs the Dataflow Model (``seeds/dataflow-model.txt`` §2.2 to §2.4) for
-several window queries that share one trigger, accumulation mode, combiner, allowed lateness and
-output-timestamp rule: one :class:`~watermarks.TriggerDriver` per query, all advanced together,
-in one state blob. Panes carry their query's id (``Pane.query_id``). Queries have string ids
-(a list at construction gets ``"0"``, ``"1"``, ...; a dict names them) and change at runtime with
-:meth:`~MultiQueryDriver.add_window`, :meth:`~MultiQueryDriver.remove_window` or a parsed
+:class:`MultiQueryDriver` runs the Dataflow Model (Akidau et al., VLDB 2015, §2.2 Windowing to §2.4
+Examples) for several window queries that share one trigger, accumulation mode, combiner, allowed
+lateness and output-timestamp rule: one :class:`~watermarks.TriggerDriver` per query, all advanced
+together, in one state blob. Panes carry their query's id (``Pane.query_id``). Queries have string
+ids (a list at construction gets ``"0"``, ``"1"``, ...; a dict names them) and change at runtime
+with :meth:`~MultiQueryDriver.add_window`, :meth:`~MultiQueryDriver.remove_window` or a parsed
 control command (``apply``, :func:`windowing.parse_command`).
 
 What the state keeps for a query added later

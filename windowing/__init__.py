@@ -29,6 +29,10 @@ Example
 (['sliding', 'tumbling'], ['sum', 'mean'])
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.windowing")  # one name per file: never `import windowing`
+
 from dataflow_kafka.windowing.aggregations import (
     M4, AggregateFunction, Combiner, Count, CountCombiner, Max, MaxCombiner, Mean, MeanCombiner, Median, Min,
     MinCombiner, Quantile, Sum, SumCombiner, ToList, ToListCombiner,

@@ -2,12 +2,12 @@
 
 One class speaks both engines' protocols:
 
-* Scotty's incremental aggregation (``seeds/scotty-slicing.txt`` §5.4.1): ``lift(value)`` a
+* Scotty's incremental aggregation (Traub et al., TODS 2021, §5.4.1): ``lift(value)`` a
   record into a partial aggregate, ``combine(a, b)`` two partials, ``lower(a)`` a partial to
   the result, optional ``invert(a, b)`` with ``invert(combine(x, y), y) == x``, and declared
   properties (``commutative``; ``holistic``: partials of unbounded size). The slicer keeps
   partials per slice.
-* The Dataflow Combiner (Beam's ``CombineFn``, ``seeds/dataflow-model.txt`` §2.3):
+* The Dataflow Combiner (Beam's ``CombineFn``; the Dataflow Model, Akidau et al., VLDB 2015, §2.3):
   ``create_accumulator()``, ``add_input(acc, value)``, ``merge_accumulators(accs)``,
   ``extract_output(acc)`` and, for retractions, ``uncombine(acc, value)`` (``None`` when the
   function cannot take a value back). The Dataflow driver keeps one accumulator per window.
@@ -16,7 +16,7 @@ Write either side and get the other: a subclass of :class:`AggregateFunction` im
 lift / combine / lower (+ invert) and derives the Combiner methods (the empty accumulator is
 ``None``; ``uncombine(acc, v) = invert(acc, lift(v))``); a subclass of :class:`Combiner`
 implements Beam's methods and derives lift / combine / lower (no invert). The built-ins define
-both sides and also describe themselves to the engines (STYLE habit 10): ``components`` (the
+both sides and also describe themselves to the engines: ``components`` (the
 vectorised partials they are computed from, e.g. Mean = sum + count, and ``from_components``),
 ``spark_type`` / ``spark_columns`` (their result columns): :class:`Sum`, :class:`Count`,
 :class:`Mean`, :class:`Min`, :class:`Max`, :class:`M4`, :class:`Quantile`, :class:`Median`,

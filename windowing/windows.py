@@ -2,9 +2,9 @@
 
 A window definition is a small immutable value (validated when built, equal when its fields are
 equal, readable ``repr``, JSON round trip). It says *where* in event time records are grouped;
-each engine compiles it into its own runtime: the slicer into slice edges and contexts (Scotty
-``seeds/scotty-slicing.txt`` §4.4, §5.4.2), the Dataflow driver into a ``WindowFn`` with
-AssignWindows / MergeWindows (``seeds/dataflow-model.txt`` §2.2).
+each engine compiles it into its own runtime: the slicer into slice edges and contexts (Scotty,
+Traub et al., TODS 2021, §4.4 Window Type, §5.4.2), the Dataflow driver into a ``WindowFn`` with
+AssignWindows / MergeWindows (the Dataflow Model, Akidau et al., VLDB 2015, §2.2 Windowing).
 
 Conventions: a window ``[start, end)`` holds the records with ``start <= t < end``; times are
 integer milliseconds (``*_ms``). ``measure="count"`` (slicer only) makes a tumbling or sliding
@@ -15,7 +15,7 @@ Scotty's constructor shapes take the measure first (a :class:`WindowMeasure` or 
 ``TumblingWindow(WindowMeasure.Time, 5000)``, ``SlidingWindow(WindowMeasure.Time, 2000, 1000)``,
 ``SessionWindow(WindowMeasure.Time, 2000)``; ours (size first, ``measure=`` keyword) stay.
 
-A window class describes itself to the engines (STYLE habit 10): its ``type_name`` (and
+A window class describes itself to the engines: its ``type_name`` (and
 ``json_aliases``) register it for :func:`window_from_json` when the class is defined; its
 ``shape`` (:class:`WindowShape`) says which runtime each engine compiles it to (each engine keeps
 one table keyed by shape: ``slicer/compile.py``, ``watermarks/windows.py``); ``context_free``,

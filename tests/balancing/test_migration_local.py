@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from dataflow_kafka.balancing.migration import consolidate_extra_rows, load_of, windowed_aggregation
 from dataflow_kafka.balancing.routing_table import RoutingTable
 from tests.balancing.migration_support import batches_with_moves, low_watermarks, reference, results, source_batch
+from tests.suite import examples
 from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
 KG, SLOTS, PARTS = 8, 3, 2
@@ -46,7 +47,7 @@ def _run(batches, puncts, moves: dict, routers: int = 2):
     return pipe.run_local(batches_with_moves(batches, puncts, moves, KG))
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10_000), moves=st.dictionaries(st.integers(0, 5), st.lists(
     st.tuples(st.integers(0, KG - 1), st.integers(0, SLOTS - 1)), min_size=1, max_size=4), max_size=4),
     delay=st.sampled_from([0, 300]))

@@ -83,7 +83,8 @@ def run(spark, bootstrap: str, topic: str, out_topic: str, checkpoint: str, list
 def main(argv: list[str]) -> None:
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from dataflow_kafka.datasource.connect import connect_session, is_connect
+    from dataflow_kafka.datasource.connect import connect_session
+    from dataflow_kafka.datasource.session import is_connect
     from dataflow_kafka.keygroups.metrics import progress_metrics
 
     url, bootstrap, topic, out_topic, checkpoint, out_json = argv

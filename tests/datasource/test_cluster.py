@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.cluster]
+pytestmark = pytest.mark.cluster
 
 
 def _port() -> int:

@@ -1,4 +1,4 @@
-"""Nobody gets in without credentials (issue 20): the source, the control topic, the range-stats
+"""Nobody gets in without credentials: the source, the control topic, the range-stats
 topic and the sink on an Apache Kafka broker with SASL_PLAINTEXT, SCRAM-SHA-512 and ACLs
 (``StandardAuthorizer``, nothing allowed without an ACL).
 
@@ -12,14 +12,12 @@ principal, the topic and the operation; a wrong password fails it naming the ser
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import now_ms
+from tests.support import now_ms, run_source_to_sink
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 USERS = {"alice": "alice-secret-4f1c", "bob": "bob-secret-77aa", "carol": "carol-secret-0b3e",
          "dave": "dave-secret-9d21", "erin": "erin-secret-5c6f"}
@@ -86,29 +84,12 @@ def _source_options(broker, user: str, password: str | None = None, spark_names:
 def _run(spark, broker, tmp_path, user, password=None, spark_names=True, timeout_s=120, sink_user=None):
     """source (as ``user``) -> dataflow-kafka sink (as ``sink_user``, default ``user``), under
     Trigger.AvailableNow; returns (query or None, the error or None, seconds until it ended)."""
-    reader = spark.readStream.format("dataflow-kafka")
-    for k, v in _source_options(broker, user, password, spark_names).items():
-        reader = reader.option(k, v)
     sink_login = (broker.scram.spark_options(sink_user or user, password if sink_user is None else None)
                   if spark_names else {f"kafka.{k}": v for k, v in
                                        broker.scram.client_conf(sink_user or user, password).items()})
-    began = time.monotonic()
-    q = None
-    try:
-        writer = (reader.load().filter("kind = 'data'").selectExpr("value").writeStream.format("dataflow-kafka")
-                  .option("kafka.bootstrap.servers", broker.bootstrap_servers).option("topic", OUT)
-                  .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True))
-        for k, v in sink_login.items():
-            writer = writer.option(k, v)
-        q = writer.start()
-        q.awaitTermination(timeout_s)
-        error = q.exception()
-    except Exception as e:  # noqa: BLE001 - start() itself may refuse (the sink's checks run there)
-        error = e
-    finally:
-        if q is not None:
-            q.stop()
-    return q, error, time.monotonic() - began
+    sink = {"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": OUT, **sink_login}
+    return run_source_to_sink(spark, _source_options(broker, user, password, spark_names), sink, tmp_path / "ck",
+                              timeout_s)
 
 
 def _no_secret_in(text: str) -> None:

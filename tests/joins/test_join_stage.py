@@ -22,6 +22,7 @@ from dataflow_kafka.keygroups.pipeline import frame_types
 from tests.joins.reference import flush, interval_join, random_batches, window_join
 from tests.joins.test_window_join import HOWS, MODES, TRIGGERS, _late_rows, _window
 from tests.keygroups.toy_stages import TumblingCount
+from tests.suite import examples
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, TumblingWindow
 
@@ -152,7 +153,7 @@ def test_specs_are_refused_with_the_value_named():
 
 
 # -- properties -----------------------------------------------------------------------------------
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), mode=st.sampled_from(MODES),
        groups=st.integers(1, 4), split=st.booleans())
 def test_window_join_stage_equals_a_brute_force_join_per_window(seed, how, mode, groups, split):
@@ -171,7 +172,7 @@ def test_window_join_stage_equals_a_brute_force_join_per_window(seed, how, mode,
             assert ((d.loc[t.index, "window_start_ms"] <= t) & (t < d.loc[t.index, "window_end_ms"])).all()
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), groups=st.integers(1, 4))
 def test_sessions_across_both_inputs_equal_a_brute_force_join_per_session(seed, how, groups):
     rng = random.Random(seed)
@@ -183,7 +184,7 @@ def test_sessions_across_both_inputs_equal_a_brute_force_join_per_session(seed, 
     assert as_reference(current_joins(out, stage)) == window_join(batches, window, how, 0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), groups=st.integers(1, 4), split=st.booleans())
 def test_interval_join_stage_equals_a_brute_force_nested_loop(seed, how, groups, split):
     rng = random.Random(seed)
@@ -204,7 +205,7 @@ def test_interval_join_stage_equals_a_brute_force_nested_loop(seed, how, groups,
         previous = int(marks.min()) if len(marks) else previous
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), mode=st.sampled_from(MODES))
 def test_key_groups_batch_splits_and_fusion_do_not_change_the_rows(seed, how, mode):
     """No row late (lateness beyond every timestamp): the joined rows, and the counts of a
@@ -228,7 +229,7 @@ def test_key_groups_batch_splits_and_fusion_do_not_change_the_rows(seed, how, mo
     assert results[0] == results[1] == results[2]
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), interval=st.booleans())
 def test_a_replayed_batch_gives_the_same_rows(seed, interval):
     """Each key group's operator runs every batch twice from the state committed before it (a

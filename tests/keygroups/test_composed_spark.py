@@ -22,7 +22,6 @@ import math
 import random
 
 import pandas as pd
-import pytest
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.optimistic import StatefulMap
@@ -33,7 +32,6 @@ from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, FixedWindows, Max, Mean, SlidingWindow, Sum, TumblingWindow
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 3
 USER = "CAST(key AS STRING)"

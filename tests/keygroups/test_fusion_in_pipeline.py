@@ -15,6 +15,7 @@ from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.fusion import plan_chain
 from dataflow_kafka.keygroups.plan import _fusable
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
+from tests.suite import examples
 
 
 @dataclass(eq=False)
@@ -77,7 +78,7 @@ def _old_or_error(pipe: Pipeline, fuse: bool = True):
         return ("error", str(exc))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(spec=_chains, rates=st.lists(st.floats(0.001, 1e6), min_size=6, max_size=6), fuse=st.booleans())
 def test_planner_gives_the_old_rules_groups_on_random_chains_for_any_rates(spec, rates, fuse):
     pipe = _pipeline(spec)
@@ -128,7 +129,7 @@ def test_no_fusion_conflict_in_a_chain_of_one_key_per_stage():
                                                   ["running_total", "same_key_total"]]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(keys=st.lists(st.integers(0, 2), min_size=1, max_size=8), data=st.data())
 def test_single_key_chains_plan_the_same_for_any_rates(keys, data):
     """The claim above on random chains of keys and random links (some refused: None)."""

@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pyarrow as pa
-import pytest
 
 from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, pack_batches, pack_key_groups, unpack_key_group
 
@@ -38,8 +37,6 @@ def test_pack_then_unpack_gives_each_groups_rows_sorted_by_position():
     pd.testing.assert_frame_equal(unpack_key_group(g1_split[::-1]), g1)
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path):
     """One query reads the topic twice: a pipeline on packed source rows and the same pipeline on
     unpacked rows give every micro-batch the same output (same rows, same watermarks)."""

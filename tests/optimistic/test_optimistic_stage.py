@@ -19,6 +19,8 @@ from dataflow_kafka.optimistic.stage import OptimisticStage, optimistic_stages
 from dataflow_kafka.optimistic.stages import Grouping
 from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
+from tests.suite import examples
+
 PARTS = 3
 
 
@@ -70,7 +72,7 @@ def _in_order(stages, reference) -> list:
     return sorted((i.meta.sort_key(), json.dumps(i.payload, separators=(",", ":")).encode()) for i in r.released)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(seed=st.integers(0, 1000), n1=st.integers(1, 3), n2=st.integers(1, 3))
 def test_barrier_output_equals_in_order_run(seed, n1, n2):
     stages = inverted_index_stages(2)

@@ -11,7 +11,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _cpu_s(pgid: int) -> float:

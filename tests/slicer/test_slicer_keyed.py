@@ -14,6 +14,8 @@ from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
+from tests.suite import examples
+
 _AGGS = [Sum, Count, Min, Max, Mean, M4]
 
 
@@ -96,7 +98,7 @@ _record = st.tuples(st.sampled_from(["a", "b", "c", 7, ("x", 1)]), st.integers(-
 _batch = st.tuples(st.lists(_record, max_size=25), st.one_of(st.none(), st.integers(0, 320)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_window, min_size=1, max_size=4), st.lists(st.sampled_from(_AGGS), min_size=1, max_size=3),
        st.integers(0, 60), st.lists(_batch, min_size=1, max_size=8), st.booleans())
 def test_keyed_equals_one_operator_per_key(windows, aggs, lateness, batches, roundtrip):
@@ -117,7 +119,7 @@ def test_keyed_equals_one_operator_per_key(windows, aggs, lateness, batches, rou
             keyed = KeyedSlicingOperator.from_bytes(keyed.to_bytes(), template)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(_window, min_size=1, max_size=3), st.integers(0, 30),
        st.lists(st.tuples(st.lists(st.tuples(st.sampled_from("abcd"), st.floats(-1e6, 1e6), st.integers(0, 300)),
                                    max_size=25), st.one_of(st.none(), st.integers(0, 320))), min_size=1, max_size=6))

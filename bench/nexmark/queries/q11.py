@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups import Pipeline, json_field
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, SessionWindow
 
-from bench.nexmark.query import Query, Settings, field, window_rows
+from bench.nexmark.query import Query, Settings, window_rows
 
 __all__ = ["Q11", "sessions"]
 
@@ -60,7 +60,7 @@ class Q11(Query):
 
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
-        kw = dict(key={"bidder": field("bidder")}, value="offset", allowed_lateness_ms=settings.lateness_ms,
+        kw = dict(key={"bidder": json_field("bidder")}, value="offset", allowed_lateness_ms=settings.lateness_ms,
                   num_key_groups=settings.key_groups, name="q11_sessions")
         if variant == "slicer":
             return Pipeline([SlicerStage(windows={"session": SessionWindow(GAP_MS)}, aggregations=[Count()], **kw)])
