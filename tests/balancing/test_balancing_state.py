@@ -18,11 +18,12 @@ from dataflow_kafka.balancing.routing_table import RoutingTable
 from dataflow_kafka.keygroups.state_view import local_state
 from tests.balancing.migration_support import batches_with_moves, low_watermarks
 from tests.balancing.test_migration_local import KG, SLOTS, WINDOWS, _workload
+from tests.suite import examples
 
 PANE, ROUTERS = 500, 2                     # the gcd of WINDOWS' sizes and slides
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10_000), moves=st.dictionaries(st.integers(0, 4), st.lists(
     st.tuples(st.integers(0, KG - 1), st.integers(0, SLOTS - 1)), min_size=1, max_size=3), max_size=3),
     n=st.integers(1, 5))
@@ -77,7 +78,7 @@ def test_routes_partials_panes_and_windows_equal_the_brute_force(seed, moves, n)
                     zip(shown["key"], shown["query_id"], shown["start_ms"], shown["end_ms"], shown["count"])}) == want
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(seed=st.integers(0, 10_000), kg=st.integers(0, KG - 1), shift=st.integers(1, SLOTS - 1), n=st.integers(1, 4))
 def test_disruptive_migration_state_holds_totals_and_the_moved_key_groups_rows(seed, kg, shift, n):
     """A key group moved in the last batch: its state is on its way (``awaiting``), its rows of that

@@ -20,9 +20,10 @@ from dataflow_kafka.keygroups.state_view import local_state
 from dataflow_kafka.windowing import TumblingWindow
 from tests.joins.reference import random_batches
 from tests.joins.test_join_stage import KEYS, sides, source_frames
+from tests.suite import examples
 
 NAMES = {LEFT: "persons", RIGHT: "auctions"}
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")      # late rows are the point here
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")      # late rows are the point here
 
 
 def _watermarks(batches) -> list[tuple]:
@@ -50,7 +51,7 @@ def _input_marks(view, name: str) -> dict:
     return {r["input"]: None if pd.isna(r["start_ms"]) else int(r["start_ms"]) for r in rows.to_dict("records")}
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), groups=st.integers(1, 3), size=st.sampled_from([5, 10, 25]),
        lateness=st.sampled_from([0, 5, 30]))
 def test_window_join_live_windows_equal_the_brute_force(seed, groups, size, lateness):
@@ -74,7 +75,7 @@ def test_window_join_live_windows_equal_the_brute_force(seed, groups, size, late
         assert int(r["expires_ms"]) == int(r["end_ms"]) + lateness
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), groups=st.integers(1, 3), lateness=st.sampled_from([0, 5, 30]),
        bounds=st.tuples(st.integers(-15, 5), st.integers(0, 20)))
 def test_interval_join_held_rows_equal_the_brute_force(seed, groups, lateness, bounds):

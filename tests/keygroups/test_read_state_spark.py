@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 
 import pandas as pd
-import pytest
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.state_view import local_state, read_state
@@ -22,8 +21,6 @@ from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, FixedWindows, Max, Sum, SlidingWindow, TumblingWindow
 from tests.keygroups.test_composed_spark import PARTITIONS, _click, _clicks, _depth, _depth_columns, _user
 from tests.support import BatchCollector, now_ms, source_batches
-
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 DELAY_MS = 1_000
 

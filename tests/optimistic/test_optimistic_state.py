@@ -11,6 +11,7 @@ from collections import Counter
 
 import pandas as pd
 from hypothesis import given, settings, strategies as st
+from tests.suite import examples
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
@@ -69,7 +70,7 @@ def _groups(inputs) -> dict:
     return out
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), groups=st.integers(1, 3), n=st.integers(1, 8),
        mode=st.sampled_from(["optimistic", "buffered"]))
 def test_held_items_and_logs_equal_the_brute_force(seed, groups, n, mode):

@@ -19,6 +19,7 @@ from dataflow_kafka.keygroups.state_view import local_state
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.windowing import Count, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from tests.slicer.test_slicer_stage import LATENESS, PARTS, _batches
+from tests.suite import examples
 
 CONFIGS = {
     "keyed": {"a": SlidingWindow(2_000, 500), "b": TumblingWindow(1_000, 200)},
@@ -123,7 +124,7 @@ def coverage_of(view) -> dict:
     return out
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3), config=st.sampled_from(sorted(CONFIGS)),
        batches=st.integers(2, 8))
 def test_open_windows_and_slices_equal_the_brute_force(seed, n, config, batches):

@@ -15,6 +15,7 @@ from dataflow_kafka.traces import Dag
 from dataflow_kafka.traces.spark import compile_dag
 from tests.traces.frames import source_frames
 from tests.traces.library import Seq
+from tests.suite import examples
 
 PERIOD, PARTS = 10, 2
 
@@ -46,7 +47,7 @@ def _closed_blocks(batches) -> list:
     return out
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), groups=st.integers(1, 3), n=st.integers(1, 8))
 def test_blocks_held_items_and_key_states_equal_the_brute_force(seed, groups, n):
     dag = Dag(ordering="sort")

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.state_view import local_state
 from tests.watermarks.test_dataflow_stage import _batches, _stage
+from tests.suite import examples
 
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 LATENESS, GAP = 1000, 400          # _stage's allowed lateness and session gap
 
@@ -72,7 +73,7 @@ def _sessions(elements, marks) -> dict:
     return live
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3), count=st.integers(1, 6))
 def test_live_windows_equal_the_brute_force(seed, n, count):
     batches = _batches(seed, count)
