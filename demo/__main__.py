@@ -145,7 +145,8 @@ class Report:
         panes, results = by_kind.get("data", []), by_kind.get("result", [])
         before = sum(m.get("items_in", 0) for m in self.metrics.values())
         for r in by_kind.get("metrics", []):
-            self.metrics[r["partition"]] = json.loads(r["metrics"])
+            if r["topic"] == "sessions":            # the barrier's counters (every stage has a metrics row)
+                self.metrics[r["partition"]] = json.loads(r["metrics"])
         m = list(self.metrics.values())
         clicks = sum(x.get("items_in", 0) for x in m) - before
         pane_kinds = Counter((p["query_id"], p["timing"]) for p in panes)

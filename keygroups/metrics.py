@@ -78,9 +78,10 @@ def stage_metrics(data_in: Any, data_out: Any, watermark_in_ms: int | None, wate
     return out
 
 
-def observe_stages(df, stage_names: Iterable[str]):
+def observe_stages(df, stage_names: Iterable[str], qualifier: str | None = None):
     """``df`` (a pipeline's output) with one ``observe`` per stage folding its ``metrics`` rows:
-    watermarks as the minimum over key groups, counters summed (module docstring)."""
+    watermarks as the minimum over key groups, counters summed (module docstring). Observations
+    are named ``dataflow-kafka:<stage>``, or ``dataflow-kafka:<qualifier>:<stage>``."""
     from pyspark.sql import functions as F
 
     for stage in stage_names:
@@ -92,7 +93,8 @@ def observe_stages(df, stage_names: Iterable[str]):
         exprs = [(F.min if how == "min" else F.sum)(field(name)).alias(name) for name, how in STANDARD.items()]
         exprs += [F.coalesce(F.sum(field(f"dropped_{r}")), F.lit(0)).alias(f"dropped_{r}") for r in DROP_REASONS]
         exprs.append(F.count(F.when(mine, 1)).alias("key_groups"))
-        df = df.observe(f"{OBSERVATION_PREFIX}{stage}", *exprs)
+        name = f"{qualifier}:{stage}" if qualifier else stage
+        df = df.observe(f"{OBSERVATION_PREFIX}{name}", *exprs)
     return df
 
 
@@ -127,7 +129,7 @@ def progress_metrics(progress: Any, pipeline: Any = None) -> dict:
     or ``query.lastProgress``)::
 
         {"batch_id": 7,
-         "stages": {stage: {"watermark_in_ms": ..., "watermark_out_ms": ..., "records_in": ...,
+         "stages": {stage: {"watermark_in_ms": ..., "watermark_out_ms": ..., "records_in": ...,   # or "<qualifier>:<stage>"
                             "records_out": ..., "retractions": ..., "dropped_late": ..., ...}},
          "state": [{"operator": ("page_windows", "panes"), "key_groups": 2, "memory_bytes": ...,
                     "custom": {...}}],         # Spark's stateOperators, labelled with their stages

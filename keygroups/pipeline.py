@@ -285,7 +285,7 @@ class Pipeline:
 
     # -- Spark ------------------------------------------------------------------------------------
     def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True,
-              metrics: bool = True):
+              metrics: bool | str = True):
         """The streaming DataFrame of the pipeline's output rows (contract + last stage's data).
 
         ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``;
@@ -296,13 +296,17 @@ class Pipeline:
         operator's input rows per task and key group into Arrow blobs before the shuffle
         (:mod:`keygroups.packed`; few shuffle rows per key group instead of one per record).
         ``metrics``: fold each stage's ``metrics`` rows into the query's progress
-        (``observedMetrics["dataflow-kafka:<stage>"]``, :mod:`keygroups.metrics`).
+        (``observedMetrics["dataflow-kafka:<stage>"]``, :mod:`keygroups.metrics`); a string
+        qualifies the names (``dataflow-kafka:<metrics>:<stage>``), which two pipelines with the
+        same stage names in one query need (Spark refuses two observations of one name).
         """
         if self._upstreams is not None:
             out = fan_in.apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
         else:
             out = self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
-        return observe_stages(out, [str(s.name) for s in self.all_stages()]) if metrics else out
+        if not metrics:
+            return out
+        return observe_stages(out, [str(s.name) for s in self.all_stages()], None if metrics is True else str(metrics))
 
     def state_operators(self, fuse: bool = True) -> list[tuple[str, ...]]:
         """The stage names of each stateful operator in the order Spark numbers them (its

@@ -54,7 +54,7 @@ def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path
     pipe = Pipeline([TumblingCount(key="CAST(key AS STRING)",
                                    value="CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)",
                                    size_ms=300, num_key_groups=3)])
-    packed, unpacked = pipe.apply(src, pack_source=True), pipe.apply(src, pack_source=False)
+    packed, unpacked = pipe.apply(src, pack_source=True), pipe.apply(src, pack_source=False, metrics="unpacked")
     assert packed.columns == unpacked.columns
     both = packed.selectExpr("'packed' AS path", "*").unionByName(unpacked.selectExpr("'unpacked' AS path", "*"))
     out = BatchCollector()
