@@ -155,6 +155,17 @@ class KafkaNode:
     controller_port: int
     scram: Scram | None = None
     heap: str = field(default_factory=lambda: os.environ.get("DATAFLOW_KAFKA_HEAP", "768m"))
+    #: this node's id and, for a node of a cluster, every controller (``{node id: controller
+    #: port}``, a static quorum) and the cluster id all its nodes are formatted with
+    node_id: int = 1
+    voters: dict[int, int] | None = None
+    cluster_id: str = field(default_factory=_cluster_id)
+    #: replication of the internal topics and settings that differ between one node and a cluster
+    #: (``brokers.cluster``: ``default.replication.factor``, ``min.insync.replicas``, ...)
+    replication: int = 1
+    settings: dict[str, str] = field(default_factory=dict)
+    #: loggers kept at INFO in ``kafka.log`` besides the start and stop lines
+    info_loggers: tuple[str, ...] = ()
 
     @property
     def data_dir(self) -> Path:
@@ -166,23 +177,26 @@ class KafkaNode:
 
     def server_properties(self) -> str:
         client = "SASL_PLAINTEXT" if self.scram else "PLAINTEXT"
+        quorum = (f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}" if self.voters is None else
+                  "controller.quorum.voters=" + ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.voters.items())))
+        rf, min_isr = self.replication, min(2, self.replication)
         lines = [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
+            f"node.id={self.node_id}",
+            quorum,
             f"listeners={client}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             f"advertised.listeners={client}://127.0.0.1:{self.port}",
             "controller.listener.names=CONTROLLER",
             f"listener.security.protocol.map={client}:{client},CONTROLLER:PLAINTEXT",
             f"inter.broker.listener.name={client}",
             f"log.dirs={self.data_dir}",
-            "offsets.topic.replication.factor=1",
+            f"offsets.topic.replication.factor={rf}",
             "offsets.topic.num.partitions=4",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            f"transaction.state.log.replication.factor={rf}",
+            f"transaction.state.log.min.isr={min_isr}",
             "transaction.state.log.num.partitions=4",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            f"share.coordinator.state.topic.replication.factor={rf}",
+            f"share.coordinator.state.topic.min.isr={min_isr}",
             "group.initial.rebalance.delay.ms=0",
             # a node restarted after a SIGKILL waits for its previous session to expire (default 9 s)
             "broker.heartbeat.interval.ms=500",
@@ -191,6 +205,7 @@ class KafkaNode:
             "num.io.threads=2",
             "num.recovery.threads.per.data.dir=1",
             "log.cleaner.threads=1",
+            *(f"{k}={v}" for k, v in self.settings.items()),
         ]
         if self.scram:
             s = self.scram
@@ -218,10 +233,12 @@ class KafkaNode:
         --standalone``, with the SCRAM users when given); a formatted data directory is kept."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.server_properties())
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2)
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2 + "".join(
+            f"logger.info{i}.name = {name}\nlogger.info{i}.level = info\n" for i, name in enumerate(self.info_loggers)))
         if (self.data_dir / "meta.properties").exists():
             return
-        cmd = self._java_cmd("kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={_cluster_id()}",
+        standalone = ["--standalone"] if self.voters is None else []   # a static quorum is in the configuration
+        cmd = self._java_cmd("kafka.tools.StorageTool", "format", *standalone, f"--cluster-id={self.cluster_id}",
                              "-c", str(self.config_path))
         if self.scram:
             for user, password in {self.scram.admin: self.scram.admin_password, **self.scram.users}.items():
