@@ -99,6 +99,8 @@ def commit_times(checkpoint: str) -> dict[int, tuple[float, float]]:
     log's and the commit log's file times)."""
     ck = Path(checkpoint)
     out = {}
+    if not (ck / "commits").is_dir():
+        return out
     for f in (ck / "commits").iterdir():
         if f.name.isdigit():
             out[int(f.name)] = ((ck / "offsets" / f.name).stat().st_mtime, f.stat().st_mtime)

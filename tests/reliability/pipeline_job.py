@@ -8,8 +8,11 @@ topic is compared with the pipeline's local run (``Pipeline.run_local``) of the 
 query's offset log: an uninterrupted run of the same batches, without Spark and without Kafka
 faults (:func:`expected_rows`, :func:`sunk_rows`).
 
-As a driver: ``python pipeline_job.py MASTER BOOTSTRAP TOPIC OUT CHECKPOINT [SHUFFLE_PARTITIONS]``
-runs the query with an ``availableNow`` trigger to the end of the input and prints ``DONE``.
+As a driver: ``python pipeline_job.py pipeline MASTER BOOTSTRAP TOPIC OUT CHECKPOINT [SHUFFLE_PARTITIONS]``
+runs the query with an ``availableNow`` trigger to the end of the input and prints ``DONE``;
+``copy`` instead of ``pipeline`` runs the copier of :func:`start_copy` until it is killed. On a
+cluster, ``demo`` (the pipeline's functions) must reach the executors: ``--py-files demo.zip`` in
+``PYSPARK_SUBMIT_ARGS``, as :func:`demo_zip` builds it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tests.balancing.migration_support import canonical  # noqa: E402
 
 PARTITIONS = 3
 MAX_OFFSETS = 300            # records per micro-batch
+COPY_MAX_OFFSETS = 3000      # the copier's (it catches up after each bounce)
 DELAY_MS = 2_000             # watermarkDelayMs
 #: columns of the pipeline's rows that are bookkeeping, not results (left out of the comparison)
 _BOOKKEEPING = {"partition", "offset", "punctuation_ms", "modification", "control_offset", "processing_time_ms",
@@ -52,9 +56,9 @@ def clicks(n: int, base_ms: int, seed: int = 7) -> list[dict]:
 
 
 def source_options(bootstrap: str, topic: str, control_topic: str | None = None,
-                   range_stats_topic: str | None = None) -> dict[str, str]:
+                   range_stats_topic: str | None = None, max_offsets: int = MAX_OFFSETS) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-            "eventTimeField": "ts", "watermarkDelayMs": str(DELAY_MS), "maxOffsetsPerTrigger": str(MAX_OFFSETS)}
+            "eventTimeField": "ts", "watermarkDelayMs": str(DELAY_MS), "maxOffsetsPerTrigger": str(max_offsets)}
     if control_topic:
         opts["controlTopic"] = control_topic
     if range_stats_topic:
@@ -78,6 +82,19 @@ def start_query(spark, bootstrap: str, topic: str, out_topic: str, checkpoint: s
         writer = writer.option(k, v)
     return (writer.option("checkpointLocation", checkpoint).trigger(**(trigger or {"availableNow": True}))
             .queryName(f"faults-{out_topic}").start())
+
+
+def start_copy(spark, bootstrap: str, topic: str, out_topic: str, checkpoint: str):
+    """Kafka's ``transactions_test`` copier: every record of ``topic`` to the same partition of
+    ``out_topic`` through the exactly-once sink, micro-batches every 500 ms until stopped."""
+    reader = spark.readStream.format("dataflow-kafka")
+    for k, v in source_options(bootstrap, topic, max_offsets=COPY_MAX_OFFSETS).items():
+        reader = reader.option(k, v)
+    return (reader.load().where("kind = 'data'").select("value", "partition")
+            .writeStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", out_topic).option("exactlyOnce", "true")
+            .option("exactlyOnceCommitTopic", f"{out_topic}-commits").option("checkpointLocation", checkpoint)
+            .trigger(processingTime="500 milliseconds").queryName(f"copy-{out_topic}").start())
 
 
 def fingerprint(row: dict) -> tuple:
@@ -113,14 +130,30 @@ def expected_rows(bootstrap: str, topic: str, checkpoint: str) -> Counter:
     return out
 
 
-def main(master: str, bootstrap: str, topic: str, out_topic: str, checkpoint: str, shuffle_partitions: str = "2") -> None:
+def demo_zip(folder: Path) -> Path:
+    """``demo`` as a zip for ``--py-files`` (the executors import the pipeline's functions from it)."""
+    import zipfile
+
+    out = folder / "demo.zip"
+    with zipfile.ZipFile(out, "w") as z:
+        for f in sorted((REPO / "demo").glob("*.py")):
+            z.write(f, f"demo/{f.name}")
+    return out
+
+
+def main(mode: str, master: str, bootstrap: str, topic: str, out_topic: str, checkpoint: str,
+         shuffle_partitions: str = "2") -> None:
     from dataflow_kafka.datasource.session import spark_session
 
-    spark = spark_session(master=master, app_name="dataflow-kafka-faults", shuffle_partitions=int(shuffle_partitions))
-    query = start_query(spark, bootstrap, topic, out_topic, checkpoint)
+    spark = spark_session(master=master, app_name=f"dataflow-kafka-{mode}", shuffle_partitions=int(shuffle_partitions))
+    query = (start_query if mode == "pipeline" else start_copy)(spark, bootstrap, topic, out_topic, checkpoint)
     print(f"STARTED {query.id}", flush=True)
     query.awaitTermination()
     failure = query.exception()
+    sc = spark.sparkContext
+    executors = sc._jsc.sc().getExecutorMemoryStatus().size() - 1        # minus the driver
+    print(f"CLUSTER {json.dumps({'executors': executors, 'driver_host': spark.conf.get('spark.driver.host')})}",
+          flush=True)
     spark.stop()
     if failure is not None:
         raise SystemExit(f"query failed: {failure}")
