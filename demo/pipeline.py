@@ -8,6 +8,9 @@ split alone (the fault tests compare such a run with a local run of the same mic
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 GAP_MS = 300
 COMMANDS = [{"op": "add_window", "stage": "page_windows", "id": "20s",
              "window": {"type": "sliding", "size_ms": 20_000, "slide_ms": 4_000}},
@@ -61,3 +64,13 @@ def pipeline(early_panes_ms: int | None = 2_000):
                            accumulation_mode="accumulating", allowed_lateness_ms=5_000, aggregation=Sum(),
                            num_key_groups=2, name="panes")
     return Pipeline([sessions, windows, panes]).emit("page_windows")
+
+
+def package_zip(folder: Path) -> Path:
+    """``demo`` as a zip in ``folder``, for ``spark.submit.pyFiles`` (``--py-files``): executors on
+    a cluster import the pipeline's functions from it (the library itself is installed there)."""
+    out = folder / "demo.zip"
+    with zipfile.ZipFile(out, "w") as z:
+        for f in sorted(Path(__file__).parent.glob("*.py")):
+            z.write(f, f"demo/{f.name}")
+    return out

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from dataflow_kafka.brokers.spark_standalone import spark_standalone
+from demo.pipeline import package_zip
 from tests.reliability import pipeline_job as job
 from tests.reliability.cluster_faults import commit_times
 from tests.support import now_ms
@@ -70,7 +71,7 @@ def test_composed_pipeline_survives_a_lost_worker_exactly_once(standalone, kafka
     ck = str(tmp_path / "ck")
     log = tmp_path / "driver.log"
     driver = subprocess.Popen([sys.executable, job.__file__, "pipeline", standalone.master_url, kafka.bootstrap, topic, out_topic,
-                               ck, "2"], env=_driver_env(job.demo_zip(tmp_path)), stdout=subprocess.PIPE,
+                               ck, "2"], env=_driver_env(package_zip(tmp_path)), stdout=subprocess.PIPE,
                               stderr=open(log, "wb"), text=True)
     kills = []
     try:

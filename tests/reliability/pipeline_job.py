@@ -12,7 +12,7 @@ As a driver: ``python pipeline_job.py pipeline MASTER BOOTSTRAP TOPIC OUT CHECKP
 runs the query with an ``availableNow`` trigger to the end of the input and prints ``DONE``;
 ``copy`` instead of ``pipeline`` runs the copier of :func:`start_copy` until it is killed. On a
 cluster, ``demo`` (the pipeline's functions) must reach the executors: ``--py-files demo.zip`` in
-``PYSPARK_SUBMIT_ARGS``, as :func:`demo_zip` builds it.
+``PYSPARK_SUBMIT_ARGS``, as ``demo.pipeline.package_zip`` builds it.
 """
 
 from __future__ import annotations
@@ -127,17 +127,6 @@ def expected_rows(bootstrap: str, topic: str, checkpoint: str) -> Counter:
     for frame in pipeline(early_panes_ms=None).run_local(frames):
         for row in frame[frame["kind"].isin(SUNK_KINDS)].to_dict("records"):
             out[fingerprint(row)] += 1
-    return out
-
-
-def demo_zip(folder: Path) -> Path:
-    """``demo`` as a zip for ``--py-files`` (the executors import the pipeline's functions from it)."""
-    import zipfile
-
-    out = folder / "demo.zip"
-    with zipfile.ZipFile(out, "w") as z:
-        for f in sorted((REPO / "demo").glob("*.py")):
-            z.write(f, f"demo/{f.name}")
     return out
 
 
