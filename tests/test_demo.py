@@ -41,4 +41,5 @@ def test_the_demo_on_the_clusters_loses_no_click_across_a_leader_and_a_worker_ki
     produced, reached = re.search(r"every click: (\d+) produced = (\d+) reached", summary).groups()
     assert int(produced) == int(reached) > 0, summary
     assert re.search(r"Kafka node \d \(leader of clicks-0\) SIGKILLed: next micro-batch done", summary), summary
-    assert re.search(r"Spark worker-1 SIGKILLed with its executor and Python workers \(\d+ processes\): next", summary), summary
+    assert re.search(r"Spark worker-1 SIGKILLed with its executor and Python workers \(\d+ processes\)\n", summary), summary
+    assert re.search(r"Spark worker-1 SIGKILLed: next micro-batch done", summary), summary

@@ -125,24 +125,70 @@ def _recovery(checkpoint: str, fault_at: float) -> tuple[float | None, float | N
     return (min(after) - fault_at if after else None, min(planned_after) - fault_at if planned_after else None)
 
 
-def run_under_faults(spark, cluster, faults: list[Fault], tmp_path: Path, records: int = 6000,
-                     shuffle_query: Callable | None = None) -> dict:
-    """Run the query over ``records`` clicks, inject ``faults`` one by one, and return the
-    figures: per fault what it did and its recovery times, the normal gap between commits, and
-    the output's comparison with the local run (``lost``, ``duplicated``, ``equal``)."""
+class _Feeder:
+    """Clicks into the source topic from a thread: ``first`` at once, then ``per_s`` a second until
+    :meth:`finish`, so that the query has input for as many faults as a run injects (the
+    reference is the local run of the micro-batches the offset log records, however they fell)."""
+
+    def __init__(self, bootstrap: str, topic: str, first: int = 3000, per_s: int = 150) -> None:
+        self.helper, self.topic, self.per_s = KafkaHelper(bootstrap), topic, per_s
+        self._clicks = iter(job.clicks(200_000, now_ms() - 2_000_000))
+        self.sent = 0
+        self._stop = threading.Event()
+        self._send(first)
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _send(self, n: int) -> None:
+        self.helper.produce(self.topic, [next(self._clicks) for _ in range(n)])
+        self.sent += n
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self._send(self.per_s)
+
+    def finish(self) -> None:
+        """Stop feeding (again: nothing)."""
+        self._stop.set()
+        self._t.join()
+
+
+def _caught_up(run: Run) -> bool:
+    """Whether the last committed batch ends at the end of every source partition."""
+    from dataflow_kafka.datasource import kafka_read
+    from tests.support import offset_log
+
+    times = commit_times(run.checkpoint)
+    if not times:
+        return False
+    ends = offset_log(run.checkpoint, max(times), run.topic)["partitions"].get(run.topic, {})
+    c = kafka_read.consumer({"bootstrap.servers": run.cluster.bootstrap_servers})
+    try:
+        return all(ends.get(str(p), {}).get("o") == kafka_read.watermarks(c, run.topic, p)[1]
+                   for p in range(job.PARTITIONS))
+    finally:
+        c.close()
+
+
+def run_under_faults(spark, cluster, faults: list[Fault], tmp_path: Path) -> dict:
+    """Run the query while clicks arrive, inject ``faults`` one by one, let the query read the
+    rest, and return the figures: per fault what it did and its recovery times, the normal gap
+    between commits, and the output's comparison with the local run (``lost``, ``duplicated``,
+    ``equal``)."""
     bs = cluster.bootstrap_servers
     run = Run(cluster, unique_topic("faults-in"), unique_topic("faults-out"), unique_topic("faults-control"),
               unique_topic("faults-stats"), str(tmp_path / "ck"))
-    create_topics(bs, {run.topic: job.PARTITIONS, run.out_topic: 2, run.control_topic: 1, run.stats_topic: 1})
-    KafkaHelper(bs).produce(run.topic, job.clicks(records, now_ms() - 10 * records - 60_000))
+    # the sink's commit topic and the range-stats topic are the project's to create (with the
+    # cluster's replication factor): not created here
+    create_topics(bs, {run.topic: job.PARTITIONS, run.out_topic: 2, run.control_topic: 1})
+    feeder = _Feeder(bs, run.topic)
     run.query = job.start_query(spark, bs, run.topic, run.out_topic, run.checkpoint, control_topic=run.control_topic,
-                                range_stats_topic=run.stats_topic)
+                                range_stats_topic=run.stats_topic, trigger={"processingTime": "500 milliseconds"})
     done = []
     try:
         _wait_commits(run, 3, 300)
         for fault in faults:
             _wait_commits(run, 2, 300)
-            assert run.query.isActive, "the input ran out before every fault was injected: more records"
             fault_at = time.time()
             what, heal = fault.inject(run)
             healer = threading.Timer(fault.heal_after_s, heal) if fault.heal_after_s else None
@@ -156,22 +202,31 @@ def run_under_faults(spark, cluster, faults: list[Fault], tmp_path: Path, record
             cluster.heal()
             cluster.wait_in_sync([run.topic, run.out_topic])
             done.append((fault.name, what, fault_at))
-        assert run.query.awaitTermination(900), "the query did not finish"
+        feeder.finish()
+        deadline = time.monotonic() + 600
+        while not _caught_up(run):
+            assert run.query.exception() is None and time.monotonic() < deadline, \
+                f"the query did not read the rest of the input: {run.query.exception()}"
+            time.sleep(1)
+        while run.query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.1)                 # stopped between batches (a stop mid-batch: Spark's StackOverflowError)
     finally:
-        if run.query.isActive:
-            run.query.stop()
+        feeder.finish()
+        run.query.stop()
     error = run.query.exception()
     times = commit_times(run.checkpoint)
     first_fault = done[0][2] if done else float("inf")
     commits = sorted(c for _, c in times.values())
     gaps = [b - a for a, b in zip(commits, commits[1:]) if b < first_fault]
-    figures = {"records": records, "batches": len(times), "normal_gap_s": round(statistics.median(gaps), 2) if gaps else None,
+    figures = {"records": feeder.sent, "batches": len(times), "normal_gap_s": round(statistics.median(gaps), 2) if gaps else None,
                "faults": []}
     for name, what, at in done:
         first, planned = _recovery(run.checkpoint, at)
         figures["faults"].append({"fault": name, "what": what, "next_commit_s": first and round(first, 1),
                                   "recovered_s": planned and round(planned, 1)})
     figures["error"] = str(error) if error else None
+    figures["replicas"] = {role: len(cluster.partition_state(t, 0)[1])
+                           for role, t in (("commit topic", run.commit_topic), ("range-stats topic", run.stats_topic))}
     if error is None:
         got, expected = job.sunk_rows(bs, run.out_topic), job.expected_rows(bs, run.topic, run.checkpoint)
         figures.update(rows=sum(expected.values()), lost=sum((expected - got).values()),
