@@ -76,3 +76,19 @@ def kafka_cluster(_kafka_cluster):
     _kafka_cluster.heal()
     yield _kafka_cluster
     _kafka_cluster.heal()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The package's wheel, built once per session from this repository."""
+    from tests.support import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def fresh_env(wheel, tmp_path_factory):
+    """A fresh virtualenv with the wheel installed (its dependencies from this environment)."""
+    from tests.support import venv_with_wheel
+
+    return venv_with_wheel(wheel, tmp_path_factory.mktemp("venv"))

@@ -2,7 +2,7 @@
 (no ``datasource``, ``bench``, ``tests`` in site-packages), and installed into a fresh virtualenv it
 runs the first-pipeline example, locally and on Spark, with nothing but ``import dataflow_kafka``.
 
-The fresh virtualenv gets its dependencies (pyspark, pandas, ...) from this one through a ``.pth``
+The wheel and the fresh virtualenv are the session's (``tests/conftest.py``). The fresh virtualenv gets its dependencies (pyspark, pandas, ...) from this one through a ``.pth``
 line, not by installing them again; the editable install of this repository is not visible in
 it (a ``.pth`` line adds a folder, it does not run that folder's own ``.pth`` files), and it runs
 outside the repository, so ``import tests`` fails there.
@@ -17,20 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import build_wheel, venv_with_wheel
-
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
-
-
-@pytest.fixture(scope="module")
-def fresh_env(wheel, tmp_path_factory) -> Path:
-    return venv_with_wheel(wheel, tmp_path_factory.mktemp("venv"))
 
 
 def _run(env: Path, code_or_file: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

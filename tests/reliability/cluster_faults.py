@@ -130,7 +130,7 @@ class _Feeder:
     :meth:`finish`, so that the query has input for as many faults as a run injects (the
     reference is the local run of the micro-batches the offset log records, however they fell)."""
 
-    def __init__(self, bootstrap: str, topic: str, first: int = 3000, per_s: int = 150) -> None:
+    def __init__(self, bootstrap: str, topic: str, first: int = 1500, per_s: int = 50) -> None:
         self.helper, self.topic, self.per_s = KafkaHelper(bootstrap), topic, per_s
         self._clicks = iter(job.clicks(200_000, now_ms() - 2_000_000))
         self.sent = 0

@@ -8,7 +8,8 @@ topic is compared with the pipeline's local run (``Pipeline.run_local``) of the 
 query's offset log: an uninterrupted run of the same batches, without Spark and without Kafka
 faults (:func:`expected_rows`, :func:`sunk_rows`).
 
-As a driver: ``python pipeline_job.py pipeline MASTER BOOTSTRAP TOPIC OUT CHECKPOINT [SHUFFLE_PARTITIONS]``
+As a driver: ``python pipeline_job.py pipeline MASTER BOOTSTRAP TOPIC OUT CHECKPOINT [SHUFFLE_PARTITIONS
+[MAX_OFFSETS]]``
 runs the query with an ``availableNow`` trigger to the end of the input and prints ``DONE``;
 ``copy`` instead of ``pipeline`` runs the copier of :func:`start_copy` until it is killed. On a
 cluster, ``demo`` (the pipeline's functions) must reach the executors: ``--py-files demo.zip`` in
@@ -67,10 +68,11 @@ def source_options(bootstrap: str, topic: str, control_topic: str | None = None,
 
 
 def start_query(spark, bootstrap: str, topic: str, out_topic: str, checkpoint: str, *, trigger: dict | None = None,
-                control_topic: str | None = None, range_stats_topic: str | None = None, sink_options: dict | None = None):
+                control_topic: str | None = None, range_stats_topic: str | None = None, sink_options: dict | None = None,
+                max_offsets: int = MAX_OFFSETS):
     """Start the query; the sink's commit topic is ``<out_topic>-commits``."""
     reader = spark.readStream.format("dataflow-kafka")
-    for k, v in source_options(bootstrap, topic, control_topic, range_stats_topic).items():
+    for k, v in source_options(bootstrap, topic, control_topic, range_stats_topic, max_offsets).items():
         reader = reader.option(k, v)
     rows = pipeline(early_panes_ms=None).apply(reader.load())
     kinds = ", ".join(f"'{k}'" for k in SUNK_KINDS)
@@ -131,11 +133,14 @@ def expected_rows(bootstrap: str, topic: str, checkpoint: str) -> Counter:
 
 
 def main(mode: str, master: str, bootstrap: str, topic: str, out_topic: str, checkpoint: str,
-         shuffle_partitions: str = "2") -> None:
+         shuffle_partitions: str = "2", max_offsets: str = str(MAX_OFFSETS)) -> None:
     from dataflow_kafka.datasource.session import spark_session
 
     spark = spark_session(master=master, app_name=f"dataflow-kafka-{mode}", shuffle_partitions=int(shuffle_partitions))
-    query = (start_query if mode == "pipeline" else start_copy)(spark, bootstrap, topic, out_topic, checkpoint)
+    if mode == "pipeline":
+        query = start_query(spark, bootstrap, topic, out_topic, checkpoint, max_offsets=int(max_offsets))
+    else:
+        query = start_copy(spark, bootstrap, topic, out_topic, checkpoint)
     print(f"STARTED {query.id}", flush=True)
     query.awaitTermination()
     failure = query.exception()
