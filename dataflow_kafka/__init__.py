@@ -73,6 +73,7 @@ _EXPORTS = {
     "Dag": "dataflow_kafka.traces.dag",
     # brokers
     "kafka_broker": "dataflow_kafka.brokers.launcher",
+    "kafka_cluster": "dataflow_kafka.brokers.cluster",
     # the error root (the subclasses: dataflow_kafka.errors)
     "DataflowKafkaError": "dataflow_kafka.errors",
 }

@@ -1,4 +1,5 @@
-"""Shared fixtures: one Kafka broker and one SparkSession per test session.
+"""Shared fixtures: one Kafka broker, one three-node Kafka cluster (started by the first test that
+asks for it) and one SparkSession per test session.
 
 The broker comes from :func:`dataflow_kafka.brokers.kafka_broker`: ``KAFKA_BOOTSTRAP_SERVERS`` if
 set, else an embedded Apache Kafka node (``DATAFLOW_KAFKA_EMBEDDED=noida-db`` or ``tansu`` picks a
@@ -101,3 +102,36 @@ def spark(broker):
 def kafka(bootstrap) -> KafkaHelper:
     return KafkaHelper(bootstrap)
 
+
+
+@pytest.fixture(scope="session")
+def _kafka_cluster(tmp_path_factory):
+    from dataflow_kafka.brokers.cluster import kafka_cluster
+
+    with kafka_cluster(brokers=3, workdir=tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster):
+    """The session's three-node Kafka cluster (``brokers.cluster``), every node up and running
+    before the test and again after it (a test may kill, stop or pause nodes)."""
+    _kafka_cluster.heal()
+    yield _kafka_cluster
+    _kafka_cluster.heal()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The package's wheel, built once per session from this repository."""
+    from tests.support import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def fresh_env(wheel, tmp_path_factory):
+    """A fresh virtualenv with the wheel installed (its dependencies from this environment)."""
+    from tests.support import venv_with_wheel
+
+    return venv_with_wheel(wheel, tmp_path_factory.mktemp("venv"))

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-__all__ = ["FIXTURE_MARKS", "PROFILES", "examples", "derive_marks", "modules_loaded_twice", "starts_a_jvm_or_broker",
+__all__ = ["FIXTURE_MARKS", "FIXTURE_GROUPS", "PROFILES", "examples", "derive_marks", "modules_loaded_twice", "starts_a_jvm_or_broker",
            "JvmGuard"]
 
 #: fixture -> the mark of every test whose fixture closure contains it. ``spark`` needs ``broker``
@@ -42,6 +42,7 @@ FIXTURE_MARKS: dict[str, str] = {
     "standalone_cluster": "spark",      # a standalone Spark master and worker (datasource/test_cluster.py)
     "tls_broker": "kafka",              # a broker with every TLS listener (datasource/test_tls.py)
     "connect_url": "spark",             # a Spark Connect server (datasource/test_connect.py)
+    "_kafka_cluster": "kafka",          # the session's three-node Kafka cluster; ``kafka_cluster`` depends on it
 }
 
 #: Marks of tests that may start a JVM: the derived ones, and ``jvm`` (a JDK tool such as keytool,
@@ -62,13 +63,25 @@ def examples(n: int, profile: settings | None = None) -> int:
     return max(1, n * (profile or settings.default).max_examples // 100)
 
 
+#: fixture -> the pytest-xdist group of every test whose closure contains it: ``--dist loadgroup``
+#: runs a group on one worker, so a session-scoped fixture that costs much is started once, not
+#: once per worker
+FIXTURE_GROUPS: dict[str, str] = {
+    "_kafka_cluster": "kafka-cluster",  # three Kafka nodes, about 1 GiB (tests/conftest.py)
+}
+
+
 def derive_marks(items) -> None:
-    """Add to each item the marks of the fixtures in its closure (:data:`FIXTURE_MARKS`)."""
+    """Add to each item the marks of the fixtures in its closure (:data:`FIXTURE_MARKS`) and the
+    xdist group of :data:`FIXTURE_GROUPS`."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         for mark in sorted({m for f, m in FIXTURE_MARKS.items() if f in names}):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(getattr(pytest.mark, mark))
+        groups = sorted({g for f, g in FIXTURE_GROUPS.items() if f in names})
+        if groups and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
 
 
 def modules_loaded_twice(modules: Mapping[str, object], root: Path) -> dict[str, list[str]]:

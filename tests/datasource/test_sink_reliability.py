@@ -8,7 +8,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from dataflow_kafka.brokers.launcher import _free_port
+from dataflow_kafka.brokers.launcher import free_port
 from dataflow_kafka.datasource import sink
 from dataflow_kafka.datasource.options import OptionError, parse_sink_options
 
@@ -73,7 +73,7 @@ def test_delivery_timeout_defaults_to_30_s_and_a_bad_value_names_the_option():
 
 
 def test_unreachable_broker_fails_the_task_naming_bootstrap_servers_and_the_cause(fresh_producers):
-    addr = f"127.0.0.1:{_free_port()}"       # nothing listens there
+    addr = f"127.0.0.1:{free_port()}"       # nothing listens there
     w = _writer(_opts(addr, "nowhere", **{"kafka.delivery.timeout.ms": "1500"}))
     with pytest.raises(RuntimeError) as failed:
         w.write(iter([_batch([b"a", b"b"])]))
@@ -91,7 +91,7 @@ def test_broker_stopping_mid_stream_fails_the_task_naming_servers_and_topic(fres
     from tests.support import own_broker_kind
 
     # the broker goes away under the producer (Broker.stop would first close this process's producers)
-    monkeypatch.setattr(launcher, "_close_our_clients", lambda: None)
+    monkeypatch.setattr(launcher, "close_producers", lambda: None)
 
     with kafka_broker(own_broker_kind(), workdir=tmp_path) as b:
         from tests.support import KafkaHelper
@@ -220,7 +220,7 @@ def test_exactly_once_streaming_a_replayed_batch_is_written_once(spark, kafka, t
 
 
 def test_streaming_to_an_unreachable_broker_fails_naming_bootstrap_servers(spark, tmp_path):
-    addr = f"127.0.0.1:{_free_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 3).load()
          .selectExpr("CAST(value AS STRING) AS value").writeStream.format("dataflow-kafka")
          .option("kafka.bootstrap.servers", addr).option("topic", "t").option("kafka.delivery.timeout.ms", "1000")
