@@ -268,15 +268,12 @@ class MultiQueryDriver(WindowQueries):
         rows = np.asarray(rows, np.int64)
         times = np.asarray(times, np.int64)
         n = len(keys)
-        order = np.argsort(rows, kind="stable")
-        bounds = np.searchsorted(rows[order], np.arange(n + 1))
         per_key = None
 
-        def elements():            # [(value, time)] per key, in arrival order (the per-element drivers, history)
+        def elements():            # [(value, time)] per key, in arrival order (the per-element drivers)
             nonlocal per_key
             if per_key is None:
-                vs, ts = [values[i] for i in order.tolist()], times[order].tolist()
-                per_key = [list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]])) for i in range(n)]
+                per_key = _per_key(n, rows, values, times)
             return per_key
 
         position = {k: i for i, k in enumerate(keys)}
@@ -302,11 +299,12 @@ class MultiQueryDriver(WindowQueries):
             d.dropped_late = d.dropped_closed = 0
             cols = self._label_columns(qid, q, cols)
             parts.append((qi, cols))
-        floor = self._floor
-        for i, elems in enumerate(elements() if times.size and (times >= floor).any() else ()):
-            kept = [(v, t) for v, t in elems if t >= floor]
-            if kept:
-                self._history.setdefault(keys[i], []).extend(kept)
+        kept = times >= self._floor
+        if kept.any():
+            pick = np.flatnonzero(kept)
+            for i, elems in enumerate(_per_key(n, rows[pick], [values[j] for j in pick.tolist()], times[pick])):
+                if elems:
+                    self._history.setdefault(keys[i], []).extend(elems)
         bundle = PaneColumns.concat(keys, [c for _, c in parts])
         qi = np.concatenate([np.full(len(c), q, np.int64) for q, c in parts]) if parts else np.zeros(0, np.int64)
         bundle = bundle.take(np.lexsort((np.arange(len(bundle)), qi, bundle.key)))     # by key, then query
@@ -414,7 +412,7 @@ class MultiQueryDriver(WindowQueries):
                     q.coverage, q.report_from, q.driver.to_bytes()) for qid, q in self._queries.items()]
         pending = [(p.query_id, p.key, p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
                     p.is_first, p.is_last, p.is_retraction) for p in self._pending]
-        history = [(k, [tuple(e) for e in v]) for k, v in self._history.items()]
+        history = list(self._history.items())         # lists of (value, time) tuples
         return _codec.encode((_FORMAT, self._fingerprint(), self._wm, self._now, self._floor, self._next_id,
                               self.ignored_commands, self.dropped_late, self.dropped_closed, queries, history,
                               pending))
@@ -448,6 +446,14 @@ class MultiQueryDriver(WindowQueries):
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _per_key(n: int, rows: np.ndarray, values: list, times: np.ndarray) -> list[list[tuple]]:
+    """``[(value, time)]`` of each of ``n`` keys (``rows``: each element's key), in arrival order."""
+    order = np.argsort(rows, kind="stable")
+    bounds = np.searchsorted(rows[order], np.arange(n + 1)).tolist()
+    vs, ts = [values[i] for i in order.tolist()], times[order].tolist()
+    return [list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]])) for i in range(n)]
 
 
 def _inner(fn: WindowFn) -> WindowFn:

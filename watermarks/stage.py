@@ -210,9 +210,7 @@ class WindowingStage(Stage):
         null = col.isna().to_numpy()
         nulls = np.bincount(rows[null], minlength=len(keys))
         ok = ~null
-        values = col[ok].astype(object).tolist()
-        if self.integral_values:
-            values = [int(v) for v in values]
+        values = col[ok].to_numpy(np.int64).tolist() if self.integral_values else col[ok].astype(object).tolist()
         times = data["event_time_ms"].to_numpy(np.int64)[ok]
         return keys, rows[ok], values, times, nulls
 

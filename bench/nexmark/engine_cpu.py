@@ -7,7 +7,7 @@ them, minus Spark) on the bids of ``--events`` generated NEXMark events (10% del
 10,000 events per second of event time, as ``bench.nexmark.throughput``) cut into micro-batches of
 ``--batch`` records, CPU time of the process (``time.process_time``), the events generated before
 the clock starts. Each arm runs in a child process whose ``dataflow_kafka`` is the tree's:
-``--before REV`` is extracted with ``git archive`` and imported through a package of links to its
+``--before REV`` (and ``--after REV``, by default this working tree) is extracted with ``git archive`` and imported through a package of links to its
 folders (the layout of ``pyproject.toml``'s ``package-dir``); the queries' code (``bench/nexmark``)
 is this tree's in both arms. Arms alternate (the order swapped every other repeat); each arm's
 result is checked against the brute-force reference. Prints per query and variant the best CPU
@@ -86,6 +86,7 @@ def run_arm(pkg: Path | None, query: str, variant: str, events: int, batch: int)
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", default="main", help="the commit to compare with (git rev)")
+    p.add_argument("--after", default=None, help="a commit for the other arm (default: this working tree)")
     p.add_argument("--queries", default="q5,q11")
     p.add_argument("--variants", default="slicer,dataflow")
     p.add_argument("--events", type=int, default=200_000)
@@ -97,11 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     from bench.nexmark.stats import write_rows
 
     with tempfile.TemporaryDirectory(prefix="engine-cpu-") as tmp:
-        before = extract(args.before, Path(tmp))
-        arms = {"before": before, "after": None}
+        before = extract(args.before, Path(tmp) / "before")
+        after = extract(args.after, Path(tmp) / "after") if args.after else None
+        arms = {"before": before, "after": after}
         rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.before], check=True,
                              capture_output=True, text=True).stdout.strip()
-        print(f"before: {args.before} ({rev}); after: this tree; {args.events} events, batches of {args.batch}; "
+        print(f"before: {args.before} ({rev}); after: {args.after or 'this tree'}; {args.events} events, batches of {args.batch}; "
               f"load avg {os.getloadavg()[0]:.1f}", flush=True)
         rows = []
         for name in args.queries.split(","):
