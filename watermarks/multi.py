@@ -300,11 +300,16 @@ class MultiQueryDriver(WindowQueries):
             cols = self._label_columns(qid, q, cols)
             parts.append((qi, cols))
         kept = times >= self._floor
-        if kept.any():
+        if kept.all() and per_key is not None:          # the per-element queries' lists serve as they are
+            history = per_key
+        elif kept.any():
             pick = np.flatnonzero(kept)
-            for i, elems in enumerate(_per_key(n, rows[pick], [values[j] for j in pick.tolist()], times[pick])):
-                if elems:
-                    self._history.setdefault(keys[i], []).extend(elems)
+            history = _per_key(n, rows[pick], [values[j] for j in pick.tolist()], times[pick])
+        else:
+            history = []
+        for i, elems in enumerate(history):
+            if elems:
+                self._history.setdefault(keys[i], []).extend(elems)
         bundle = PaneColumns.concat(keys, [c for _, c in parts])
         qi = np.concatenate([np.full(len(c), q, np.int64) for q, c in parts]) if parts else np.zeros(0, np.int64)
         bundle = bundle.take(np.lexsort((np.arange(len(bundle)), qi, bundle.key)))     # by key, then query
