@@ -62,11 +62,12 @@ it can cover more).
 from __future__ import annotations
 
 import pickle
-from typing import Hashable, Sequence
+from typing import Hashable
 
 import numpy as np
 
 from dataflow_kafka.slicer.compile import compile_window
+from dataflow_kafka.slicer.key_codes import KeyCodes
 from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME, progression_points
 from dataflow_kafka.windowing.aggregations import declared_components
@@ -85,7 +86,7 @@ _EDGES = ("fv", "ft", "fs", "lv", "lt", "ls")
 _PAIRS_PER_CHUNK = 1 << 20
 
 
-class KeyedSlicingOperator(WindowQueries):
+class KeyedSlicingOperator(KeyCodes, WindowQueries):
     """Tumbling and sliding time windows with Sum/Count/Min/Max/Mean/M4 for many keys at once.
 
     ``template``: a configured :class:`~slicer.SlicingWindowOperator` (windows, aggregations,
@@ -118,8 +119,7 @@ class KeyedSlicingOperator(WindowQueries):
         self._held_from = _NO_LIMIT          # U (module docstring)
         self._held_key: dict = {}            # key -> its own bound beyond U
         self._rebuild()
-        self.keys: list = []
-        self._codes: dict = {}
+        self._reset_codes()
         self.watermark: int | None = None
         self.edges = any({"first", "last"} & set(declared_components(a)) for a in self.aggregations)
         self._columns = _BASE + (_EDGES if self.edges else ())
@@ -239,31 +239,11 @@ class KeyedSlicingOperator(WindowQueries):
             out[lo:lo + step] = (t - (t - self._phases[:, None]) % self._periods[:, None]).max(axis=0)
         return out
 
-    def codes_of(self, keys: Sequence[Hashable]) -> np.ndarray:
-        """Codes of ``keys``, registering new ones (in order)."""
-        out = np.empty(len(keys), np.int64)
-        for i, k in enumerate(keys):
-            c = self._codes.get(k)
-            if c is None:
-                c = self._codes[k] = len(self.keys)
-                self.keys.append(k)
-            out[i] = c
-        return out
-
     # ------------------------------------------------------------------ records
     def process_elements(self, codes: np.ndarray, values: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Add records (key codes from :meth:`codes_of`, values, event times; any order).
         Returns the number of records dropped as too late, per key code (length ``len(keys)``)."""
-        codes = np.asarray(codes, np.int64)
-        values = np.asarray(values, np.float64)
-        ts = np.asarray(ts, np.int64)
-        dropped = np.zeros(len(self.keys), np.int64)
-        if self.watermark is not None and ts.size:
-            late = ts < self.watermark - self.allowed_lateness_ms
-            if late.any():
-                dropped += np.bincount(codes[late], minlength=len(self.keys))
-                keep = ~late
-                codes, values, ts = codes[keep], values[keep], ts[keep]
+        dropped, codes, values, ts = self._drop_late(codes, values, ts)
         if ts.size == 0:
             return dropped
         if not self.query_ids:                   # not kept: a query added later starts past them
@@ -351,14 +331,9 @@ class KeyedSlicingOperator(WindowQueries):
         return keys, results
 
     def _forget_idle_keys(self) -> None:
-        used = np.zeros(len(self.keys), bool)
-        used[self.kc] = True
-        if used.all():
-            return
-        remap = np.cumsum(used) - 1
-        self.kc = remap[self.kc]
-        self.keys = [k for k, u in zip(self.keys, used.tolist()) if u]
-        self._codes = {k: i for i, k in enumerate(self.keys)}
+        remap = self._forget_unused(self.kc)
+        if remap is not None:
+            self.kc = remap[self.kc]
 
     def _own_starts(self) -> np.ndarray | None:
         """``[query, key code]`` -> the key's coverage start where it is past the query's (None: none is)."""
@@ -492,8 +467,7 @@ class KeyedSlicingOperator(WindowQueries):
             raise InvalidArgumentError("KeyedSlicingOperator.from_bytes: not a keyed slicer state (bad header)")
         st = pickle.loads(data[4:])
         op = cls(template)
-        op.keys = list(st["keys"])
-        op._codes = {k: i for i, k in enumerate(op.keys)}
+        op._reset_codes(st["keys"])
         op.watermark, op._seq = st["wm"], st["seq"]
         qs = st["queries"]
         op.query_ids, op.specs = list(qs["ids"]), list(qs["specs"])

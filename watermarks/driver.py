@@ -84,7 +84,7 @@ from dataflow_kafka.watermarks.windows import (
 from dataflow_kafka.windowing import AggregateFunction, ToList, Window
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["TriggerDriver", "LateDataDropped", "WindowState"]
+__all__ = ["TriggerDriver", "LateDataDropped", "WindowState", "warn_late"]
 
 _FORMAT = 3  # 2: per-window watermark hold (Beam's element hold); 3: + what a window showed, gone sessions
 _READS = (2, 3)
@@ -118,6 +118,18 @@ class WindowState(NamedTuple):
     expires_ms: int
     waiting: str
     accumulator: Any
+
+
+def warn_late(key: Any, w: IntervalWindow, t: int, watermark_ms: int, allowed_lateness_ms: int,
+              stacklevel: int) -> None:
+    """The :class:`LateDataDropped` warning (given once per driver) for the first dropped copy."""
+    warnings.warn(
+        f"dropped late data: key {key!r}, window [{w.start_ms}, {w.end_ms}), event time {t} ms, at "
+        f"watermark {watermark_ms} ms, past the window's end plus "
+        f"allowed_lateness_ms={allowed_lateness_ms}. Such drops are counted in dropped_late and "
+        "not warned again; raise allowed_lateness_ms (with late firings) to keep windows open for late data.",
+        LateDataDropped, stacklevel=stacklevel,
+    )
 
 
 class _WindowState:
@@ -369,13 +381,7 @@ class TriggerDriver:
 
     def _warn_late(self, key: Any, w: IntervalWindow, t: int) -> None:
         self._warned_late = True
-        warnings.warn(
-            f"dropped late data: key {key!r}, window [{w.start_ms}, {w.end_ms}), event time {t} ms, at "
-            f"watermark {self._ctx.watermark} ms, past the window's end plus "
-            f"allowed_lateness_ms={self.allowed_lateness_ms}. Such drops are counted in dropped_late and "
-            "not warned again; raise allowed_lateness_ms (with late firings) to keep windows open for late data.",
-            LateDataDropped, stacklevel=4,
-        )
+        warn_late(key, w, t, self._ctx.watermark, self.allowed_lateness_ms, stacklevel=5)
 
     def _merge_new(self, ws: dict, new: IntervalWindow, renames: dict) -> IntervalWindow | None:
         """MergeWindows with a new window; returns the window it ended up in, None if closed.

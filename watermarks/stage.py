@@ -44,7 +44,8 @@ import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
-from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, PaneTiming, TimestampCombiner
+from dataflow_kafka.watermarks.columnar import PaneColumns
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, ToList, Window
@@ -61,6 +62,7 @@ PANE_COLUMNS = [("pane_index", "bigint"), ("timing", "string"), ("is_first", "bo
                 ("is_retraction", "boolean")]
 _VALUE = "dataflow_value"
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint", "boolean")
+_TIMING_NAMES = np.array([t.name for t in PaneTiming], object)
 
 
 @dataclass
@@ -146,7 +148,7 @@ class WindowingStage(Stage):
             warnings.simplefilter("ignore")        # lossy-trigger warnings: shown once, at construction
             return MultiQueryDriver(self._queries(), self.trigger, self.accumulation_mode, self.allowed_lateness_ms,
                                     self.timestamp_combiner, self.aggregation, self.on_time_behavior,
-                                    self.history_ms)
+                                    self.history_ms, integral_values=self.integral_values)
 
     def dump_state(self, state: MultiQueryDriver) -> bytes:
         return state.to_bytes()
@@ -200,9 +202,9 @@ class WindowingStage(Stage):
                 errors.append(err)
             elif cmd is not None:
                 driver.apply(cmd)
-        panes = []
+        parts = []
         if batch.processing_time_ms is not None:
-            panes += driver.advance_processing_time(batch.processing_time_ms)
+            parts.append(PaneColumns.of_panes(driver.advance_processing_time(batch.processing_time_ms)))
         dropped: list[Dropped] = []
         data = batch.data
         if data is not None and len(data):
@@ -211,64 +213,76 @@ class WindowingStage(Stage):
                 for c, v in self.select.items():
                     mask &= (data[c] == v).to_numpy()
                 data = data[mask]
-            for key, elements, nulls in self._elements(data):
-                late, closed = driver.dropped_late, driver.dropped_closed
-                if elements:
-                    panes += driver.add(elements, key=key)
-                for reason, n in (("late", driver.dropped_late - late), ("closed", driver.dropped_closed - closed),
-                                  ("null", nulls)):
+            keys, rows, values, times, nulls = self._elements(data)
+            added, late, closed = driver.add_batch(keys, rows, values, times)
+            parts.append(added)
+            for i in np.flatnonzero(late + closed + nulls).tolist():    # per key, in order of first appearance
+                for reason, n in (("late", late[i]), ("closed", closed[i]), ("null", nulls[i])):
                     if n:
-                        dropped.append(Dropped(key, reason, n))
+                        dropped.append(Dropped(keys[i], reason, int(n)))
         if batch.watermark_ms is not None:
-            panes += driver.advance_watermark(batch.watermark_ms)
+            parts.append(driver.advance_watermark_columns(batch.watermark_ms))
         hold = output_watermark(self.output_watermark, batch.watermark_ms, self.allowed_lateness_ms)
         floor = None if self.output_watermark != "complete" else output_watermark(
             self.output_watermark, batch.previous_watermark_ms, self.allowed_lateness_ms)
-        return StageOutput(self._frame(panes, floor), hold, dropped, command_errors=errors)
+        return StageOutput(self._frame([p for p in parts if len(p)], floor), hold, dropped, command_errors=errors)
 
     def _elements(self, data: pd.DataFrame):
-        """``(key, [(value, event_time_ms)], null count)`` per key, in order of first appearance."""
+        """``(keys, rows, values, times, nulls)``: the batch's keys in order of first appearance,
+        each row's key (an index into them) with its value and event time (rows with a null value
+        left out), and the null values per key."""
         names = [n for n, _ in self._keys]
-        keys = (data[names[0]].tolist() if len(names) == 1
-                else list(zip(*(data[n].tolist() for n in names))))
-        values = data[_VALUE].astype(object).tolist()
-        times = data["event_time_ms"].astype("int64").tolist()
-        groups: dict[Any, list] = {}
-        nulls: dict[Any, int] = {}
-        for k, v, t in zip(keys, values, times):
-            k = _plain_key(k)
-            elems = groups.setdefault(k, [])
-            if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
-                nulls[k] = nulls.get(k, 0) + 1
-                continue
-            elems.append((int(v) if self.integral_values else v, t))
-        return [(k, e, nulls.get(k, 0)) for k, e in groups.items()]
+        if len(names) == 1:
+            codes, uniques = pd.factorize(data[names[0]], use_na_sentinel=False)
+            plain = [_plain_key(k) for k in uniques]
+        else:
+            codes, uniques = pd.factorize(pd.MultiIndex.from_frame(data[names]), use_na_sentinel=False)
+            plain = [_plain_key(tuple(k)) for k in uniques]
+        position: dict = {}
+        merged = np.array([position.setdefault(k, len(position)) for k in plain], np.int64)  # NaN and None: one key
+        keys = list(position)
+        rows = merged[np.asarray(codes, np.int64)] if len(plain) else np.zeros(len(data), np.int64)
+        col = data[_VALUE]
+        null = col.isna().to_numpy()
+        nulls = np.bincount(rows[null], minlength=len(keys))
+        ok = ~null
+        values = col[ok].to_numpy(np.int64).tolist() if self.integral_values else col[ok].astype(object).tolist()
+        times = data["event_time_ms"].to_numpy(np.int64)[ok]
+        return keys, rows[ok], values, times, nulls
 
-    def _frame(self, panes: list, floor: int | None) -> pd.DataFrame:
+    def _frame(self, parts: list[PaneColumns], floor: int | None) -> pd.DataFrame:
         names = [n for n, _ in self._keys]
         aggs = aggregation_columns([self.aggregation])
-        cols: dict[str, list] = {n: [] for n in names}
-        for c in ("query_id", "window_start_ms", "window_end_ms", "pane_index", "timing", "is_first", "is_last",
-                  "is_retraction", "event_time_ms", *(c for c, _ in aggs)):
-            cols[c] = []
-        for p in panes:
-            for n, v in zip(names, (p.key,) if len(names) == 1 else p.key):
-                cols[n].append(v)
-            cols["query_id"].append(p.query_id)
-            cols["window_start_ms"].append(p.start_ms)
-            cols["window_end_ms"].append(p.end_ms)
-            cols["pane_index"].append(p.index)
-            cols["timing"].append(p.timing.name)
-            cols["is_first"].append(p.is_first)
-            cols["is_last"].append(p.is_last)
-            cols["is_retraction"].append(p.is_retraction)
-            cols["event_time_ms"].append(p.timestamp_ms if floor is None else max(p.timestamp_ms, floor))
-            values = [p.value] if len(aggs) == 1 else _components(p.value, len(aggs))
-            for (c, t), v in zip(aggs, values):
-                cols[c].append(_number(v) if t in ("double", "bigint") else
-                               (None if v is None else list(np.atleast_1d(v).astype(float))) if t.startswith("array")
-                               else json_value(v))
+        p = PaneColumns.concat([], []) if not parts else parts[0] if len(parts) == 1 else PaneColumns.join(parts)
+        cols: dict[str, Any] = {}
+        key_col = _object_array(p.keys)[p.key] if len(p) else np.zeros(0, object)
+        if len(names) == 1:
+            cols[names[0]] = key_col
+        else:
+            for j, n in enumerate(names):
+                cols[n] = _object_array([k[j] for k in key_col.tolist()])
+        cols["query_id"] = p.query if p.query is not None else np.full(len(p), None, object)
+        cols["window_start_ms"], cols["window_end_ms"] = p.start, p.end
+        cols["pane_index"] = p.index
+        cols["timing"] = _TIMING_NAMES[p.timing]
+        cols["is_first"], cols["is_last"] = p.first, p.last
+        cols["is_retraction"] = p.retraction if p.retraction is not None else np.zeros(len(p), bool)
+        cols["event_time_ms"] = p.timestamp if floor is None else np.maximum(p.timestamp, floor)
+        values = [[v] for v in p.value] if len(aggs) == 1 else [_components(v, len(aggs)) for v in p.value]
+        for j, (c, t) in enumerate(aggs):
+            vs = [v[j] for v in values]
+            cols[c] = ([_number(v) for v in vs] if t in ("double", "bigint") else
+                       [None if v is None else list(np.atleast_1d(v).astype(float)) for v in vs] if t.startswith("array")
+                       else [json_value(v) for v in vs])
         return pd.DataFrame(cols)
+
+
+def _object_array(items: list) -> np.ndarray:
+    """A 1-d object array of ``items`` (tuple keys stay elements)."""
+    out = np.empty(len(items), object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
 
 
 def _components(value: Any, n: int) -> list:
