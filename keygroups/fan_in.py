@@ -46,9 +46,10 @@ import pandas as pd
 from dataflow_kafka.keygroups.computed import Computed, evaluate
 from dataflow_kafka.keygroups.contract import KIND_DATA, control_frame
 from dataflow_kafka.keygroups.operator import OperatorSpec
-from dataflow_kafka.keygroups.plan import Head, _distinct, _Link, _type_of, _unused, frame_types, plain_column
+from dataflow_kafka.keygroups.frames import run_chain_local
+from dataflow_kafka.keygroups.plan import Head, Link, distinct_upstreams, expression_type, frame_types, plain_column, unused_name
 from dataflow_kafka.keygroups.routing import MARKER_KINDS
-from dataflow_kafka.keygroups.spark_steps import _compute_spark, _with_ms_columns
+from dataflow_kafka.keygroups.spark_steps import apply_chain, compute_spark, with_ms_columns
 from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input, Stage, group_ids_of, key_columns_of
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -133,7 +134,7 @@ def _expected(p: Pipeline, upstream_specs: Mapping[int, list[OperatorSpec]]) -> 
 def _results(p: Pipeline, upstream_specs: Mapping[int, list[OperatorSpec]]) -> tuple:
     """The emitted columns every upstream of ``p`` carries (their union; a clash of types is refused)."""
     out: dict[str, str] = {}
-    for u in _distinct(p._upstreams):
+    for u in distinct_upstreams(p._upstreams):
         for c, t in upstream_specs[id(u)][-1].result_columns:
             if out.setdefault(c, t) != t:
                 raise InvalidArgumentError(f"emit: column {c!r} is emitted as {t} by one upstream of {_head_stage(p).name!r} "
@@ -154,7 +155,7 @@ def input_types(stage: Stage, types: Mapping[str, Mapping[str, str]]) -> dict[st
     origin: dict[str, str] = {}
     for inp in stage.stage_inputs():
         for c, expr in inp.columns.items():
-            t = _type_of(expr, dict(types.get(inp.name, {})), c)
+            t = expression_type(expr, dict(types.get(inp.name, {})), c)
             if out.setdefault(c, t) != t:
                 raise InvalidArgumentError(f"stage {stage.name!r}: column {c!r} is {out[c]} in input {origin[c]!r} and {t} in "
                                  f"input {inp.name!r}; a key must have one type in every input (one routing): "
@@ -180,7 +181,7 @@ def dag_specs(root: Pipeline, fuse: bool, idle_timeout_ms: int | None,
     for p in root.nodes():
         claims = _claims(root) if p is root else None
         if p._upstreams is None:
-            specs[id(p)] = p._chain_specs(fuse, idle_timeout_ms, types_of(names.get(id(p), set())), claims=claims)
+            specs[id(p)] = p.chain.specs(fuse, idle_timeout_ms, types_of(names.get(id(p), set())), claims=claims)
             continue
         head = Head(tuple(i.name for i in _head_stage(p).stage_inputs()), _expected(p, specs),
                     (INPUT_COLUMN, *_columns(_head_stage(p))), _results(p, specs))
@@ -189,7 +190,7 @@ def dag_specs(root: Pipeline, fuse: bool, idle_timeout_ms: int | None,
             types = input_types(_head_stage(p), {
                 n: (dict(specs[id(u)][-1].output_columns()) if u is not None else types_of({n}))
                 for n, u in p._upstreams.items()})
-        specs[id(p)] = p._chain_specs(fuse, idle_timeout_ms, types, head=head, claims=claims)
+        specs[id(p)] = p.chain.specs(fuse, idle_timeout_ms, types, head=head, claims=claims)
     return specs
 
 
@@ -228,17 +229,17 @@ def _renamed(p: Pipeline, taken: set, memo: dict) -> Pipeline:
     ups = None if p._upstreams is None else {
         n: (_renamed(u, taken, memo) if u is not None else None)
         for n, u in p._upstreams.items()}
-    links, emit = [], list(p._emit)
-    for lk in p._links:
-        name = _unused(lk.stage.name, taken)
+    links, emit = [], list(p.chain.emit)
+    for lk in p.chain.links:
+        name = unused_name(lk.stage.name, taken)
         taken.add(name)
         s = lk.stage
         if name != s.name:
             emit = [name if e == s.name else e for e in emit]
             s = copy.copy(s)
             object.__setattr__(s, "name", name)
-        links.append(_Link(s, lk.fuse))
-    same = all(a.stage is b.stage for a, b in zip(links, p._links)) and ups == p._upstreams
+        links.append(Link(s, lk.fuse))
+    same = all(a.stage is b.stage for a, b in zip(links, p.chain.links)) and ups == p._upstreams
     out = p if same else type(p)(_links=links, _emit=emit, _upstreams=ups)
     memo[id(p)] = out
     return out
@@ -334,13 +335,13 @@ def tag_spark(df, inputs: Sequence[Input], stage: str):
 
     # the stage layer reads the epoch-ms columns; pandas steps could not hold the source's timestamps
     # (endOfInput's 9999-12-31 punctuation overflows nanoseconds)
-    df = _with_ms_columns(df)
+    df = with_ms_columns(df)
     df = df.drop(*[c for c in ("event_time", "punctuation", "processing_time") if c in df.columns])
     kind = F.col("kind")
     is_data = kind == KIND_DATA
     wheres = {f"__where_{k}": inp.where for k, inp in enumerate(inputs) if isinstance(inp.where, Computed)}
     if wheres:
-        df = _compute_spark(df, wheres)
+        df = compute_spark(df, wheres)
     conds = []
     for k, inp in enumerate(inputs):
         cond = F.lit(True)
@@ -442,7 +443,7 @@ def apply_dag(root: Pipeline, sources: Any, *, fuse: bool = True, idle_timeout_m
         claims = _claims(root) if p is root else None
         if p._upstreams is None:
             src = _source(sources, names.get(id(p), set()), "apply")
-            outs[id(p)], specs[id(p)] = p._apply_chain(src, fuse, idle_timeout_ms, pack_source, claims=claims)
+            outs[id(p)], specs[id(p)] = apply_chain(p.chain, src, fuse, idle_timeout_ms, pack_source, claims=claims)
             continue
         stage = _head_stage(p)
         groups = _by_source(_groups(p), sources)
@@ -452,7 +453,8 @@ def apply_dag(root: Pipeline, sources: Any, *, fuse: bool = True, idle_timeout_m
         union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
         head = Head(tuple(i.name for i in stage.stage_inputs()), _expected(p, specs),
                     (INPUT_COLUMN, *_columns(stage)), _results(p, specs))
-        outs[id(p)], specs[id(p)] = p._apply_chain(union, fuse, idle_timeout_ms, pack_source, head=head, claims=claims)
+        outs[id(p)], specs[id(p)] = apply_chain(p.chain, union, fuse, idle_timeout_ms, pack_source, head=head,
+                                                  claims=claims)
     return outs[id(root)]
 
 
@@ -512,12 +514,12 @@ def run_dag_local(root: Pipeline, batches: Any, *, fuse: bool = True, idle_timeo
         for p in nodes:
             if p._upstreams is None:
                 frame = _source(now, names.get(id(p), set()), "run_local")
-                out[id(p)] = p._step_local(frame, specs[id(p)], states[id(p)])
+                out[id(p)] = run_chain_local(frame, specs[id(p)], states[id(p)])
                 continue
             stage = _head_stage(p)
             parts = [tag_frame(out[id(u)] if u is not None else src, inputs, u is None, stage.name)
                      for u, src, inputs in _by_source(_groups(p), now)]
             tagged = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-            out[id(p)] = p._step_local(tagged, specs[id(p)], states[id(p)], head=True)
+            out[id(p)] = run_chain_local(tagged, specs[id(p)], states[id(p)], head=True)
         outputs.append(out[id(root)])
     return outputs

@@ -42,40 +42,33 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from dataflow_kafka.keygroups import fan_in
-from dataflow_kafka.keygroups.computed import Computed, computed_inputs
-from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, KIND_DATA, conform, schema_ddl
-from dataflow_kafka.keygroups.frames import (
-    _by_key_group, _groups_of_columns, _ingest_columns, _ingest_frame, _local_inputs, _packable,
-)
-from dataflow_kafka.keygroups.fusion import plan_chain
+from dataflow_kafka.keygroups.contract import KIND_DATA
+from dataflow_kafka.keygroups.frames import run_chain_local
 from dataflow_kafka.keygroups.metrics import observe_stages
-from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
+from dataflow_kafka.keygroups.operator import OperatorSpec
 from dataflow_kafka.keygroups.plan import (
-    Head, _bind, _chain_links, _configured, _distinct, _Link, _link_rates, _named, _type_of, frame_types, plain_column,
+    Chain, Link, configured_links, distinct_upstreams, frame_types, named_links,
 )
-from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.spark_steps import _compute_spark, _ingest, _ingest_packed, _slim, _with_ms_columns
-from dataflow_kafka.keygroups.stage import (
-    INPUT_COLUMN, Stage, check_routing, group_ids_of, key_columns_of, register_pipeline, router_of,
-)
+from dataflow_kafka.keygroups.spark_steps import apply_chain
+from dataflow_kafka.keygroups.stage import Stage, check_routing, register_pipeline
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Pipeline", "plain_column", "stateful_operators", "frame_types"]
+__all__ = ["Pipeline", "stateful_operators"]
 
 
 class Pipeline:
     """A chain of stages, the first of which may take several inputs (:meth:`join`); see the
     module docstring."""
 
-    def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[_Link] | None = None,
+    def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[Link] | None = None,
                  _emit: Sequence[str] = (), _upstreams: "dict[str, Pipeline | None] | None" = None) -> None:
-        links = list(_links) if _links is not None else [_Link(s, None) for s in stages]
+        links = list(_links) if _links is not None else [Link(s, None) for s in stages]
         for link in links:
             if not isinstance(link.stage, Stage):
                 raise ArgumentTypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
             check_routing(link.stage)
-        taken = {s.name for u in _distinct(_upstreams) for s in u.all_stages()}
-        links = _named(links, taken)
+        taken = {s.name for u in distinct_upstreams(_upstreams) for s in u.all_stages()}
+        links = named_links(links, taken)
         cut = max((i for i, lk in enumerate(links) if lk.stage.stage_inputs()), default=None)
         if cut:               # a multi-input stage inside the chain: the stages before it feed every input
             head_names = {lk.stage.name for lk in links[:cut]}
@@ -84,14 +77,26 @@ class Pipeline:
             links, _emit = links[cut:], [e for e in _emit if e not in head_names]
         elif cut == 0 and _upstreams is None:
             _upstreams = {i.name: None for i in links[0].stage.stage_inputs()}
-        self._links = _configured(links)
+        self._chain = Chain(tuple(configured_links(links)), tuple(_emit))
         self._upstreams = _upstreams
-        names = [lk.stage.name for lk in self._links]
+        names = [lk.stage.name for lk in self._chain.links]
         unknown = [n for n in _emit if n not in names]
         if unknown:
             raise InvalidArgumentError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names}; emit an "
                              "upstream stage on its own pipeline, before Pipeline.join)")
-        self._emit = tuple(_emit)
+
+    @property
+    def chain(self) -> Chain:
+        """This pipeline's own chain (after its multi-input stage's upstreams): links and emitted stages."""
+        return self._chain
+
+    @property
+    def _links(self) -> tuple[Link, ...]:
+        return self._chain.links
+
+    @property
+    def _emit(self) -> tuple[str, ...]:
+        return self._chain.emit
 
     @classmethod
     def join(cls, stage: Stage, /, **upstreams: "Pipeline | Stage | None") -> "Pipeline":
@@ -116,7 +121,7 @@ class Pipeline:
     @property
     def stages(self) -> list[Stage]:
         """This pipeline's own chain (after its multi-input stage's upstreams, :attr:`upstreams`)."""
-        return [link.stage for link in self._links]
+        return self._chain.stages
 
     @property
     def upstreams(self) -> "dict[str, Pipeline | None] | None":
@@ -135,7 +140,7 @@ class Pipeline:
         def visit(p: Pipeline) -> None:
             if any(p is q for q in out):
                 return
-            for u in _distinct(p._upstreams):
+            for u in distinct_upstreams(p._upstreams):
                 visit(u)
             out.append(p)
 
@@ -154,13 +159,13 @@ class Pipeline:
                 head = Pipeline.join(stage.stages[0], **{n: self for n in stage._upstreams})
                 return Pipeline(_links=head._links + list(stage._links[1:]), _emit=stage._emit,
                                 _upstreams=head._upstreams)
-            return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links),
+            return Pipeline(_links=[Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links),
                             _emit=self._emit + stage._emit, _upstreams=self._upstreams)
         if fuse not in (None, True, False):
             raise InvalidArgumentError(f"fuse must be None, True or False, got {fuse!r}")
         if isinstance(stage, Stage) and stage.stage_inputs():
             return Pipeline.join(stage, **{i.name: self for i in stage.stage_inputs()})
-        return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)],
+        return Pipeline(_links=[Link(lk.stage, lk.fuse) for lk in self._links] + [Link(stage, fuse)],
                         _emit=self._emit, _upstreams=self._upstreams)
 
     __rshift__ = then
@@ -182,82 +187,15 @@ class Pipeline:
         ``rates``: the rate of each link ``stage i -> stage i+1`` of this chain (e.g. rows per
         batch measured on a trial run; numbers > 0), default 1 each: the highest-rate link fuses first.
         """
-        return [op for node in self.nodes()[:-1] for op in node._own_plan(fuse)] + self._own_plan(fuse, rates)
-
-    def _own_plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
-        if not self._links:
-            raise InvalidArgumentError("an empty pipeline has nothing to run")
-        stages = self.stages
-        rates = _link_rates(stages, rates)
-        if not fuse:
-            return [(s,) for s in stages]
-        attributes, links = _chain_links(self._links, rates)
-        return [tuple(stages[i] for i in run) for run in plan_chain(attributes, links)]
+        return [op for node in self.nodes()[:-1] for op in node.chain.operators(fuse)] + \
+            self._chain.operators(fuse, rates)
 
     def specs(self, fuse: bool = True, idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
         """One :class:`~keygroups.operator.OperatorSpec` per operator of this chain (:meth:`plan`
         without the upstreams'; :func:`keygroups.fan_in.dag_specs` gives every pipeline's)."""
         if self._upstreams is not None:
             return fan_in.dag_specs(self, fuse, idle_timeout_ms, None)[id(self)]
-        return self._chain_specs(fuse, idle_timeout_ms)
-
-    def _chain_specs(self, fuse: bool, idle_timeout_ms: int | None, types: dict[str, str] | None = None, *,
-                     head: "Head | None" = None, claims: Any = "own") -> list[OperatorSpec]:
-        """This chain's specs, bound to ``types`` (the first operator's input types; None: unbound).
-        ``head``: a multi-input first operator (its inputs, expected senders, upstream result
-        columns); ``claims``: the stages whose commands the first operator checks ("own": this
-        chain's; None: no check, another operator of the query does it)."""
-        ops = self._own_plan(fuse)
-        if claims == "own":
-            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
-        specs: list[OperatorSpec] = []
-        results = head.results if head is not None else ()
-        for j, stages in enumerate(ops):
-            if types is not None:
-                first = stages[0]
-                if j == 0 and head is not None:
-                    in_types = types
-                elif router_of(first) is not None:
-                    in_types = dict(_ingest_columns(first)) if j == 0 else types
-                else:
-                    in_types = {name: _type_of(expr, types, name) for name, expr in first.inputs().items()}
-                stages = _bind(stages, in_types)
-            spec = self._spec(ops, j, stages, results, idle_timeout_ms, claims if j == 0 else None,
-                              head if j == 0 else None)
-            specs.append(spec)
-            results = spec.result_columns
-            if types is not None:
-                types = dict(spec.output_columns())
-        return specs
-
-    def _spec(self, ops, j: int, stages: tuple[Stage, ...], results_in: tuple, idle_timeout_ms: int | None,
-              claims: tuple | None, head: "Head | None") -> OperatorSpec:
-        """Operator ``j`` running ``stages`` (bound or not), after operators that carry the emitted
-        columns ``results_in``."""
-        nxt = ops[j + 1][0] if j + 1 < len(ops) else None
-        router = router_of(nxt) if nxt is not None else None
-        data_cols = list(router.columns if router is not None else stages[-1].output_columns())
-        # the next operator's Computed inputs are computed here, on the rows this operator emits
-        next_inputs = tuple(computed_inputs(nxt.inputs()).items()) if nxt is not None and router is None else ()
-        for name, c in next_inputs:
-            data_cols = [col for col in data_cols if col[0] != name] + [(name, c.type)]
-        last = nxt is None
-        emit = tuple(i for i, s in enumerate(stages) if s.name in self._emit and not (last and i == len(stages) - 1))
-        results = dict(results_in)
-        for i in emit:
-            for c, t in stages[i].output_columns() + [("event_time_ms", "bigint")]:
-                if results.setdefault(c, t) != t:
-                    raise InvalidArgumentError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
-                                     f"stage's is {results[c]}")
-        taken = dict(CONTROL_COLUMNS) | dict(data_cols)
-        for c, t in results.items():
-            if taken.get(c, t) != t:
-                raise InvalidArgumentError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} outputs "
-                                 f"{c!r} as {taken[c]}: rename one of them (a key given as a dict names it)")
-        ids = group_ids_of(stages[0])
-        return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
-                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims, next_inputs,
-                            head.inputs if head is not None else (), head.expected if head is not None else ())
+        return self._chain.specs(fuse, idle_timeout_ms)
 
     def bound_specs(self, source_types: dict[str, str], fuse: bool = True,
                     idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
@@ -268,7 +206,7 @@ class Pipeline:
         previous operator's output columns."""
         if self._upstreams is not None:
             return fan_in.dag_specs(self, fuse, idle_timeout_ms, source_types)[id(self)]
-        return self._chain_specs(fuse, idle_timeout_ms, dict(source_types))
+        return self._chain.specs(fuse, idle_timeout_ms, dict(source_types))
 
     def output_columns(self, fuse: bool = True, input: Any = None) -> list[tuple[str, str]]:
         """Columns of the pipeline's output rows (the contract's control columns, then data).
@@ -301,7 +239,7 @@ class Pipeline:
         if self._upstreams is not None:
             out = fan_in.apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
         else:
-            out = self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
+            out = apply_chain(self._chain, df, fuse, idle_timeout_ms, pack_source)[0]
         return observe_stages(out, [str(s.name) for s in self.all_stages()]) if metrics else out
 
     def state_operators(self, fuse: bool = True) -> list[tuple[str, ...]]:
@@ -313,62 +251,7 @@ class Pipeline:
         if self._upstreams is not None:
             raise InvalidArgumentError("state_operators: only a chain's operators have a known order; a pipeline "
                                        "with upstreams (Pipeline.join) has its plan tree's")
-        return [tuple(str(s.name) for s in op) for op in reversed(self._own_plan(fuse))]
-
-    def _apply_chain(self, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
-                     head: "Head | None" = None, claims: Any = "own"):
-        """Spark: this chain's operators on ``df`` (with ``head``: ``df`` is the multi-input first
-        operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``."""
-        from pyspark.sql import functions as F
-
-        from dataflow_kafka.keygroups.processor import StageProcessor, deferred
-        from dataflow_kafka.keygroups.routing import with_key_groups
-
-        ops = self._own_plan(fuse)
-        if claims == "own":
-            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
-        results: tuple = head.results if head is not None else ()
-        specs: list[OperatorSpec] = []
-        for j, stages in enumerate(ops):
-            first = stages[0]
-            n = first.num_key_groups
-            packed = pack_source and j == 0
-            if j == 0 and head is not None:
-                routed = with_key_groups(df, key_columns_of(first), n)
-                inputs = [INPUT_COLUMN] + [c for c in head.columns if c != INPUT_COLUMN]
-                slim, types = _slim(routed, inputs, results, packed, n)
-            elif packed and router_of(first) is not None and _packable(first):
-                # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
-                slim, types = _ingest_packed(df, first, n, group_ids_of(first))
-            else:
-                if router_of(first) is not None:
-                    if j == 0:
-                        df = _ingest(df, first)
-                    routed = with_key_groups(df, None, n, group_ids=group_ids_of(first))
-                    inputs = [c for c, _ in router_of(first).columns]
-                else:
-                    exprs = first.inputs()
-                    df = _with_ms_columns(df)
-                    if j == 0 and computed_inputs(exprs):
-                        df = _compute_spark(df, computed_inputs(exprs))
-                    sql = {name: e for name, e in exprs.items()
-                           if not isinstance(e, Computed) and plain_column(e) != name}
-                    if sql and j == 0:
-                        df = df.withColumns({name: F.expr(expr) for name, expr in sql.items()})
-                    elif sql:       # on data rows only: result rows keep their own columns (Pipeline.emit)
-                        is_data = F.col("kind") == KIND_DATA
-                        df = df.withColumns({name: F.when(is_data, F.expr(expr)).otherwise(
-                            F.col(name) if name in df.columns else F.lit(None)) for name, expr in sql.items()})
-                    routed = with_key_groups(df, key_columns_of(first), n)
-                    inputs = list(exprs)
-                slim, types = _slim(routed, inputs, results, packed, n)
-            spec = self._spec(ops, j, _bind(stages, types), results, idle_timeout_ms, claims if j == 0 else None,
-                              head if j == 0 else None)
-            specs.append(spec)
-            results = spec.result_columns
-            df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
-                deferred(StageProcessor(spec, packed)), schema_ddl(spec.output_columns()), "Append", "None")
-        return df, specs
+        return [tuple(str(s.name) for s in op) for op in reversed(self._chain.operators(fuse))]
 
     # -- without Spark ----------------------------------------------------------------------------
     def run_local(self, batches: Iterable[pd.DataFrame], *, fuse: bool = True,
@@ -391,39 +274,15 @@ class Pipeline:
         """
         if self._upstreams is not None:
             return fan_in.run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms, input_types=input_types)
-        unbound = self._chain_specs(fuse, idle_timeout_ms)
-        bound = None if input_types is None else self._chain_specs(fuse, idle_timeout_ms, dict(input_types))
+        unbound = self._chain.specs(fuse, idle_timeout_ms)
+        bound = None if input_types is None else self._chain.specs(fuse, idle_timeout_ms, dict(input_types))
         states: list[dict[int, bytes]] = [{} for _ in unbound]
         outputs = []
         for batch in batches:
             if bound is None and (batch["kind"] == KIND_DATA).any():
-                bound = self._chain_specs(fuse, idle_timeout_ms, frame_types(batch))
-            outputs.append(self._step_local(batch, bound or unbound, states))
+                bound = self._chain.specs(fuse, idle_timeout_ms, frame_types(batch))
+            outputs.append(run_chain_local(batch, bound or unbound, states))
         return outputs
-
-    def _step_local(self, df: pd.DataFrame, specs: list[OperatorSpec], states: list[dict[int, bytes]],
-                    head: bool = False) -> pd.DataFrame:
-        """One micro-batch through this chain's operators (``head``: ``df`` is the multi-input first
-        operator's tagged input, :func:`keygroups.fan_in.tag_frame`); ``states`` per operator."""
-        for j, spec in enumerate(specs):
-            first = spec.stages[0]
-            n = first.num_key_groups
-            if j == 0 and head:
-                groups = _groups_of_columns(df, key_columns_of(first), n)
-            elif router_of(first) is not None:
-                if j == 0:
-                    df = _ingest_frame(df, first)
-                groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
-            else:
-                df = _local_inputs(df, first, j)
-                groups = _groups_of_columns(df, key_columns_of(first), n)
-            outs = []
-            for kg, rows in _by_key_group(df, groups, n, group_ids_of(first)):
-                out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
-                if out is not None and len(out):
-                    outs.append(out)
-            df = conform(outs, spec.output_columns())
-        return df
 
 
 register_pipeline(Pipeline)           # Stage.then composes with Pipeline (stage.py imports no pipeline)
