@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.balancing.routing_table import RoutingTable
-from dataflow_kafka.keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["SlotRouter", "SlotStage", "by_slot", "KEY_GROUP_OF_ROW", "SLOT_COLUMN"]

@@ -43,10 +43,10 @@ require_module_name(__name__, "dataflow_kafka.keygroups")  # one name per file: 
 
 from dataflow_kafka.keygroups.computed import Computed, json_field, json_object
 from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
-from dataflow_kafka.keygroups.pipeline import Pipeline
+from dataflow_kafka.keygroups.pipeline import Pipeline, Stage
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, hash_key, key_group_of, key_groups_of, with_key_groups
-from dataflow_kafka.keygroups.stage import Dropped, Input, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import Dropped, Input, PythonRouter, StageInput, StageOutput
 
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",

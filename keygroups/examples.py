@@ -60,7 +60,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.pipeline import Stage
+from dataflow_kafka.keygroups.stage import Dropped, StageInput, StageOutput
 
 __all__ = ["RunningCount"]
 

@@ -23,7 +23,7 @@ from dataflow_kafka.keygroups.contract import KIND_DATA, conform
 from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
 from dataflow_kafka.keygroups.plan import ingest_columns, plain_column
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
-from dataflow_kafka.keygroups.stage import Stage, group_ids_of, key_columns_of, router_of
+from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns_of, router_of
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["run_chain_local", "groups_of_columns", "by_key_group", "ingest_frame", "pack_frame", "packable",
@@ -56,7 +56,7 @@ def run_chain_local(df: pd.DataFrame, specs: Sequence[OperatorSpec], states: lis
     return df
 
 
-def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
+def _local_inputs(df: pd.DataFrame, stage: StageLogic, j: int) -> pd.DataFrame:
     """``df`` with ``stage``'s column inputs (:meth:`Pipeline.run_local`): plain columns copied, on
     the data rows only after the first operator (other rows keep their own columns, as on Spark),
     :class:`~keygroups.computed.Computed` ones computed; the first operator's SQL inputs must be
@@ -129,7 +129,7 @@ def by_key_group(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = N
         yield kg, df[mask]
 
 
-def ingest_frame(pdf: pd.DataFrame, stage: Stage) -> pd.DataFrame:
+def ingest_frame(pdf: pd.DataFrame, stage: StageLogic) -> pd.DataFrame:
     """Python routing of source rows (pure): data rows through ``stage``'s router, others kept."""
     router = router_of(stage)
     is_data = (pdf["kind"] == KIND_DATA).to_numpy()
@@ -169,7 +169,7 @@ def pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
     return pd.DataFrame({KEY_GROUP_COLUMN: np.asarray(out_groups, np.int32), PAYLOAD_COLUMN: payloads})
 
 
-def packable(stage: Stage) -> bool:
+def packable(stage: StageLogic) -> bool:
     """Whether every column of ``stage``'s Python-routed rows (:func:`~keygroups.plan.ingest_columns`)
     has an Arrow type :func:`pack_frame` can write."""
     return all(ddl.lower() in _ARROW_TYPES for _, ddl in ingest_columns(stage))

@@ -28,7 +28,7 @@ from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS
 from dataflow_kafka.keygroups.fusion import plan_chain
 from dataflow_kafka.keygroups.operator import OperatorSpec
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.stage import Stage, group_ids_of, key_columns_of, router_of
+from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns_of, router_of
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Link", "Chain", "Head", "plain_column", "named_links", "unused_name", "distinct_upstreams",
@@ -51,7 +51,7 @@ def plain_column(expr: Any) -> str | None:
 class Link:
     """A stage of a chain and its ``fuse`` choice (``Pipeline.then(stage, fuse=)``)."""
 
-    stage: Stage
+    stage: StageLogic
     fuse: bool | None
 
 
@@ -76,11 +76,11 @@ class Chain:
     emit: tuple[str, ...] = ()
 
     @property
-    def stages(self) -> list[Stage]:
+    def stages(self) -> list[StageLogic]:
         """The chain's stages, in order."""
         return [link.stage for link in self.links]
 
-    def operators(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
+    def operators(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[StageLogic, ...]]:
         """The operators: runs of consecutive stages that run fused (``fuse=False``: one per
         stage), as :func:`~keygroups.fusion.plan_chain` decides them from :func:`chain_links`;
         ``rates``: one per link (default 1 each), the highest-rate link fuses first."""
@@ -123,8 +123,9 @@ class Chain:
                 types = dict(spec.output_columns())
         return specs
 
-    def operator_spec(self, ops: Sequence[tuple[Stage, ...]], j: int, stages: tuple[Stage, ...], results_in: tuple,
-                      idle_timeout_ms: int | None, claims: tuple | None, head: Head | None) -> OperatorSpec:
+    def operator_spec(self, ops: Sequence[tuple[StageLogic, ...]], j: int, stages: tuple[StageLogic, ...],
+                      results_in: tuple, idle_timeout_ms: int | None, claims: tuple | None,
+                      head: Head | None) -> OperatorSpec:
         """The spec of operator ``j`` of ``ops`` running ``stages`` (bound or not), after operators
         that carry the emitted columns ``results_in``; emitted columns that clash are refused."""
         nxt = ops[j + 1][0] if j + 1 < len(ops) else None
@@ -186,7 +187,7 @@ def distinct_upstreams(upstreams: "dict | None") -> list:
     return out
 
 
-def bind_stages(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, ...]:
+def bind_stages(stages: Sequence[StageLogic], input_types: dict[str, str]) -> tuple[StageLogic, ...]:
     """Stages of one operator bound to their input types: the first to the routed rows' types,
     each fused one to the previous stage's output types through its plain-column inputs (and
     the declared types of its :class:`~keygroups.computed.Computed` ones)."""
@@ -232,7 +233,7 @@ def frame_types(frame: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def ingest_columns(stage: Stage) -> list[tuple[str, str]]:
+def ingest_columns(stage: StageLogic) -> list[tuple[str, str]]:
     """The columns of source rows routed in Python by ``stage``: the contract's, the key group, the router's."""
     names = {c for c, _ in CONTROL_COLUMNS}
     return list(CONTROL_COLUMNS) + [(KEY_GROUP_COLUMN, "int")] + [c for c in router_of(stage).columns
@@ -240,13 +241,13 @@ def ingest_columns(stage: Stage) -> list[tuple[str, str]]:
 
 
 def configured_links(links: list[Link]) -> list[Link]:
-    """Each stage as :meth:`~keygroups.stage.Stage.followed_by` its successor configures it."""
+    """Each stage as :meth:`~keygroups.stage.StageLogic.followed_by` its successor configures it."""
     stages = [lk.stage for lk in links]
     return [Link(s.followed_by(stages[i + 1] if i + 1 < len(stages) else None), lk.fuse)
             for i, (s, lk) in enumerate(zip(stages, links))]
 
 
-def link_rates(stages: Sequence[Stage], rates: Sequence[float] | None) -> list[float]:
+def link_rates(stages: Sequence[StageLogic], rates: Sequence[float] | None) -> list[float]:
     """``rates`` validated: one finite number > 0 per link (default 1 each)."""
     n = len(stages) - 1
     if rates is None:
@@ -274,7 +275,7 @@ def chain_links(links: Sequence[Link], rates: Sequence[float]) -> tuple[list[fro
     return attributes, out
 
 
-def fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
+def fusable(prev: StageLogic, stage: StageLogic, fuse: bool | None) -> bool:
     """Whether ``stage`` keeps ``prev``'s key (so it may run fused after it), by the fusion rule of
     :mod:`keygroups.pipeline`; ``fuse=True`` forces it or refuses, ``fuse=False`` forbids it."""
     if fuse is False:

@@ -22,7 +22,7 @@ from dataflow_kafka.keygroups.frames import ingest_frame, pack_frame, packable
 from dataflow_kafka.keygroups.operator import OperatorSpec
 from dataflow_kafka.keygroups.plan import Chain, Head, bind_stages, ingest_columns, plain_column
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Stage, group_ids_of, key_columns_of, router_of
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, StageLogic, group_ids_of, key_columns_of, router_of
 
 __all__ = ["apply_chain", "with_ms_columns", "compute_spark"]
 
@@ -204,7 +204,7 @@ def _compute_python(df, computed: dict[str, Computed]):
     return _timestamps_back(df.mapInPandas(compute, schema), stamps)
 
 
-def _ingest(df, stage: Stage):
+def _ingest(df, stage: StageLogic):
     """Spark: a ``mapInPandas`` step routing the source's data rows in Python (``stage``'s router)."""
     df, stamps, tz = _timestamps_as_micros(with_ms_columns(df))
 
@@ -215,7 +215,7 @@ def _ingest(df, stage: Stage):
     return df.mapInPandas(ingest, schema_ddl(ingest_columns(stage)))
 
 
-def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
+def _ingest_packed(df, stage: StageLogic, n: int, ids: Sequence[int] | None = None):
     """Spark: the source's rows routed in Python by ``stage`` (:func:`ingest_frame`), punctuation
     and modification rows copied to every key group, other rows to the first key group (as
     :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import Dropped, PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.traces.glue import Direct, Optimistic, Sorted, hash_instance
 from dataflow_kafka.traces.templates import OpStateless, Template, make_emit, runtime_for
 from dataflow_kafka.traces.types import Event, Marker, TraceError
