@@ -71,9 +71,12 @@ class OperatorSpec:
 
     @property
     def name(self) -> str:
+        """The operator's name: its last stage's (the sender name of its punctuation rows)."""
         return str(self.stages[-1].name)
 
     def output_columns(self) -> list[tuple[str, str]]:
+        """``(name, Spark DDL type)`` of the operator's output rows: the control columns, the key
+        group (when ``out_router`` routes the next operator), the data columns, the emitted ones."""
         cols = list(CONTROL_COLUMNS)
         if self.out_router is not None:
             cols.append((KEY_GROUP_COLUMN, "int"))
