@@ -1,5 +1,4 @@
-"""A query of several pipelines: a DAG of chains, each reading the source or upstream pipelines (pure
-planning; Spark imported by the Spark steps on use).
+"""A query of several pipelines: a DAG of chains, each reading the source or upstream pipelines.
 
 A :class:`QueryNode` is one pipeline of a query: its chain (:class:`~keygroups.plan.Chain`) and,
 when its first stage takes several inputs (:meth:`keygroups.Stage.stage_inputs`, e.g. a join),
@@ -9,8 +8,8 @@ walk the nodes upstreams first (:meth:`QueryNode.nodes`): a node without upstrea
 on its source; a node with upstreams tags, unions and routes its inputs' rows
 (:mod:`keygroups.fan_in`) into its multi-input first operator, whose punctuation trackers expect
 the upstreams' key groups as senders from the start (:class:`~keygroups.plan.Head`). The same
-query runs on Spark (:func:`apply_dag`) and without it (:func:`run_dag_local`), from the same
-specs (:func:`dag_specs`).
+query runs on Spark (:func:`apply_dag`; pyspark imported by the Spark steps on use) and without
+it (:func:`run_dag_local`), from the same specs (:func:`dag_specs`).
 
 **Fan-out**: an upstream given to several inputs of one stage is computed once: on Spark its rows
 are copied to each input by one ``explode``; in :func:`run_dag_local` its output is computed once
@@ -18,8 +17,8 @@ per batch. An upstream feeding two *different* multi-input stages is computed on
 locally; on Spark, whose plan is a tree, each consumer plans it again (the same deterministic
 operator over the same offsets: equal rows, twice the cost).
 
-Stage names are unique across the query; the last pipeline's first operator reports control
-commands no stage of the query takes.
+Stage names are unique across the query (:meth:`keygroups.Pipeline.join` renames a clash with a
+suffix); the last pipeline's first operator reports control commands no stage of the query takes.
 """
 
 from __future__ import annotations
