@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.balancing.compute import PARTIAL_COLUMNS
-from dataflow_kafka.keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.errors import InvalidArgumentError
 

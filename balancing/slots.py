@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.balancing.routing_table import RoutingTable
-from dataflow_kafka.keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.errors import InvalidArgumentError
 

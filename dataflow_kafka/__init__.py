@@ -28,7 +28,7 @@ _EXPORTS = {
     "spark_session": "dataflow_kafka.datasource.session",
     # composing stages
     "Pipeline": "dataflow_kafka.keygroups.pipeline",
-    "Stage": "dataflow_kafka.keygroups.stage",
+    "Stage": "dataflow_kafka.keygroups.pipeline",
     "Input": "dataflow_kafka.keygroups.stage",
     "Computed": "dataflow_kafka.keygroups.computed",
     # a stopped query's state: per stage and key its windows, slices, held records, watermarks

@@ -62,7 +62,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.pipeline import Stage
+from dataflow_kafka.keygroups.stage import Dropped, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
 
 __all__ = ["RunningCount"]

@@ -38,7 +38,7 @@ from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluat
 from dataflow_kafka.keygroups.metrics import stage_metrics
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput, router_of
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, StageLogic, StageInput, StageOutput, router_of
 from dataflow_kafka.errors import FusionError, InvalidArgumentError
 
 __all__ = ["OperatorSpec", "OperatorState", "run_key_group", "load_operator_state"]
@@ -57,7 +57,7 @@ class OperatorSpec:
     operator (None: the next operator routes by columns in the JVM, or this is the last one), and
     the output schema (control columns, ``key_group`` when ``out_router`` is set, data columns)."""
 
-    stages: tuple[Stage, ...]
+    stages: tuple[StageLogic, ...]
     out_router: PythonRouter | None = None
     data_columns: tuple[tuple[str, str], ...] = ()
     idle_timeout_ms: int | None = None
@@ -71,9 +71,12 @@ class OperatorSpec:
 
     @property
     def name(self) -> str:
+        """The operator's name: its last stage's (the sender name of its punctuation rows)."""
         return str(self.stages[-1].name)
 
     def output_columns(self) -> list[tuple[str, str]]:
+        """``(name, Spark DDL type)`` of the operator's output rows: the control columns, the key
+        group (when ``out_router`` routes the next operator), the data columns, the emitted ones."""
         cols = list(CONTROL_COLUMNS)
         if self.out_router is not None:
             cols.append((KEY_GROUP_COLUMN, "int"))
@@ -176,7 +179,7 @@ def _key_text(key: Any) -> str | None:
         return repr(key)
 
 
-def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
+def _handoff(prev: StageLogic, prev_data: Any, stage: StageLogic, key_group: int) -> Any:
     """The previous fused stage's output as ``stage``'s input data."""
     router = router_of(stage)
     if router is not None:
@@ -237,7 +240,7 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
     data: Any = split.data
     reports: list[dict] = []
     results: list[pd.DataFrame] = []
-    prev_stage: Stage | None = None
+    prev_stage: StageLogic | None = None
     per_input = st.tracker.per_input() if spec.inputs else None
     observed: list[tuple] = []           # per stage: what its standard metrics need (keygroups.metrics)
     for i, stage in enumerate(spec.stages):

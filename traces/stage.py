@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import Dropped, PythonRouter, Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.traces.glue import Direct, Optimistic, Sorted, hash_instance
 from dataflow_kafka.traces.templates import (
@@ -48,7 +48,8 @@ from dataflow_kafka.traces.templates import (
 )
 from dataflow_kafka.traces.types import Event, Marker, TraceError
 
-__all__ = ["TraceStage", "Topology", "default_decode", "SOURCE_COLUMNS", "OUTPUT_COLUMNS", "ANNOUNCE"]
+__all__ = ["TraceStage", "Topology", "CompiledVertex", "default_decode", "SOURCE_COLUMNS", "OUTPUT_COLUMNS",
+           "ANNOUNCE"]
 
 SOURCE_COLUMNS = [("tev", "binary"), ("tblock", "bigint"), ("tedge", "bigint")]
 OUTPUT_COLUMNS = SOURCE_COLUMNS + [("key_text", "string"), ("value_text", "string"), ("sink", "string")]
@@ -65,7 +66,10 @@ def default_decode(key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
 
 
 @dataclass(frozen=True)
-class _Vertex:
+class CompiledVertex:
+    """An operator vertex of the DAG as a :class:`TraceStage` runs it: its name, its template and
+    the glue before it (``direct``, ``sort`` or ``optimistic``), as :mod:`traces.compile` chose it."""
+
     name: str
     op: Template
     glue: str                         # "direct", "sort" or "optimistic"

@@ -18,7 +18,7 @@ from dataflow_kafka.joins.stage import IntervalJoinStage, JoinInput, WindowJoinS
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.keygroups.operator import run_key_group
-from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.keygroups.plan import frame_types
 from tests.joins.reference import flush, interval_join, random_batches, window_join
 from tests.joins.test_window_join import HOWS, MODES, TRIGGERS, _late_rows, _window
 from tests.keygroups.toy_stages import TumblingCount
@@ -236,7 +236,7 @@ def test_a_replayed_batch_gives_the_same_rows(seed, interval):
     crash before the commit) and goes on from the replay's state: the same rows each time, and
     the same rows as a run without replays."""
     from dataflow_kafka.keygroups.fan_in import tag_frame
-    from dataflow_kafka.keygroups.pipeline import _by_key_group, _groups_of_columns
+    from dataflow_kafka.keygroups.frames import by_key_group, groups_of_columns
 
     rng = random.Random(seed)
     stage = (IntervalJoinStage.between(*sides(True), -10, 10, how="full_outer", num_key_groups=3) if interval else
@@ -251,7 +251,7 @@ def test_a_replayed_batch_gives_the_same_rows(seed, interval):
     for frame in frames:
         tagged = tag_frame(frame, stage.stage_inputs(), True, stage.name)
         outs = []
-        for kg, rows in _by_key_group(tagged, _groups_of_columns(tagged, ["k"], 3), 3):
+        for kg, rows in by_key_group(tagged, groups_of_columns(tagged, ["k"], 3), 3):
             first, _ = run_key_group(spec, kg, rows, states.get(kg))
             again, states[kg] = run_key_group(spec, kg, rows, states.get(kg))
             pd.testing.assert_frame_equal(first, again)

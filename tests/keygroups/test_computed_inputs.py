@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.keygroups import Computed, Pipeline, json_object
 from dataflow_kafka.keygroups.contract import control_frame
-from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.keygroups.plan import frame_types
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
 from tests.suite import examples

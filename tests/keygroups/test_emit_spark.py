@@ -16,7 +16,7 @@ import math
 import random
 
 from dataflow_kafka.keygroups import Computed, Pipeline, json_object
-from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.keygroups.plan import frame_types
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
 from tests.support import BatchCollector, now_ms, source_batches

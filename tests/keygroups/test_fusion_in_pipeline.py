@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.fusion import plan_chain
-from dataflow_kafka.keygroups.plan import _fusable
+from dataflow_kafka.keygroups.plan import chain_links, fusable
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
 from tests.suite import examples
 
@@ -28,10 +28,10 @@ class SameKeyTotal(RunningTotal):
 
 def _old_plan(pipe: Pipeline, fuse: bool = True) -> list[list[str]]:
     """The rule Pipeline.plan applied before it asked the planner (transcribed): a stage joins the
-    previous stage's operator when ``_fusable`` says so."""
+    previous stage's operator when ``fusable`` says so."""
     groups: list[list] = []
-    for link in pipe._links:
-        if groups and fuse and _fusable(groups[-1][-1], link.stage, link.fuse):
+    for link in pipe.chain.links:
+        if groups and fuse and fusable(groups[-1][-1], link.stage, link.fuse):
             groups[-1].append(link.stage)
         else:
             groups.append([link.stage])
@@ -42,7 +42,7 @@ def _names(plan) -> list[list[str]]:
     return [[s.name for s in op] for op in plan]
 
 
-# a stage: (kind, num_key_groups); kinds chosen so that every _fusable branch occurs
+# a stage: (kind, num_key_groups); kinds chosen so that every fusable branch occurs
 _KINDS = ["count_plain", "count_quoted", "count_expr", "count_rekey", "total", "same_key_total"]
 
 
@@ -117,10 +117,8 @@ def test_no_fusion_conflict_in_a_chain_of_one_key_per_stage():
     assert plan_chain([{"page"}, {"page", "user"}, {"user"}], [1.0, 5.0]) == [(0,), (1, 2)]
     assert plan_chain([{"page"}, {"page", "user"}, {"user"}], [5.0, 1.0]) == [(0, 1), (2,)]
     # and the pipeline's view of a chain has one attribute per stage, shared along fusable links only
-    from dataflow_kafka.keygroups.plan import _chain_links
-
     pipe = _pipeline([("count", 3, None), ("count_plain", 3, None), ("total", 3, None), ("same_key_total", 3, None)])
-    attributes, links = _chain_links(pipe._links, [7.0, 8.0, 9.0])
+    attributes, links = chain_links(pipe.chain.links, [7.0, 8.0, 9.0])
     assert all(len(a) == 1 for a in attributes)
     assert links == [7.0, None, 9.0]
     assert [attributes[i] == attributes[i + 1] for i in range(3)] == [True, False, True]

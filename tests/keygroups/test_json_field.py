@@ -83,14 +83,14 @@ def test_json_object_writes_what_json_dumps_writes():
 def test_several_fields_of_one_value_share_one_parse_and_give_the_same_values(spark):
     """Q7's first stage reads auction, bidder and price: one ``from_json`` with the three fields
     (keygroups.spark_steps), the same values as one parse per field and as run_local."""
-    from dataflow_kafka.keygroups.spark_steps import _compute_spark
+    from dataflow_kafka.keygroups.spark_steps import compute_spark
 
     inputs = {"x": json_field("a"), "y": json_field("s", "string"), "z": json_field("d", "double"),
               "w": json_field("b", "boolean")}
     values = CLEAN[:5] + VALUES
     df = spark.createDataFrame(pd.DataFrame({"i": range(len(values)), "kind": "data", "value": values}),
                                "i int, kind string, value binary").repartition(1)    # no local folding
-    out = _compute_spark(df, inputs)
+    out = compute_spark(df, inputs)
     plan = out._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("from_json(") == 1, plan
     rows = out.orderBy("i").collect()

@@ -79,7 +79,8 @@ def test_ingest_packing_routes_like_the_local_runner():
     """The Python-routed first operator's one-step ingest (route, fan out markers, pack) gives each
     key group exactly the rows the local runner routes to it."""
     from dataflow_kafka.keygroups.contract import control_frame
-    from dataflow_kafka.keygroups.frames import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
+    from dataflow_kafka.keygroups.frames import by_key_group, ingest_frame, pack_frame
+    from dataflow_kafka.keygroups.plan import ingest_columns
     from dataflow_kafka.optimistic.stage import OptimisticStage
     from dataflow_kafka.optimistic.stages import StatefulMap
 
@@ -98,11 +99,11 @@ def test_ingest_packing_routes_like_the_local_runner():
                                 "processing_time_ms": 100},
                                {"kind": "error", "topic": "t", "partition": 0, "offset": 9, "error": "bad",
                                 "processing_time_ms": 100}])
-    frame = _ingest_frame(pd.concat([data, control], ignore_index=True), stage)
-    columns = [c for c in _ingest_columns(stage) if c[0] != "key_group"]
-    packed = _pack_frame(frame, columns, 3)
+    frame = ingest_frame(pd.concat([data, control], ignore_index=True), stage)
+    columns = [c for c in ingest_columns(stage) if c[0] != "key_group"]
+    packed = pack_frame(frame, columns, 3)
     got = {int(g): unpack_key_group([p]) for g, p in zip(packed["key_group"], packed[PAYLOAD_COLUMN])}
-    want = {kg: rows for kg, rows in _by_key_group(frame, frame["key_group"].to_numpy(dtype=float, na_value=-1), 3)}
+    want = {kg: rows for kg, rows in by_key_group(frame, frame["key_group"].to_numpy(dtype=float, na_value=-1), 3)}
     assert sorted(got) == sorted(want) == [0, 1, 2]
     for kg in want:
         cols = ["kind", "topic", "partition", "offset", "punctuation_ms", "control_offset", "error", "item"]
