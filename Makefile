@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-engines conformance bench crash10 clean
+.PHONY: setup demo test test-engines conformance bench crash10 chaos clean
 
 KAFKA_STAMP := .jvm/kafka/.resolved-$(shell sha256sum brokers/pom.xml | cut -c1-12)
 
@@ -15,7 +15,7 @@ setup: $(STAMP) $(KAFKA_STAMP)
 # Apache Kafka's broker and its dependencies, resolved by Maven from brokers/pom.xml into .jvm/kafka.
 $(KAFKA_STAMP): brokers/pom.xml | $(STAMP)
 	@command -v mvn >/dev/null || { echo "Maven is required to resolve Apache Kafka (e.g. apt-get install maven)"; exit 1; }
-	$(PY) -m brokers
+	$(PY) -m dataflow_kafka.brokers
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is required by Spark and Kafka (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -28,12 +28,14 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m demo
 
+# Two pytest-xdist workers sharing one broker, each with its own SparkSession; marks, Hypothesis
+# profiles, the suite's own checks and measured times: docs/tests.md
 test: setup
-	$(PY) -m pytest -q --durations=15
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
-# Engines only: no JVM, no broker (seconds).
+# Engines only, Hypothesis's dev profile: no JVM, no broker (each test checked), under a minute.
 test-engines: setup
-	$(PY) -m pytest -q -m "not spark and not kafka and not jvm"
+	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -q -n 2 -m "not spark and not kafka and not jvm"
 
 # Broker conformance against every embedded candidate (docs/brokers.md).
 conformance: setup
@@ -65,6 +67,14 @@ bench: setup $(SPARK_KAFKA_STAMP)
 # The crash test with 10 SIGKILLs of the driver (about 11 min; the suite runs 1): docs/reliability.md
 crash10: setup
 	DFK_CRASH_KILLS=10 $(PY) -m pytest -q -s tests/reliability/test_crash.py
+
+# The long versions of the cluster fault tests (about 40 min; the suite runs short ones): Kafka's
+# replication test with 5 hard and 5 clean leader bounces, every Kafka fault under the exactly-once
+# pipeline, 6 broker and driver bounces with open transactions, 4 Spark worker kills, the demo on the
+# clusters, and Spark's StackOverflowError on a stop mid-batch (docs/reliability.md#clusters)
+chaos: setup $(SPARK_KAFKA_STAMP)
+	DFK_CHAOS=1 DFK_CLUSTER_BOUNCES=5 DFK_LEADER_KILLS=4 DFK_FAULTS=all DFK_TXN_BOUNCES=6 DFK_WORKER_KILLS=4 \
+	  $(PY) -m pytest -q -s -rA -p no:cacheprovider -m cluster --durations=0
 
 clean:
 	rm -rf $(VENV) .jvm .pytest_cache .hypothesis

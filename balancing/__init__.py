@@ -12,3 +12,7 @@
 - :mod:`balancing.migration_disruptive`: a keyed ordered operator whose key groups move with
   their state (shipped through a hand-off topic, rows held for one batch).
 """
+
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.balancing")  # one name per file: never `import balancing`

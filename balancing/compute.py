@@ -35,6 +35,7 @@ import pandas as pd
 
 from dataflow_kafka.balancing.slots import KEY_GROUP_OF_ROW, SlotStage
 from dataflow_kafka.keygroups.stage import Dropped, StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import concat_rows, state_item
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["PaneCompute", "PARTIAL_COLUMNS"]
@@ -92,6 +93,16 @@ class PaneCompute(SlotStage):
         wm, ops = pickle.loads(bytes(blob))
         template = _template(self.pane_ms)
         return {"wm": wm, "ops": {kg: KeyedSlicingOperator.from_bytes(b, template) for kg, b in ops.items()}}
+
+    def describe_state(self, state: dict) -> pd.DataFrame:
+        """Per key group the slot serves (``kg`` in the detail; the view's ``key_group`` is the
+        slot's grouping value): its pane query, the panes (slices) it holds per key and the panes
+        still open (:mod:`slicer.describe`); ``watermark``: the slot's."""
+        from dataflow_kafka.slicer.describe import describe_keyed
+
+        parts = [pd.DataFrame.from_records([state_item("watermark", start_ms=state["wm"])])]
+        parts += [describe_keyed(state["ops"][kg], kg=kg) for kg in sorted(state["ops"])]
+        return concat_rows(parts)
 
     def _operator(self, state: dict, kg: int):
         op = state["ops"].get(kg)

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.balancing.compute import PARTIAL_COLUMNS
-from dataflow_kafka.keygroups.stage import Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["Consolidate", "pane_of", "window_grid", "RESULT_COLUMNS"]
@@ -34,6 +35,7 @@ __all__ = ["Consolidate", "pane_of", "window_grid", "RESULT_COLUMNS"]
 RESULT_COLUMNS = (("query_id", "string"), ("window_start_ms", "bigint"), ("window_end_ms", "bigint"),
                   *PARTIAL_COLUMNS, ("mean", "double"))
 _NAMES = [c for c, _ in PARTIAL_COLUMNS]
+_FAR = int(np.iinfo(np.int64).max) // 2          # "every window": the end of what _windows is asked for
 
 
 def window_grid(window) -> tuple[int, int, int]:
@@ -83,6 +85,24 @@ class Consolidate(Stage):
     # -- state: pane table (one row per key and pane) and the watermark (the default codec) ----------
     def new_state(self) -> dict:
         return {"wm": None, "panes": _empty()}
+
+    def describe_state(self, state: dict) -> list[dict]:
+        """Per key the panes held (``pane``: ``[start_ms, end_ms)``, ``count`` records, partial
+        ``sum``/``min``/``max``) and the windows not yet emitted that hold panes (``window``:
+        ending after the watermark; ``count``, ``sum``, ``min``, ``max``, ``mean`` so far); ``watermark``: the
+        stage's."""
+        panes, wm = state["panes"], state["wm"]
+        ps = panes["ps"]
+        rows = [state_item("watermark", start_ms=wm)]
+        rows += [state_item("pane", key=k, start_ms=s, end_ms=s + self.pane_ms, count=n, sum=sm, min=mn, max=mx)
+                 for k, s, n, sm, mn, mx in zip(panes["key"].tolist(), ps.tolist(), panes["count"].tolist(),
+                                                panes["sum"].tolist(), panes["min"].tolist(), panes["max"].tolist())]
+        open_ = self._windows(panes, wm, _FAR) if ps.size else None
+        for r in ([] if open_ is None else open_.to_dict("records")):
+            rows.append(state_item("window", key=r["key"], query_id=r["query_id"], start_ms=r["window_start_ms"],
+                                   end_ms=r["window_end_ms"], count=r["count"], state="pending",
+                                   **{c: r[c] for c in ("sum", "min", "max", "mean")}))
+        return rows
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:
         panes = state["panes"]

@@ -33,6 +33,7 @@ import pandas as pd
 
 from dataflow_kafka.balancing.slots import KEY_GROUP_OF_ROW, SlotStage
 from dataflow_kafka.keygroups.stage import StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.errors import InvalidArgumentError, KafkaClientError
 
 __all__ = ["RunningTotal", "MemoryHandoff", "KafkaHandoff", "ordered_pipeline"]
@@ -141,6 +142,18 @@ class RunningTotal(SlotStage):
 
         st = pickle.loads(bytes(blob))
         return {**st, "table": RoutingTable.from_json(st["table"])}
+
+    def describe_state(self, state: dict) -> list[dict]:
+        """Per key group the slot serves (``kg`` in the detail): each key's running
+        ``total``; rows ``held`` while the key group's state is on its way (``awaiting``: the
+        hand-off it waits for)."""
+        rows = [state_item("total", key=k, kg=kg, total=t)
+                for kg in sorted(state["groups"]) for k, t in state["groups"][kg].items()]
+        rows += [state_item("awaiting", kg=kg, handoff=name) for kg, name in sorted(state["awaiting"].items())]
+        for kg, held in sorted(state["held"].items()):
+            ts = held["event_time_ms"]
+            rows.append(state_item("held", start_ms=ts.min(), end_ms=ts.max() + 1, count=len(held), kg=kg))
+        return rows
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:
         me = self.slot_of_id(batch.key_group)

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.balancing.routing_table import RoutingTable
-from dataflow_kafka.keygroups.stage import PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["SlotRouter", "SlotStage", "by_slot", "KEY_GROUP_OF_ROW", "SLOT_COLUMN"]
@@ -125,6 +126,13 @@ class SlotRouter(Stage):
                              f"{table.num_key_groups} key groups on slots {table.slot_ids}, the pipeline "
                              f"{self.table.num_key_groups} on {self.table.slot_ids} (pipeline changed?)")
         return {"table": table}
+
+    def describe_state(self, state: dict) -> list[dict]:
+        """The routing table: a ``route`` per key group (``key``: the key group) with its slot,
+        and the control offset of the last move applied (``version``)."""
+        table = state["table"]
+        return [state_item("route", key=kg, slot=slot, slot_id=table.slot_ids[slot], version=table.version)
+                for kg, slot in enumerate(table.assignment)]
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:
         table, moves, errors = state["table"].apply(batch.modifications, self.name)

@@ -41,11 +41,9 @@ first, short round (discarded) starts the Python workers and warms the JVM.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ARMS = ("dataflow-kafka -> noop", "kafka -> noop", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka",
         "kafka -> punctuate -> noop")

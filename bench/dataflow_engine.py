@@ -22,7 +22,7 @@ timed (best of 3 after a warm-up). Spark computes the final answer per window on
 express the early and late panes, so the engine does strictly more work. The final engine
 panes are compared with Spark's sums.
 
-Run: ``.venv/bin/python bench/dataflow_engine.py [--quick] [--n N] [--no-spark]``
+Run: ``.venv/bin/python -m bench.dataflow_engine [--quick] [--n N] [--no-spark]``
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ import random
 import sys
 import time
 import warnings
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
 from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow

@@ -1,4 +1,4 @@
-"""Figures of the comparison with Spark's JVM connector (issue 21), drawn from the committed data:
+"""Figures of the comparison with Spark's JVM connector, drawn from the committed data:
 
     python -m bench.jvm_figures [--data docs/data] [--img docs/img]
 

@@ -61,17 +61,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench import _stream  # noqa: E402
-from dataflow_kafka.datasource import sink as _sink  # noqa: E402
-from dataflow_kafka.datasource.options import parse_sink_options  # noqa: E402
-from dataflow_kafka.datasource.source import DataflowKafkaDataSource  # noqa: E402
+from bench import _stream
+from dataflow_kafka.datasource import sink as _sink
+from dataflow_kafka.datasource.options import parse_sink_options
+from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
 QUERIES = ("source -> noop", "floor shape -> noop", "pipeline -> noop", "pipeline -> sink")
 

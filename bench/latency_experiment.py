@@ -1,5 +1,6 @@
 """End-to-end latency of FlameStream's optimistic scheme on Spark against two buffered baselines
-(the experiment of seeds/flamestream-optimistic.txt, section VI, Figures 9-12).
+(the experiment of Kuralenok et al., "An optimistic approach to handle out-of-order events within
+analytical stream processing", §VI Experiments, Figures 9-12).
 
 Workload: the inverted index of :mod:`optimistic.workload` with 1, 2 or 3 order-sensitive
 stages (posting lists by word; then document-frequency milestones by word; then pairs of words
@@ -76,7 +77,7 @@ addBatch parts, batches without input rows, rows dropped by Spark's watermark. W
 target), ``latency_replay_ratio.png``, ``latency_cdf.png``; ``--plot-only`` redraws them. ``--quick``
 writes ``bench/out/latency-quick.csv`` and its figures to ``bench/out/`` (not the README's).
 
-Run: ``.venv/bin/python bench/latency_experiment.py`` for the figures (8 points x 4 variants, and
+Run: ``.venv/bin/python -m bench.latency_experiment`` for the figures (8 points x 4 variants, and
 ``spark-jvm`` at the 2-stage points when Spark's connector is resolved; no ``fused`` run at one
 stage: 2 stages at 10 docs/s, 2 Kafka partitions and 1 shuffle partition
 (``spark_session()``'s local default), default trigger; stages 1 and 3; 4 and 30 docs/s; 4:2; 5 s
@@ -93,7 +94,6 @@ import json
 import math
 import random
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -103,13 +103,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from dataflow_kafka.optimistic import Meta, run_local  # noqa: E402
-from dataflow_kafka.optimistic.spark import build_pipeline, read_metrics  # noqa: E402
-from bench._stream import create_topic  # noqa: E402
-from bench.native_baseline import build_native  # noqa: E402
-from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages  # noqa: E402
+from dataflow_kafka.optimistic import Meta, run_local
+from dataflow_kafka.optimistic.spark import build_pipeline, read_metrics
+from bench._stream import create_topic
+from bench.native_baseline import build_native
+from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_same_key, inverted_index_stages
 
 VARIANTS = ("optimistic", "fused", "buffered", "native", "spark-jvm", "spark-py", "fused-jvm")
 JVM_VARIANTS = ("spark-jvm", "spark-py")     # Spark's operators, format("kafka") in and out; 2 stages only

@@ -26,17 +26,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage  # noqa: E402
-
-from dataflow_kafka.datasource import sink as _sink  # noqa: E402
-from dataflow_kafka.datasource.options import parse_sink_options  # noqa: E402
-from dataflow_kafka.datasource.source import DataflowKafkaDataSource  # noqa: E402
+from dataflow_kafka.datasource import sink as _sink
+from dataflow_kafka.datasource.options import parse_sink_options
+from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
 TARGET = 1.6
 

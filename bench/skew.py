@@ -1,4 +1,4 @@
-"""Skew and the balancer: a windowed aggregation whose hot key groups move between slots (issue 15).
+"""Skew and the balancer: a windowed aggregation whose hot key groups move between slots.
 
 One query per mode, on the embedded broker, reading records produced in real time at ``--rate``
 records/s (event time runs ``--speed`` times faster than the wall clock, so minutes of event time
@@ -127,7 +127,7 @@ def run_mode(spark, bs: str, mode: str, args, table, keys, slot_of_key, seconds:
         done = time.time()
         load = load_of([pdf])
         router = pdf[(pdf["kind"] == "metrics") & (pdf["topic"] == "router")]
-        moves = max([len(json.loads(m)["moves"]) for m in router["metrics"]] or [0])
+        moves = max([len(json.loads(m).get("moves", [])) for m in router["metrics"]] or [0])
         got, merged = consolidate_extra_rows([pdf])
         rows = {s: sum(r for r, _ in per.values()) for s, per in load.items()}
         batches[batch_id] = {"done": done, "moves": moves, "partials": got, "merged": merged,

@@ -13,10 +13,11 @@ rate grows, and the throughput of other aggregations at 20 windows.
 Every engine here runs with ``emission="compact"`` (:data:`EMISSION`), not the engine's default
 ``"scotty"``: the Buckets baseline reports windows with records only (and windows starting before
 0; the streams' delayed records reach negative times, which Scotty's emission rejects), so the
-comparison stays like for like, and the figures stay comparable with the runs before issue 12.
+comparison stays like for like, and the figures stay comparable with the runs made before the engine
+took Scotty's semantics (docs/data/slicer_engine_issue12.csv).
 
-    .venv/bin/python bench/slicer_engine.py           # a few minutes
-    .venv/bin/python bench/slicer_engine.py --quick   # under a minute
+    .venv/bin/python -m bench.slicer_engine           # a few minutes
+    .venv/bin/python -m bench.slicer_engine --quick   # under a minute
 """
 
 from __future__ import annotations
@@ -25,17 +26,14 @@ import argparse
 import csv
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, SessionWindow, Sum, TumblingWindow
-from bench.buckets_baseline import BucketsOperator  # noqa: E402
+from bench.buckets_baseline import BucketsOperator
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = (1, 20, 100, 1000)

@@ -8,32 +8,30 @@ micro-batches of one key group, given as ``keygroups.StageInput`` (the work the 
 the rows; the live state is carried to the next batch, as the operator's state cache does), one
 core, no Spark: ``--records`` records per batch (default 20,000), event times 1 ms apart with 10 %
 delayed by up to 1 s, sliding windows as in ``bench/slicer_spark.py``, Sum, allowed lateness 2 s,
-a watermark per batch that trails the newest record by 1 s. Two warm-up batches, then
+a watermark per batch that trails the newest record by 1 s; ``--windows session`` runs one
+session window (gap 10 s, NEXMark Q11's) with Count instead, the keyed layout then being
+``slicer.keyed_sessions.KeyedSessionOperator``. Two warm-up batches, then
 ``--batches`` timed ones (default 5). The layout is the stage's ``keyed`` attribute (set from
-``KeyedSlicingOperator.supports``; the baseline sets it to False). Output rows (window rows and
+the tables' ``supports``; the baseline sets it to False). Output rows (window rows and
 dropped-record reports) are checked equal between the two layouts; "rows out" counts both. Both
 layouts emit windows with records only (the stage's ``emission="compact"``, set in
 ``SlicerStage``; the keyed table knows no other), so the baseline is like for like.
 Last, the keyed state's size (bytes per key and window) at 1k, 10k and 100k records per second
 of event time, for the last window count: flat, as it stores slices, not records.
 
-Run: ``.venv/bin/python -m bench.slicer_keys [--quick] [--keys 10,100,1000,10000] [--windows 1,20]``
+Run: ``.venv/bin/python -m bench.slicer_keys [--quick] [--keys 10,100,1000,10000] [--windows 1,20,session]``
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.slicer_spark import LATENESS_MS, window_specs  # noqa: E402
+from bench.slicer_spark import LATENESS_MS, window_specs
 
 
 def batches(n_batches: int, records: int, keys: int, seed: int = 3, rate: int = 1_000):
@@ -72,17 +70,26 @@ def run(stage, batch_list, warmup: int = 2):
         drops += [(d.key, d.reason, d.count) for d in out.dropped if d.count]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(rows):
-        rows = rows.sort_values(["key", "query_id", "window_start_ms", "window_end_ms", "update"]).reset_index(drop=True)
+        rows = rows.sort_values(["key", "query_id", "window_start_ms", "window_end_ms", "update", "is_retraction"],
+                                kind="stable").reset_index(drop=True)
     return spent, rows, sorted(drops)
 
 
+SESSION_GAP_MS = 10_000
+
+
 def _stage(specs, keyed: bool | None = None):
-    """The slicer stage of this benchmark; ``keyed=False``: one engine per key (the baseline)."""
-    from dataflow_kafka.windowing import SlidingWindow, Sum
+    """The slicer stage of this benchmark; ``keyed=False``: one engine per key (the baseline);
+    ``specs="session"``: one session window with Count."""
+    from dataflow_kafka.windowing import Count, SessionWindow, SlidingWindow, Sum
     from dataflow_kafka.slicer.stage import SlicerStage
 
-    stage = SlicerStage(key="key", value="slicer_value", windows=[SlidingWindow(size, slide) for size, slide in specs],
-                        aggregations=[Sum()], allowed_lateness_ms=LATENESS_MS, num_key_groups=1, name="slicer")
+    if specs == "session":
+        windows, aggs = [SessionWindow(SESSION_GAP_MS)], [Count()]
+    else:
+        windows, aggs = [SlidingWindow(size, slide) for size, slide in specs], [Sum()]
+    stage = SlicerStage(key="key", value="slicer_value", windows=windows,
+                        aggregations=aggs, allowed_lateness_ms=LATENESS_MS, num_key_groups=1, name="slicer")
     if keyed is not None:
         stage.keyed = keyed
     return stage
@@ -102,8 +109,8 @@ def main(argv: list[str] | None = None) -> None:
           f"load avg {os.getloadavg()[0]:.1f}", flush=True)
     print(f"{'windows':>7} {'keys':>6} {'per-key rec/s':>14} {'keyed rec/s':>12} {'ratio':>7} {'rows out':>9}", flush=True)
     specs = []
-    for w in (int(x) for x in args.windows.split(",")):
-        specs = window_specs(w)
+    for w in args.windows.split(","):
+        specs = "session" if w == "session" else window_specs(int(w))
         for keys in key_counts:
             data = list(batches(timed + 2, args.records, keys))
             per_key = _stage(specs, keyed=False)           # the baseline: one engine per key
@@ -116,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
             n = timed * args.records
             print(f"{w:>7} {keys:>6} {n / t_base:>14,.0f} {n / t_keyed:>12,.0f} {t_base / t_keyed:>7.1f} "
                   f"{len(rows_base) + len(drops_base):>9,}", flush=True)
-    memory(specs)
+    if specs != "session":
+        memory(specs)
 
 
 def memory(specs, keys: int = 100, seconds: int = 20) -> None:

@@ -17,7 +17,11 @@ operator, bytes of the checkpoint's ``state/`` folder); with ``--repeat R`` each
 alternating, and the median run of each side is shown.
 
 Windows: query ``i`` is a sliding window with slide ``s_i`` in 1..10 s and size ``k_i * s_i``,
-``k_i`` in 2..5 (seeded); the first ``W`` queries run. Aggregation: sum of ``v``.
+``k_i`` in 2..5 (seeded); the first ``W`` queries run. Aggregation: sum of ``v``. ``--sliding
+SIZE,SLIDE`` (ms) runs one sliding window of that shape instead (``--sliding 100000,1000``: 100
+overlapping instances per record, which Spark's plan copies each record into: its ``Expand``), and
+``--count`` counts instead of summing (issue 27's shape: ``--records 20000 --max-offsets 5000
+--sliding 100000,1000 --count``, four micro-batches).
 
 * slicer: one ``slice_windows`` query with all ``W`` windows (shared slices), 6 key groups (Spark
   puts 3 on each of the 2 shuffle partitions; 4 would put 3 on one), allowed lateness 2 s behind
@@ -53,14 +57,11 @@ import inspect
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._kafka import create_topics, dataflow_kafka_source, produce_json  # noqa: E402
+from bench._kafka import create_topics, dataflow_kafka_source, produce_json
 
 LATENESS_MS = 2_000
 PARTITIONS = 4
@@ -121,29 +122,31 @@ def _noop_stage_class():
     return NoopSlicerStage
 
 
-def slicer_query(src, specs, floor: bool = False):
+def slicer_query(src, specs, floor: bool = False, count: bool = False):
     """The slicer's query: ``slice_windows``, or (``floor``) the same one-stage pipeline with
-    :class:`NoopSlicerStage` in place of the ``SlicerStage`` it builds."""
+    :class:`NoopSlicerStage` in place of the ``SlicerStage`` it builds; ``count``: Count, not Sum."""
     from dataflow_kafka.keygroups import Pipeline
-    from dataflow_kafka.windowing import SlidingWindow, Sum
+    from dataflow_kafka.windowing import Count, SlidingWindow, Sum
     from dataflow_kafka.slicer.spark import slice_windows
 
     windows = [SlidingWindow(s, d) for s, d in specs]
+    agg = Count() if count else Sum()
     if not floor:
-        return slice_windows(src, "CAST(key AS STRING)", windows, [Sum()], value=VALUE,
+        return slice_windows(src, "CAST(key AS STRING)", windows, [agg], value=VALUE,
                              num_key_groups=KEY_GROUPS, allowed_lateness_ms=LATENESS_MS)
     # everything else as slice_windows passes it by default (name, store, idle timeout, packing, ...)
     d = {k: p.default for k, p in inspect.signature(slice_windows).parameters.items() if p.default is not p.empty}
-    stage = _noop_stage_class()(key="CAST(key AS STRING)", value=VALUE, windows=windows, aggregations=[Sum()],
+    stage = _noop_stage_class()(key="CAST(key AS STRING)", value=VALUE, windows=windows, aggregations=[agg],
                                 allowed_lateness_ms=LATENESS_MS, num_key_groups=KEY_GROUPS,
                                 stream_order=d["stream_order"], store=d["store"],
                                 output_watermark=d["output_watermark"], name=d["name"])
     return Pipeline([stage]).apply(src, idle_timeout_ms=d["idle_timeout_ms"], pack_source=d["pack_source"])
 
 
-def spark_query(src, specs, jvm_source: bool = False):
+def spark_query(src, specs, jvm_source: bool = False, count: bool = False):
     """Spark's native plan: one ``groupBy(key, window(...)).agg(sum)`` per window, unioned;
-    ``jvm_source``: ``src`` is ``format("kafka")`` (event time parsed from the JSON ``ts``)."""
+    ``jvm_source``: ``src`` is ``format("kafka")`` (event time parsed from the JSON ``ts``);
+    ``count``: ``count(*)`` instead of the sum."""
     from pyspark.sql import functions as F
 
     if jvm_source:
@@ -157,9 +160,9 @@ def spark_query(src, specs, jvm_source: bool = False):
     out = None
     for i, (size, slide) in enumerate(specs):
         agg = (parsed.groupBy("key", F.window("event_time", f"{size} milliseconds", f"{slide} milliseconds"))
-               .agg(F.sum("v").alias("sum"))
+               .agg(F.count("*").alias("count") if count else F.sum("v").alias("sum"))
                .select("key", F.lit(i).alias("query_id"), F.col("window.start").alias("window_start"),
-                       F.col("window.end").alias("window_end"), "sum"))
+                       F.col("window.end").alias("window_end"), "count" if count else "sum"))
         out = agg if out is None else out.unionByName(agg)
     return out
 
@@ -177,17 +180,31 @@ def _state_bytes(ck: str) -> int:
     return size
 
 
-def run(df) -> dict:
+def run(df, meter=None, profile: Path | None = None) -> dict:
     """Seconds from ``start()`` to the end, input rows of the first source, output rows, micro-batches,
     seconds of query planning summed over the batches (from ``recentProgress``), and the state at
     the end: rows and memory over every stateful operator (the last batch's ``stateOperators``) and
-    the bytes of the checkpoint's ``state/`` folder."""
+    the bytes of the checkpoint's ``state/`` folder; with ``meter`` (a
+    :class:`bench.nexmark.throughput.ProcessCpu`) the CPU seconds of Spark's JVM and its Python
+    workers over the same span; ``profile``: py-spy's stacks of the Python workers over the run go
+    there (:class:`bench.nexmark.profile.WorkerProfiler`; ``python -m bench.nexmark.flame DIR``)."""
     t0 = time.perf_counter()
+    prof = None
+    if meter is not None:
+        meter.start()
+        if profile is not None:
+            from bench.nexmark.profile import WorkerProfiler
+
+            prof = WorkerProfiler(meter, profile)
+            prof.start()
     ck = tempfile.mkdtemp(prefix="slicer-bench-")
     q = (df.writeStream.format("noop").option("checkpointLocation", ck)
          .outputMode("append").trigger(availableNow=True).start())
     q.awaitTermination()
     dt = time.perf_counter() - t0
+    if prof is not None:
+        prof.stop()
+    jvm_cpu, py_cpu, _ = meter.stop() if meter is not None else (0.0, 0.0, 0.0)
     if q.exception() is not None:
         raise q.exception()
     progress = q.recentProgress
@@ -197,7 +214,7 @@ def run(df) -> dict:
             "planning_s": sum(p["durationMs"].get("queryPlanning", 0) for p in progress) / 1000,
             "state_rows": sum(op.get("numRowsTotal", 0) for op in progress[-1].get("stateOperators", [])),
             "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in progress[-1].get("stateOperators", [])),
-            "state_disk_bytes": _state_bytes(ck)}
+            "state_disk_bytes": _state_bytes(ck), "jvm_cpu_s": jvm_cpu, "python_cpu_s": py_cpu}
 
 
 def _median(runs: list[dict]) -> dict:
@@ -226,11 +243,18 @@ def main(argv: list[str] | None = None) -> None:
                     "Spark's connector is resolved, else slicer, spark and floor); floor runs at the first window "
                     "count only")
     ap.add_argument("--no-floor", dest="floor", action="store_false", help="skip the floor side")
+    ap.add_argument("--sliding", default=None, help="SIZE,SLIDE (ms): one sliding window of this shape instead of "
+                    "the generated ones (--windows is then 1)")
+    ap.add_argument("--count", action="store_true", help="count the records per window instead of summing v")
+    ap.add_argument("--profile", metavar="DIR", default=None,
+                    help="py-spy stacks of the Python workers in the last run of each side (bench.nexmark.flame DIR)")
     ap.add_argument("--json", default=None, help="write the results here (default bench/out/slicer_spark[_quick].json)")
     args = ap.parse_args(argv)
     n = args.records or (30_000 if args.quick else 200_000)
     max_offsets = args.max_offsets or (n if args.quick else max(1, n // 2))
     counts = [int(x) for x in (args.windows or ("1,10" if args.quick else "1,10,100")).split(",")]
+    if args.sliding:
+        counts = [1]
 
     from bench import spark_kafka
     from dataflow_kafka.brokers import kafka_broker
@@ -249,15 +273,19 @@ def main(argv: list[str] | None = None) -> None:
         produce(bs, "slicer-bench", n, args.keys)
         spark = spark_session(shuffle_partitions=2, extra=spark_kafka.session_extra())
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-        specs = window_specs(max(counts))
+        from bench.nexmark.throughput import ProcessCpu
+
+        meter = ProcessCpu(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
+        specs = ([tuple(int(x) for x in args.sliding.split(","))] if args.sliding else window_specs(max(counts)))
 
         def query(side: str, topic: str, m: int, w: int):
             if side == "spark-jvm":
                 from bench.jvm_baseline import kafka_source
 
-                return spark_query(kafka_source(spark, bs, topic, m), specs[:w], jvm_source=True)
+                return spark_query(kafka_source(spark, bs, topic, m), specs[:w], jvm_source=True, count=args.count)
             src = _source(spark, bs, topic, m)
-            return spark_query(src, specs[:w]) if side == "spark" else slicer_query(src, specs[:w], side == "floor")
+            return (spark_query(src, specs[:w], count=args.count) if side == "spark"
+                    else slicer_query(src, specs[:w], side == "floor", count=args.count))
 
         for side in sides:   # warm-up (JVM, Python workers, codegen) on another topic
             run(query(side, "slicer-warmup", 5_000, 2))
@@ -272,9 +300,11 @@ def main(argv: list[str] | None = None) -> None:
         for w in counts:
             now = [x for x in sides if x != "floor" or floor is None]
             runs = {x: [] for x in now}
-            for _ in range(args.repeat):
+            for r in range(args.repeat):
                 for x in now:
-                    runs[x].append(run(query(x, "slicer-bench", max_offsets, w)))
+                    prof = (Path(args.profile) / f"{x}-{w}.txt" if args.profile and r == args.repeat - 1
+                            and x != base else None)
+                    runs[x].append(run(query(x, "slicer-bench", max_offsets, w), meter, prof))
             med = {x: _median(rs) for x, rs in runs.items()}
             assert med["slicer"]["rows_in"] >= n, f"slicer query read {med['slicer']['rows_in']} rows, expected >= {n}"
             row = {"windows": w, "records": n, "keys": args.keys, "loadavg": round(os.getloadavg()[0], 1)}
@@ -282,18 +312,23 @@ def main(argv: list[str] | None = None) -> None:
                 row.update({f"{x}_rows_s": n / r["s"], f"{x}_s": r["s"], f"{x}_out": r["rows_out"],
                             f"{x}_batches": r["batches"], f"{x}_planning_s": r["planning_s"],
                             f"{x}_state_rows": r["state_rows"], f"{x}_state_memory_bytes": r["state_memory_bytes"],
-                            f"{x}_state_disk_bytes": r["state_disk_bytes"],
+                            f"{x}_state_disk_bytes": r["state_disk_bytes"], f"{x}_jvm_cpu_s": r["jvm_cpu_s"],
+                            f"{x}_python_cpu_s": r["python_cpu_s"],
                             f"{x}_runs_s": " ".join(f"{q['s']:.1f}" for q in runs[x])})
             row["ratio"] = med[base]["s"] / med["slicer"]["s"]
+            cpu = {x: r["jvm_cpu_s"] + r["python_cpu_s"] for x, r in med.items()}
+            row["cpu_ratio"] = cpu[base] / cpu["slicer"] if cpu["slicer"] else float("nan")
             if "floor" in med:
                 floor = {"windows": w, "floor_rows_s": n / med["floor"]["s"],
                          "floor_over_base": med[base]["s"] / med["floor"]["s"]}
             results.append(row)
-            print(f"windows {w}: slicer / {base} rows/s {row['ratio']:.2f}", flush=True)
+            print(f"windows {w}: slicer / {base} rows/s {row['ratio']:.2f}; CPU {base} / slicer {row['cpu_ratio']:.2f}",
+                  flush=True)
             for x, r in med.items():
                 print(f"  {x:10s} {n / r['s']:>10,.0f} rows/s {r['s']:7.1f} s  batches {r['batches']}  planning "
                       f"{r['planning_s']:5.1f} s  out {r['rows_out']:>9,}  state: {r['state_rows']:>9,} rows, "
                       f"{r['state_memory_bytes'] / 1e3:9,.0f} kB in memory, {r['state_disk_bytes'] / 1e3:7,.0f} kB on disk"
+                      f"  CPU {r['jvm_cpu_s']:.2f} s JVM + {r['python_cpu_s']:.2f} s Python"
                       + (f"  runs {row[x + '_runs_s']}" if args.repeat > 1 else ""), flush=True)
         if floor is not None:
             print(f"floor ({floor['windows']} window runs): {floor['floor_rows_s']:,.0f} rows/s; "
@@ -304,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "broker": broker.kind, "baseline": base,
                                    "records": n, "keys": args.keys, "max_offsets": max_offsets, "results": results,
-                                   "floor": floor}, indent=1))
+                                   "floor": floor, "windows": specs[:max(counts)], "count": args.count}, indent=1))
         print(f"wrote {out}")
         spark.stop()
 

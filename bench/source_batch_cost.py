@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._kafka import create_topics, dataflow_kafka_source, produce_json  # noqa: E402
+from bench._kafka import create_topics, dataflow_kafka_source, produce_json
 
 LAYOUTS = {"one task per partition": {}, "maxPartitions=2": {"maxPartitions": "2"},
            "maxPartitions=1": {"maxPartitions": "1"}}

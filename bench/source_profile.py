@@ -27,13 +27,11 @@ import json
 import os
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GROUPS = (("consume (librdkafka, message objects)", ("cimpl", "consume")),
           ("message accessors (key, value, offset, timestamp)", ("Message",)),

@@ -10,7 +10,7 @@ Both plans read the same pre-produced topic in micro-batches of ``--batch`` reco
 (AvailableNow, ``maxOffsetsPerTrigger``); a batch's duration is ``durationMs.triggerExecution``
 from the query's progress, the first ``--warmup`` batches left out. One query of each plan runs
 first and is discarded; then runs alternate, the order swapped every repeat, so both see the same
-machine; the ratio is fused/unfused of the medians, per run and over all runs. Target (issue 10):
+machine; the ratio is fused/unfused of the medians, per run and over all runs. Target:
 at most 0.7.
 
 Run: ``python -m bench.stages [--quick] [--repeat 3] [--csv PATH]``.

@@ -13,7 +13,7 @@
 All read the same pre-produced topic in micro-batches of ``--batch`` records (AvailableNow, noop
 sink). Per query: records/s = input rows / summed ``triggerExecution`` of batches with data, and
 the median batch duration. One query of each kind runs first and is discarded; then runs alternate,
-the order rotated every repeat. Target (issue 14): typed / hand-written records/s >= 0.8.
+the order rotated every repeat. Target: typed / hand-written records/s >= 0.8.
 
 Run under the benchmark lock: ``flock /tmp/dfk-bench.lock .venv/bin/python -m bench.traces [--quick]``.
 """

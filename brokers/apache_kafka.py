@@ -160,6 +160,17 @@ class KafkaNode:
     tls_ports: dict[str, int] = field(default_factory=dict)      # TLS listener name -> port
     tls_files: TlsFiles | None = None                            # made by prepare()
     heap: str = field(default_factory=lambda: os.environ.get("DATAFLOW_KAFKA_HEAP", "768m"))
+    #: this node's id and, for a node of a cluster, every controller (``{node id: controller
+    #: port}``, a static quorum) and the cluster id all its nodes are formatted with
+    node_id: int = 1
+    voters: dict[int, int] | None = None
+    cluster_id: str = field(default_factory=_cluster_id)
+    #: replication of the internal topics and settings that differ between one node and a cluster
+    #: (``brokers.cluster``: ``default.replication.factor``, ``min.insync.replicas``, ...)
+    replication: int = 1
+    settings: dict[str, str] = field(default_factory=dict)
+    #: loggers kept at INFO in ``kafka.log`` besides the start and stop lines
+    info_loggers: tuple[str, ...] = ()
 
     @property
     def data_dir(self) -> Path:
@@ -174,10 +185,13 @@ class KafkaNode:
         tls = {lst.name: (lst.protocol, self.tls_ports[lst.name]) for lst in self.tls.listeners} if self.tls else {}
         served = ",".join(f"{name}://127.0.0.1:{port}" for name, port in
                           [(client, self.port), *((n, p) for n, (_, p) in tls.items())])
+        quorum = (f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}" if self.voters is None else
+                  "controller.quorum.voters=" + ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.voters.items())))
+        rf, min_isr = self.replication, min(2, self.replication)
         lines = [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
+            f"node.id={self.node_id}",
+            quorum,
             f"listeners={served},CONTROLLER://127.0.0.1:{self.controller_port}",
             f"advertised.listeners={served}",
             "controller.listener.names=CONTROLLER",
@@ -185,13 +199,13 @@ class KafkaNode:
             + "".join(f",{name}:{protocol}" for name, (protocol, _) in tls.items()),
             f"inter.broker.listener.name={client}",
             f"log.dirs={self.data_dir}",
-            "offsets.topic.replication.factor=1",
+            f"offsets.topic.replication.factor={rf}",
             "offsets.topic.num.partitions=4",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            f"transaction.state.log.replication.factor={rf}",
+            f"transaction.state.log.min.isr={min_isr}",
             "transaction.state.log.num.partitions=4",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            f"share.coordinator.state.topic.replication.factor={rf}",
+            f"share.coordinator.state.topic.min.isr={min_isr}",
             "group.initial.rebalance.delay.ms=0",
             # a node restarted after a SIGKILL waits for its previous session to expire (default 9 s)
             "broker.heartbeat.interval.ms=500",
@@ -200,6 +214,7 @@ class KafkaNode:
             "num.io.threads=2",
             "num.recovery.threads.per.data.dir=1",
             "log.cleaner.threads=1",
+            *(f"{k}={v}" for k, v in self.settings.items()),
         ]
         if self.tls:
             if self.tls_files is None or (not self.scram and any(p == "SASL_SSL" for p, _ in tls.values())):
@@ -238,10 +253,12 @@ class KafkaNode:
         if self.tls and self.tls_files is None:
             self.tls_files = make_certificates(self.workdir / "tls", self.tls.password)
         self.config_path.write_text(self.server_properties())
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2)
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2 + "".join(
+            f"logger.info{i}.name = {name}\nlogger.info{i}.level = info\n" for i, name in enumerate(self.info_loggers)))
         if (self.data_dir / "meta.properties").exists():
             return
-        cmd = self._java_cmd("kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={_cluster_id()}",
+        standalone = ["--standalone"] if self.voters is None else []   # a static quorum is in the configuration
+        cmd = self._java_cmd("kafka.tools.StorageTool", "format", *standalone, f"--cluster-id={self.cluster_id}",
                              "-c", str(self.config_path))
         if self.scram:
             for user, password in {self.scram.admin: self.scram.admin_password, **self.scram.users}.items():

@@ -52,7 +52,7 @@ _QUIET.setLevel(logging.CRITICAL)
 _QUIET.propagate = False
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -147,6 +147,7 @@ class Broker:
     client_conf: dict[str, str] = field(default_factory=dict, repr=False)
     scram: Scram | None = field(default=None, repr=False)
     tls: TlsEndpoints | None = field(default=None, repr=False)
+    _paused: bool = field(default=False, repr=False)
 
     @property
     def persistent(self) -> bool:
@@ -168,14 +169,31 @@ class Broker:
         not managed here)."""
         return None if self._proc is None else self._proc.poll()
 
-    def _start(self) -> None:
+    @property
+    def pid(self) -> int | None:
+        """The process id (and process group id) of a running embedded broker, else None."""
+        return None if self._proc is None else self._proc.pid
+
+    def _spawn(self) -> None:
         assert self.log_path is not None
         log = open(self.log_path, "ab")
         self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
+        self._paused = False
+
+    def _start(self) -> None:
+        self._spawn()
+        self._await_started()
+
+    def _await_ready(self) -> None:
+        """Block until the started broker serves (a metadata request to it succeeds)."""
+        wait_until_healthy(self.bootstrap_servers, 60.0 if self.kind == "kafka" else 30.0, self.client_conf)
+
+    def _await_started(self) -> None:
+        assert self._proc is not None
         try:
-            wait_until_healthy(self.bootstrap_servers, 60.0 if self.kind == "kafka" else 30.0, self.client_conf)
+            self._await_ready()
             time.sleep(0.2)
             if self._proc.poll() is not None:  # the answer came from another process on the port
                 raise BrokerError(f"the {self.kind} broker exited right after a metadata request "
@@ -204,12 +222,15 @@ class Broker:
         if p is None:
             return
         if close_clients:
-            _close_our_clients()
+            close_producers()
         grace = 30.0 if self.kind == "kafka" else 10.0
         for sig, grace_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, sig)
+                if self._paused:                    # a stopped process acts on SIGTERM once continued
+                    os.killpg(p.pid, signal.SIGCONT)
             if _group_gone(p, grace_s):
+                self._paused = False
                 return
         raise BrokerError(f"{self.kind} broker (process group {p.pid}) did not stop after SIGKILL")
 
@@ -221,8 +242,34 @@ class Broker:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
+        self._paused = False
         if not _group_gone(p, 10.0):
             raise BrokerError(f"{self.kind} broker (process group {p.pid}) did not die after SIGKILL")
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the running broker's process group (nothing when it is not running)."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, sig)
+
+    def pause(self) -> None:
+        """SIGSTOP the broker's process group: it freezes as in a long garbage-collection pause
+        (its sessions expire, the cluster moves its leaderships; it learns so only when resumed).
+        :meth:`resume` continues it; :meth:`stop` and :meth:`kill` work on a paused broker."""
+        if self._proc is None:
+            raise BrokerError(f"the {self.kind} broker is not running here: nothing to pause")
+        os.killpg(self._proc.pid, signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a broker :meth:`pause` froze."""
+        if self._proc is not None:
+            os.killpg(self._proc.pid, signal.SIGCONT)
+        self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     def start(self) -> None:
         """Start a stopped or killed embedded broker again, on the same ports and data."""
@@ -240,7 +287,7 @@ class Broker:
         self._start()
 
 
-def _close_our_clients(timeout_s: float = 5.0) -> None:
+def close_producers(timeout_s: float = 5.0) -> None:
     """Flush and close the cached producers of :mod:`datasource.sink` and
     :mod:`datasource.range_stats` in this process, if those modules are loaded."""
     for name in ("dataflow_kafka.datasource.sink", "dataflow_kafka.datasource.range_stats"):
@@ -250,14 +297,14 @@ def _close_our_clients(timeout_s: float = 5.0) -> None:
 
 
 def _embedded(kind: str, workdir: Path, scram: Scram | None = None, tls: Tls | None = None) -> Broker:
-    port = _free_port()
+    port = free_port()
     addr = f"127.0.0.1:{port}"
     data_dir = workdir / "data"
     if (scram is not None or tls is not None) and kind != "kafka":
         raise BrokerError(f"SASL/SCRAM and TLS need the Apache Kafka broker, not {kind!r}")
     if kind == "kafka":
-        tls_ports = {lst.name: _free_port() for lst in tls.listeners} if tls else {}
-        node = KafkaNode(workdir, port, _free_port(), scram, tls, tls_ports)
+        tls_ports = {lst.name: free_port() for lst in tls.listeners} if tls else {}
+        node = KafkaNode(workdir, port, free_port(), scram, tls, tls_ports)
         try:
             node.prepare()
         except KafkaSetupError as e:

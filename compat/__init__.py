@@ -15,4 +15,8 @@ Importing these names from their old places (``dataflow_kafka.windowing``,
 ``dataflow_kafka.watermarks``, the root) still works, with a ``DeprecationWarning``.
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.compat")  # one name per file: never `import compat`
+
 __all__: list[str] = []

@@ -32,13 +32,15 @@ _EXPORTS = {
     "spark_session": "dataflow_kafka.datasource.session",
     # composing stages, and what a new stage extends
     "Pipeline": "dataflow_kafka.keygroups.pipeline",
-    "Stage": "dataflow_kafka.keygroups.stage",
+    "Stage": "dataflow_kafka.keygroups.pipeline",
     "StageInput": "dataflow_kafka.keygroups.stage",
     "StageOutput": "dataflow_kafka.keygroups.stage",
     "Dropped": "dataflow_kafka.keygroups.stage",
     "Input": "dataflow_kafka.keygroups.stage",
     "PythonRouter": "dataflow_kafka.keygroups.stage",
     "Computed": "dataflow_kafka.keygroups.computed",
+    # a stopped query's state: per stage and key its windows, slices, held records, watermarks
+    "read_state": "dataflow_kafka.keygroups.state_view",
     # the stage adapters of the engines
     "SlicerStage": "dataflow_kafka.slicer.stage",
     "WindowingStage": "dataflow_kafka.watermarks.stage",
@@ -81,11 +83,14 @@ _EXPORTS = {
     "DefaultTrigger": "dataflow_kafka.watermarks.triggers",
     # final results, of every stage
     "current_results": "dataflow_kafka.windowing.final",
+    # metrics of a running query (StreamingQueryProgress)
+    "progress_metrics": "dataflow_kafka.keygroups.metrics",
     "UpsertWindows": "dataflow_kafka.windowing.final",
     # typed pipelines
     "Dag": "dataflow_kafka.traces.dag",
     # brokers
     "kafka_broker": "dataflow_kafka.brokers.launcher",
+    "kafka_cluster": "dataflow_kafka.brokers.cluster",
     # the error root (the subclasses: dataflow_kafka.errors)
     "DataflowKafkaError": "dataflow_kafka.errors",
 }

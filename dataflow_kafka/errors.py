@@ -32,8 +32,10 @@ password.
     ├── KafkaTimeoutError (TimeoutError)         Kafka did not answer in time
     ├── BrokerError (RuntimeError)               an embedded broker cannot start or stop
     │   └── KafkaSetupError                      Apache Kafka's jars or Java are missing
-    └── TraceError                               typed pipelines (data-trace types)
-        └── TraceTypeError (TypeError)           a DAG whose stream types do not fit
+    ├── ConnectServerError (RuntimeError)        a Spark Connect server could not be started
+    ├── TraceError                               typed pipelines (data-trace types)
+    │   └── TraceTypeError (TypeError)           a DAG whose stream types do not fit
+    └── ModuleNameError (ImportError)            a subpackage imported under its folder name
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ __all__ = ["DataflowKafkaError", "InvalidArgumentError", "OptionError", "PlanErr
            "DataLossError", "KafkaUnavailableError", "KafkaSecurityError", "KafkaAuthenticationError", "KafkaTlsError",
            "KafkaAuthorizationError", "BrokerError", "KafkaSetupError", "TraceError", "TraceTypeError",
            "ArgumentTypeError", "NotFoundError", "KafkaClientError", "KafkaTimeoutError", "CapacityError",
-           "conditions_table"]
+           "ConnectServerError", "ModuleNameError", "require_module_name", "conditions_table"]
 
 
 class DataflowKafkaError(Exception):
@@ -175,6 +177,12 @@ class KafkaSetupError(BrokerError):
     condition = "EMBEDDED_BROKER_FAILED.SETUP"
 
 
+class ConnectServerError(DataflowKafkaError, RuntimeError):
+    """A Spark Connect server (:func:`datasource.connect.connect_server`) did not start listening."""
+
+    condition = "SPARK_CONNECT_SERVER_FAILED"
+
+
 class TraceError(DataflowKafkaError):
     """A typed pipeline (data-trace types) was misused or met a stream that breaks its type."""
 
@@ -185,6 +193,25 @@ class TraceTypeError(TraceError, TypeError):
     """A DAG whose stream types do not fit: the checker names the edge and the fix."""
 
     condition = "TRACE_ERROR.TYPE_MISMATCH"
+
+
+class ModuleNameError(DataflowKafkaError, ImportError):
+    """A subpackage imported under its folder name (``import slicer``) instead of its one name
+    (``dataflow_kafka.slicer``): two names would load its files twice, as two modules with two
+    copies of every class and registry, where ``isinstance`` fails without a word."""
+
+    condition = "WRONG_MODULE_NAME"
+
+
+def require_module_name(name: str, canonical: str) -> None:
+    """Refuse to load a subpackage whose ``__name__`` is not ``canonical``: the first statement of
+    every subpackage's ``__init__.py``. The repository's folders (``slicer/``, ``datasource/``, ...)
+    install as ``dataflow_kafka.slicer``, ...; with the repository root on ``sys.path`` they would
+    also import under their folder names."""
+    if name != canonical:
+        raise ModuleNameError(f"{name!r} is the folder of the subpackage {canonical!r}: import {canonical} "
+                              f"(under a second name its files would load twice, as separate modules)",
+                              name=name)
 
 
 def conditions_table() -> str:

@@ -7,6 +7,10 @@
 ...       .option("subscribe", "events").load())
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.datasource")  # one name per file: never `import datasource`
+
 from dataflow_kafka.datasource.lag import consumer_lag
 from dataflow_kafka.datasource.options import OptionError
 from dataflow_kafka.datasource.schema import KIND_DATA, KIND_ERROR, KIND_MODIFICATION, KIND_PUNCTUATION, PUNCTUATION_HEADER

@@ -195,21 +195,36 @@ def _transient_codes() -> frozenset[int]:
         E.PREFERRED_LEADER_NOT_AVAILABLE, E.ELIGIBLE_LEADERS_NOT_AVAILABLE))
 
 
-def _retrying(request, timeout_s: float, c=None):
+#: the longest one attempt of a retried request waits (a request queued for a dead leader times
+#: out after this, and the next attempt goes to the leader the refreshed metadata names)
+ATTEMPT_TIMEOUT_S = 2.0
+
+
+def _retrying(request, timeout_s: float, c=None, topic: str | None = None):
     """``request(remaining_s)``, retried on transient errors (a broker restarting, a leader
     moving) until ``timeout_s`` have passed, as Kafka clients do. A refused login (reported by
-    consumer ``c``'s error callback) is raised at once, not retried."""
+    consumer ``c``'s error callback) is raised at once, not retried.
+
+    Before each retry the metadata of ``topic`` is asked for again (as Kafka's Java client asks
+    for a metadata update before it retries): librdkafka sends a request for a partition to the
+    leader its metadata cache names, and a consumer that reads no partition does not refresh
+    that cache when the leader dies, so every attempt went to the dead node until its timeout
+    (30 s of offset requests timing out on a three-node cluster after a leader's SIGKILL,
+    although a new leader was elected within 6 s)."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return request(max(0.5, min(5.0, deadline - time.monotonic())))
+            return request(max(0.5, min(ATTEMPT_TIMEOUT_S, deadline - time.monotonic())))
         except KafkaException as e:
             _raise_if_refused(c)
             if time.monotonic() >= deadline or not _transient(e.args[0]):
                 raise
             time.sleep(0.2)
+            if c is not None and topic is not None:
+                with contextlib.suppress(KafkaException):
+                    c.list_topics(topic, timeout=max(0.5, min(2.0, deadline - time.monotonic())))
 
 
 @contextlib.contextmanager
@@ -244,7 +259,7 @@ def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[
     from confluent_kafka import TopicPartition
 
     tp = TopicPartition(topic, partition)
-    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c)
+    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c, topic)
 
 
 def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):

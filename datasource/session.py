@@ -29,6 +29,14 @@ removes the detection of corrupted checkpoint files), and a checkpoint location 
 measured effect, and the checkpoint is lost with the machine: a durability choice for the user,
 never a default).
 
+Addresses: on local masters (``local``, ``local[N]``) the driver binds to loopback
+(``spark.driver.host`` and ``spark.driver.bindAddress`` 127.0.0.1, ``SPARK_LOCAL_IP``): nothing
+outside the machine needs it. On any other master nothing is set, so Spark advertises the address
+a cluster reaches the driver at (the host name's address, ``SPARK_LOCAL_IP`` or your
+``spark.driver.host``): executors on other machines could not connect to 127.0.0.1.
+Whatever the log level, lost executors and retried tasks are logged on the driver's console
+(:data:`EXECUTOR_EVENT_LOGGERS`).
+
 On local masters the Python workers start through a small wrapper
 (:func:`python_without_pyspark_zip`): it takes pip-installed pyspark's ``pyspark.zip`` off
 ``PYTHONPATH`` (the zip has no byte code, so every worker compiled pyspark again) and keeps the
@@ -45,8 +53,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread",
-           "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS"]
+__all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread", "is_connect",
+           "show_executor_events", "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS", "EXECUTOR_EVENT_LOGGERS"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -67,11 +75,13 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
     ``shuffle_partitions``: None means 1 on local masters, 2 elsewhere. ``extra``: more Spark
     settings; they override everything set here, including ``LOW_LATENCY_DEFAULTS`` (applied on
     local masters when ``low_latency``)."""
+    local = _is_local(master)
     if "PYSPARK_PYTHON" not in os.environ:
-        wrapper = python_without_pyspark_zip() if fast_python_start and master.startswith("local") else None
+        wrapper = python_without_pyspark_zip() if fast_python_start and local else None
         os.environ["PYSPARK_PYTHON"] = wrapper or sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -79,25 +89,53 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    show_executor_events(spark)
     register(spark)
     return spark
+
+
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+#: Spark's loggers whose messages a user must see although the session logs at ERROR: a lost
+#: executor (``TaskSchedulerImpl``: "Lost executor 1 on ...: worker lost"), a failed task that is
+#: retried (``TaskSetManager``: "Lost task 0.0 in stage 3.0 (TID 12) ...: ExecutorLostFailure"),
+#: and the standalone master's word on executors ("Executor ... removed: ...", "Granted executor").
+EXECUTOR_EVENT_LOGGERS = {
+    "org.apache.spark.scheduler.TaskSchedulerImpl": "WARN",
+    "org.apache.spark.scheduler.TaskSetManager": "WARN",
+    "org.apache.spark.scheduler.cluster.StandaloneSchedulerBackend": "INFO",
+}
+
+
+def show_executor_events(spark) -> None:
+    """Log lost executors and retried tasks on the driver's console (standard error) at the
+    levels of :data:`EXECUTOR_EVENT_LOGGERS`, whatever the session's log level."""
+    jvm = spark._jvm
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    for name, level in EXECUTOR_EVENT_LOGGERS.items():
+        configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.getLevel(level))
 
 
 def register(spark) -> None:
     """Make ``format("dataflow-kafka")`` available in ``spark``, and make ``spark`` the active
     session of the calling thread (Spark looks Python data sources up in the thread's active
-    session: see :func:`use_in_this_thread`). Also ``dataflow_kafka.datasource.register``."""
+    session: see :func:`use_in_this_thread`). Also ``dataflow_kafka.datasource.register``. ``spark``
+    may be a Spark Connect client session (:mod:`datasource.connect`): Spark ships the class to
+    the server, whose Python workers must be able to import this package."""
     from dataflow_kafka.datasource.source import DataflowKafkaDataSource
 
     spark.dataSource.register(DataflowKafkaDataSource)
-    use_in_this_thread(spark)
+    if not is_connect(spark):          # a Connect client has no JVM thread of its own to pin
+        use_in_this_thread(spark)
 
 
 def session_settings(master: str = "local[2]", shuffle_partitions: int | None = None,
                      extra: dict[str, str] | None = None, low_latency: bool = True) -> dict[str, str]:
     """The Spark settings :func:`spark_session` applies: ours, then ``LOW_LATENCY_DEFAULTS`` (local
     masters, ``low_latency``), then ``extra``, which overrides any of them."""
-    local = master.startswith("local")
+    local = _is_local(master)
     if shuffle_partitions is None:
         shuffle_partitions = LOCAL_SHUFFLE_PARTITIONS if local else OTHER_SHUFFLE_PARTITIONS
     settings = {
@@ -107,9 +145,9 @@ def session_settings(master: str = "local[2]", shuffle_partitions: int | None = 
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
     }
+    if local:       # a cluster's executors must reach the driver at an address of the network
+        settings.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
     if low_latency and local:
         settings.update(LOW_LATENCY_DEFAULTS)
     settings.update(extra or {})
@@ -149,6 +187,15 @@ def python_without_pyspark_zip() -> str | None:
     tmp.chmod(0o755)
     os.replace(tmp, path)         # atomic: a concurrent process sees the old or the new file, whole
     return str(path)
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (it has no JVM of its own)."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:                # the client's dependencies (grpcio, ...) are not installed
+        return False
+    return isinstance(spark, ConnectSession)
 
 
 def use_in_this_thread(spark) -> None:

@@ -366,21 +366,36 @@ def _flush(task: _TaskDelivery, conf: dict, timeout_s: float) -> None:
         _raise_fatal(task, conf, e)
 
 
-def _committed(index, tp, timeout_s: float):
-    """The index consumer's committed offset of ``tp``, retried while the group coordinator moves or
-    loads (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS``: retriable, as on a fresh broker)."""
+#: the longest one lookup of the exactly-once index waits before it is tried again with a new
+#: consumer (the marker index of a task, looked up before its transaction)
+INDEX_ATTEMPT_S = 3.0
+
+
+def _committed(make_index, tp, timeout_s: float):
+    """``(index consumer, its committed offset of tp)``: retried while the group coordinator moves
+    or loads (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS``, as on a fresh broker) or does
+    not answer. A lookup that times out is tried again with a new consumer from ``make_index``:
+    librdkafka's consumer keeps asking the coordinator it found, and after that node's SIGKILL
+    on a three-node cluster one lookup waited 35 s, failing the task, while a new coordinator
+    was elected within 6 s; a new consumer finds the new one."""
     from confluent_kafka import KafkaError, KafkaException
 
-    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+              KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD)
     deadline = time.monotonic() + timeout_s
+    index = make_index()
     while True:
         try:
-            return index.committed([tp], timeout=max(1.0, deadline - time.monotonic()))
+            (done,) = index.committed([tp], timeout=max(1.0, min(INDEX_ATTEMPT_S, deadline - time.monotonic())))
+            return index, done
         except KafkaException as e:
             err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if err is None or not (err.code() in moving or err.retriable()) or time.monotonic() > deadline:
+                index.close()
                 raise
+            index.close()
             time.sleep(0.2)
+            index = make_index()
 
 
 def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
@@ -549,13 +564,14 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
     entry = _Entry(conf)
     entry.producer = producer = Producer({**PRODUCER_DEFAULTS, **conf, **entry.callbacks(),
                                           "transactional.id": f"dataflow-kafka-{query_id}-{partition}"})
-    index = _index_consumer(conf, query_id, partition)
+    index = None
     task = _TaskDelivery(entry)
     began = False
     try:
         try:   # fences an older attempt of this task and completes or aborts its transaction
             producer.init_transactions(timeout_s)
-            (done,) = _committed(index, TopicPartition(opts.commit_topic, 0), timeout_s)
+            index, done = _committed(lambda: _index_consumer(conf, query_id, partition),
+                                     TopicPartition(opts.commit_topic, 0), timeout_s)
         except Exception as e:  # noqa: BLE001
             last = entry.last_error
             raise KafkaClientError(f"dataflow-kafka sink (exactlyOnce): cannot start a transaction at {_servers(conf)}: "
@@ -588,7 +604,8 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], que
                 producer.abort_transaction(DRAIN_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - the task's own error is the one to report
                 pass
-        index.close()
+        if index is not None:
+            index.close()
         _close_quietly(producer)
 
 

@@ -26,6 +26,13 @@
    panes go to topic ``page-panes`` through ``format("dataflow-kafka")``. A summary ends the run.
 
 Run: ``python -m demo [--seconds 30] [--rate 300]`` (``make demo``).
+
+``--cluster``: the same job on a three-node Kafka cluster (``dk.kafka_cluster``: replication factor
+3, ``min.insync.replicas=2``) and a Spark standalone master with two workers on loopback
+(``brokers.spark_standalone``; two shuffle partitions, the demo's code shipped to the executors with
+``spark.submit.pyFiles``). Halfway the leader of ``clicks`` partition 0 and one Spark worker (with
+its executor and Python workers) are SIGKILLed, and brought back later; the summary says what
+happened and how long the query took to commit its next batch after each fault.
 """
 
 from __future__ import annotations
@@ -33,76 +40,34 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import socket
+import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
-GAP_MS = 300
-COMMANDS = [{"op": "add_window", "stage": "page_windows", "id": "20s",
-             "window": {"type": "sliding", "size_ms": 20_000, "slide_ms": 4_000}},
-            {"op": "add_window", "stage": "panes", "id": "30s",
-             "window": {"type": "sliding", "size_ms": 30_000, "slide_ms": 5_000}}]
-
-
-# -- the pipeline's functions (module level: pickled to the executors) ----------------------------
-
-def user_of(click: dict) -> str:
-    return click["user"]
-
-
-def sessionise(state: tuple | None, click: dict) -> tuple[tuple, list]:
-    """Per user, in event-time order: ``(session start, last click time, clicks)``; each click
-    comes out with its session's start and its depth in the session."""
-    ts = click["ts"]
-    if state is None or ts - state[1] > GAP_MS:
-        state = (ts, ts, 1)
-    else:
-        state = (state[0], ts, state[2] + 1)
-    return state, [(click["user"], click["page"], state[0], state[2])]
-
-
-def session_columns(out: tuple) -> dict:
-    user, page, start, depth = out
-    return {"user": user, "page": page, "session_start_ms": start, "depth": depth}
-
-
-def pipeline():
-    from dataflow_kafka.keygroups import Pipeline
-    from dataflow_kafka.optimistic import StatefulMap
-    from dataflow_kafka.optimistic.stage import OptimisticStage
-    from dataflow_kafka.slicer.stage import SlicerStage
-    from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark
-    from dataflow_kafka.watermarks.stage import WindowingStage
-    from dataflow_kafka.windowing import Count, Mean, SlidingWindow, Sum, TumblingWindow
-
-    sessions = OptimisticStage(stage=StatefulMap(sessionise, key=user_of, initial=None), num_key_groups=2,
-                               output=session_columns, output_key=("user",), name="sessions",
-                               output_schema=(("user", "string"), ("page", "string"),
-                                              ("session_start_ms", "bigint"), ("depth", "bigint")))
-    windows = SlicerStage(key="page", value="depth", aggregations=[Count(), Mean()], allowed_lateness_ms=2_000,
-                          windows={"5s": TumblingWindow(5_000), "10s": SlidingWindow(10_000, 2_000),
-                                   "30s": SlidingWindow(30_000, 5_000)},
-                          num_key_groups=2, name="page_windows")
-    panes = WindowingStage(key="page", value="count", select={"query_id": "5s"}, windows=TumblingWindow(15_000),
-                           trigger=AfterWatermark(early=AfterProcessingTime(2_000), late=AfterCount(1)),
-                           accumulation_mode="accumulating", allowed_lateness_ms=5_000, aggregations=[Sum()],
-                           num_key_groups=2, name="panes")
-    return Pipeline([sessions, windows, panes]).emit("page_windows")
+from demo.pipeline import COMMANDS, package_zip, pipeline
 
 
 # -- input ----------------------------------------------------------------------------------------
 
-def _produce(bootstrap: str, seconds: float, rate: int, stop: threading.Event, sent: dict) -> None:
+def _produce(bootstrap: str, seconds: float, rate: int, stop: threading.Event, sent: dict,
+             until: threading.Event | None = None) -> None:
+    """Clicks for ``seconds`` (and, with ``until``, until that event is set too)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+
+    def on_delivery(err, _msg) -> None:
+        sent["acknowledged" if err is None else "failed"] += 1
     rng = random.Random(42)
     users = [f"u{i}" for i in range(40)]
     pages = ["/", "/search", "/item", "/cart", "/pay"]
     t_end = time.time() + seconds
     try:
-        while time.time() < t_end and not stop.is_set():
+        while (time.time() < t_end or (until is not None and not until.is_set())) and not stop.is_set():
             tick = time.time()
             for _ in range(max(1, rate // 10)):
                 user = rng.choice(users)
@@ -110,7 +75,8 @@ def _produce(bootstrap: str, seconds: float, rate: int, stop: threading.Event, s
                 now = int(time.time() * 1000)
                 ts = now - (rng.randint(500, 3_000) if rng.random() < 0.15 else 0) - (1_000 if part == 3 else 0)
                 value = {"user": user, "page": rng.choice(pages), "ts": ts}
-                p.produce("clicks", key=user.encode(), value=json.dumps(value).encode(), partition=part)
+                p.produce("clicks", key=user.encode(), value=json.dumps(value).encode(), partition=part,
+                          on_delivery=on_delivery)
                 sent["clicks"] += 1
             if not sent["command"] and time.time() > t_end - seconds / 2:
                 for command in COMMANDS:
@@ -120,7 +86,7 @@ def _produce(bootstrap: str, seconds: float, rate: int, stop: threading.Event, s
             p.poll(0)
             time.sleep(max(0.0, 0.1 - (time.time() - tick)))
     finally:
-        p.flush(30)
+        p.flush(120)
 
 
 # -- per batch ------------------------------------------------------------------------------------
@@ -136,6 +102,7 @@ class Report:
         self.dropped: Counter = Counter()
         self.metrics: dict[int, dict] = {}
         self.modification_batches: list[int] = []
+        self.batch_ends: list[float] = []
 
     def __call__(self, df, batch_id: int) -> None:
         rows = [r.asDict() for r in df.collect()]
@@ -145,7 +112,8 @@ class Report:
         panes, results = by_kind.get("data", []), by_kind.get("result", [])
         before = sum(m.get("items_in", 0) for m in self.metrics.values())
         for r in by_kind.get("metrics", []):
-            self.metrics[r["partition"]] = json.loads(r["metrics"])
+            if r["topic"] == "sessions":            # the barrier's counters (every stage has a metrics row)
+                self.metrics[r["partition"]] = json.loads(r["metrics"])
         m = list(self.metrics.values())
         clicks = sum(x.get("items_in", 0) for x in m) - before
         pane_kinds = Counter((p["query_id"], p["timing"]) for p in panes)
@@ -191,6 +159,7 @@ class Report:
             out.write.format("dataflow-kafka").option("kafka.bootstrap.servers", self.bootstrap) \
                 .option("topic", "page-panes").mode("append").save()
         self.totals["batches"] += 1
+        self.batch_ends.append(time.time())
 
 
 def _clock(ms: int | None) -> str:
@@ -201,55 +170,170 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--rate", type=int, default=300, help="clicks per second")
+    ap.add_argument("--cluster", action="store_true",
+                    help="three Kafka nodes and two Spark workers; a partition leader and a worker killed halfway")
     args = ap.parse_args(argv)
 
-    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.brokers import kafka_broker, kafka_cluster
+    from dataflow_kafka.brokers.spark_standalone import spark_standalone
+
+    if not args.cluster:
+        with kafka_broker() as broker:
+            print(f"broker: {broker.kind} at {broker.bootstrap_servers}")
+            run(args, broker.bootstrap_servers)
+        return
+    print("starting a three-node Kafka cluster and a Spark master with two workers ...")
+    with kafka_cluster(brokers=3) as kafka, spark_standalone(workers=2, cores=1, memory="1500m") as workers:
+        print(f"Kafka: nodes {[n.node_id for n in kafka.nodes]} at {kafka.bootstrap_servers}; "
+              f"Spark: {workers.master_url}")
+        run(args, kafka.bootstrap_servers, Faults(kafka, workers, args.seconds / 2))
+
+
+class Faults:
+    """Halfway through the run (``after_s``, and once the query has finished three micro-batches):
+    the leader of ``clicks`` partition 0 and a Spark worker SIGKILLed, both brought back once the
+    query has finished a batch after them; ``events`` says what happened, ``done`` is set once the
+    query has finished another batch on the healed clusters (the clicks go on until then)."""
+
+    def __init__(self, kafka, workers, after_s: float) -> None:
+        self.kafka, self.workers, self.after_s = kafka, workers, after_s
+        self.events: list[tuple[float, str]] = []
+        self.fault_times: list[tuple[float, str]] = []
+        self.done = threading.Event()
+
+    def run(self, report: "Report") -> None:
+        try:
+            self._hurt_and_heal(report)
+        finally:
+            self.done.set()
+
+    def _hurt_and_heal(self, report: "Report") -> None:
+        time.sleep(self.after_s)
+        deadline = time.time() + 600
+        while report.totals["batches"] < 3 and time.time() < deadline:
+            time.sleep(0.2)
+        leader = self.kafka.leader_of("clicks", 0)
+        self._fault(f"Kafka node {leader.node_id} (leader of clicks-0) SIGKILLed", leader.kill)
+        new = self.kafka.wait_for_leader("clicks", 0, other_than=leader)
+        self.events.append((time.time(), f"Kafka node {new.node_id} leads clicks-0"))
+        worker = self.workers.workers[0]
+        killed = []
+        self._fault(f"Spark {worker.name} SIGKILLed", lambda: killed.extend(worker.kill()))
+        self.events[-1] = (self.events[-1][0], f"{self.events[-1][1]} with its executor and Python workers "
+                                               f"({len(killed)} processes)")
+        self._await_batch(report, self.fault_times[-1][0])
+        leader.start()
+        self.events.append((time.time(), f"Kafka node {leader.node_id} restarted (a follower now)"))
+        worker.start()
+        self.events.append((time.time(), f"Spark {worker.name} restarted"))
+        self._await_batch(report, time.time())
+
+    def _fault(self, what: str, hurt) -> None:
+        at = time.time()
+        hurt()
+        self.fault_times.append((at, what))
+        self.events.append((at, what))
+
+    @staticmethod
+    def _await_batch(report: "Report", after: float, timeout_s: float = 300) -> None:
+        deadline = time.time() + timeout_s
+        while not any(t > after for t in report.batch_ends) and time.time() < deadline:
+            time.sleep(0.2)
+
+    def summary(self, report: "Report", started: float) -> list[str]:
+        lines = [f"    +{at - started:5.1f} s  {what}" for at, what in self.events]
+        for at, what in self.fault_times:
+            after = [t for t in report.batch_ends if t > at]
+            lines.append(f"    {what}: next micro-batch done {after[0] - at:.1f} s later" if after else
+                         f"    {what}: no micro-batch finished after it")
+        return lines
+
+
+def run(args, bs: str, faults: Faults | None = None) -> None:
     from dataflow_kafka.brokers.admin import create_topics
     from dataflow_kafka.datasource import consumer_lag
     from dataflow_kafka.datasource.session import spark_session
 
     started = time.time()
-    with kafka_broker() as broker:
-        bs = broker.bootstrap_servers
-        print(f"broker: {broker.kind} at {bs}")
-        # the cluster's replication factor; a topic that exists on an external cluster is kept
-        create_topics(bs, {"clicks": 4, "clicks-control": 1, "page-panes": 2}, exist_ok=True, timeout_s=15)
-        print("starting Spark ...")
-        spark = spark_session()                     # local: 1 shuffle partition, low-latency defaults
-        pipe = pipeline()
-        print(f"pipeline: {pipe}; operators: {[[s.name for s in op] for op in pipe.plan()]}")
-        source = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bs)
-                  .option("subscribe", "clicks").option("startingOffsets", "earliest")
-                  .option("eventTimeField", "ts").option("watermarkDelayMs", "2000")
-                  .option("controlTopic", "clicks-control").load())
-        report = Report(bs)
-        ck = tempfile.mkdtemp(prefix="dataflow-kafka-demo-")
-        query = (pipe.apply(source).writeStream.foreachBatch(report).option("checkpointLocation", ck)
-                 .trigger(processingTime="1 second").start())
-        stop, sent = threading.Event(), {"clicks": 0, "command": False}
-        producer = threading.Thread(target=_produce, args=(bs, args.seconds, args.rate, stop, sent), daemon=True)
-        producer.start()
-        producer.join()
-        time.sleep(3)
-        query.processAllAvailable()
-        lag = consumer_lag(query.lastProgress)
-        query.stop()
-        spark.stop()
-        written = _topic_size(bs, "page-panes")
-        t, m = report.totals, report.metrics.values()
-        released = sum(x.get("released", 0) for x in m)
-        arrived = sum(x.get("items_in", 0) + x.get("tombstones_in", 0) for x in m)
-        print("\nsummary")
-        print(f"  clicks produced: {sent['clicks']}; micro-batches: {t['batches']}; {time.time() - started:.0f} s in all")
-        print(f"  sessions (optimistic): {released} clicks released in order, {sum(x.get('tombstones_in', 0) for x in m)} "
-              f"tombstones repaired late clicks (replay ratio {arrived / max(1, released):.3f})")
-        print(f"  page_windows (slicer) results by query: {dict(sorted(report.queries.items()))}")
-        print(f"  panes: {t['panes EARLY']} early, {t['panes ON_TIME']} on time, {t['panes LATE']} late; "
-              f"{written} records in topic page-panes")
-        print(f"  records a stage could not use (dropped rows): {dict(report.dropped) or 'none'}; "
-              f"error rows: {t['errors']}")
-        print(f"  window commands applied in batch(es) {report.modification_batches}")
-        print(f"  consumer lag at stop (records behind latest): {lag}")
+    # the cluster's replication factor; a topic that exists on an external cluster is kept
+    create_topics(bs, {"clicks": 4, "clicks-control": 1, "page-panes": 2}, exist_ok=True, timeout_s=15)
+    print("starting Spark ...")
+    if faults is None:
+        spark = spark_session()                 # local: 1 shuffle partition, low-latency defaults
+    else:                                       # executors reach the driver at the machine's name
+        spark = spark_session(master=faults.workers.master_url, extra={
+            "spark.driver.host": socket.gethostname(), "spark.executor.memory": "1g",
+            "spark.submit.pyFiles": str(package_zip(Path(tempfile.mkdtemp(prefix="dataflow-kafka-demo-"))))})
+    pipe = pipeline()
+    print(f"pipeline: {pipe}; operators: {[[s.name for s in op] for op in pipe.plan()]}")
+    source = (spark.readStream.format("dataflow-kafka").option("kafka.bootstrap.servers", bs)
+              .option("subscribe", "clicks").option("startingOffsets", "earliest")
+              .option("eventTimeField", "ts").option("watermarkDelayMs", "2000")
+              .option("controlTopic", "clicks-control").load())
+    report = Report(bs)
+    ck = tempfile.mkdtemp(prefix="dataflow-kafka-demo-")
+    query = (pipe.apply(source).writeStream.foreachBatch(report).option("checkpointLocation", ck)
+             .trigger(processingTime="1 second").start())
+    stop, sent = threading.Event(), Counter(command=False)
+    producer = threading.Thread(target=_produce, args=(bs, args.seconds, args.rate, stop, sent,
+                                                       faults.done if faults else None), daemon=True)
+    producer.start()
+    hurt = threading.Thread(target=faults.run, args=(report,), daemon=True) if faults else None
+    if hurt:
+        hurt.start()
+    producer.join()
+    if hurt:
+        hurt.join()
+    time.sleep(3)
+    query.processAllAvailable()
+    lag = consumer_lag(query.lastProgress)
+    query.stop()
+    spark.stop()
+    written = _topic_size(bs, "page-panes")
+    t, m = report.totals, report.metrics.values()
+    released = sum(x.get("released", 0) for x in m)
+    arrived = sum(x.get("items_in", 0) + x.get("tombstones_in", 0) for x in m)
+    print("\nsummary")
+    print(f"  clicks produced (acknowledged by Kafka): {sent['acknowledged']}"
+          + (f", {sent['failed']} not acknowledged" if sent["failed"] else "")
+          + f"; micro-batches: {t['batches']}; {time.time() - started:.0f} s in all")
+    print(f"  sessions (optimistic): {released} clicks released in order, {sum(x.get('tombstones_in', 0) for x in m)} "
+          f"tombstones repaired late clicks (replay ratio {arrived / max(1, released):.3f})")
+    for line in click_accounting(sent["acknowledged"], m, lag):
+        print(line)
+    print(f"  page_windows (slicer) results by query: {dict(sorted(report.queries.items()))}")
+    print(f"  panes: {t['panes EARLY']} early, {t['panes ON_TIME']} on time, {t['panes LATE']} late; "
+          f"{written} records in topic page-panes")
+    print(f"  records a stage could not use (dropped rows): {dict(report.dropped) or 'none'}; "
+          f"error rows: {t['errors']}")
+    print(f"  window commands applied in batch(es) {report.modification_batches}")
+    print(f"  consumer lag at stop (records behind latest): {lag}")
+    if faults is not None:
+        print("  faults:")
+        for line in faults.summary(report, started):
+            print(line)
+    sys.stdout.flush()
+
+
+def click_accounting(produced: int, metrics, lag: dict) -> list[str]:
+    """Where every click is at the end: each click is one valid item at the sessions barrier (a
+    late click's replays come with a tombstone for every output they replace), and the barrier
+    has released it, dropped it (behind its release bound) or still holds it (above the low
+    watermark at stop, to be released by later punctuations)."""
+    m = list(metrics)
+    reached = sum(x.get("items_in", 0) - x.get("tombstones_in", 0) for x in m)
+    released = sum(x.get("released", 0) for x in m)
+    dropped = sum(x.get("late_items", 0) - x.get("late_tombstones", 0) for x in m)
+    held = sum(x.get("buffer", 0) for x in m)
+    behind = sum(lag.values())
+    lines = [f"  every click: {produced} produced = {reached} reached the sessions stage"
+             + (f" + {behind} not read yet at stop" if behind else "")
+             + f"; {reached} = {released} released + {dropped} dropped as late + {held} still held by the barrier "
+               "at stop (event time above the low watermark)"]
+    if produced != reached + behind or reached != released + dropped + held:
+        lines.append(f"  (does not balance: {produced - reached - behind} produced clicks and "
+                     f"{reached - released - dropped - held} clicks at the barrier unaccounted for)")
+    return lines
 
 
 def _topic_size(bootstrap: str, topic: str) -> int:

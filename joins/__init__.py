@@ -18,6 +18,10 @@ reported (:class:`JoinDropped`). Design: docs/joins.md.
 [Joined(key=1, left=(10, 'l'), right=(12, 'r'))]
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.joins")  # one name per file: never `import joins`
+
 from dataflow_kafka.joins.cogroup import CoGroup, join_pairs
 from dataflow_kafka.joins.interval_join import IntervalJoin, IntervalJoinEngine, IntervalJoinOutput
 from dataflow_kafka.joins.spec import LEFT, RIGHT, JoinDropped, JoinError, Joined, JoinType, Pair, SidePunctuation, Row, Side

@@ -1,5 +1,5 @@
-"""CoGroupByKey per window (Beam, seeds/dataflow-model.txt §2.2: GroupByKey generalised to several
-inputs) and the join types built on it.
+"""CoGroupByKey per window (Beam; the Dataflow Model, Akidau et al., VLDB 2015, §2.2: GroupByKey
+generalised to several inputs) and the join types built on it.
 
 A windowed join is a CoGroupByKey followed by an expansion, as in Beam's join library: per key
 and window, the co-group holds the left rows and the right rows (:class:`CoGroup`, Beam's

@@ -215,6 +215,12 @@ class IntervalJoinEngine:
         return {Side.LEFT: sum(len(lb) for lb, _ in self._state.values()),
                 Side.RIGHT: sum(len(rb) for _, rb in self._state.values())}
 
+    def held_rows(self) -> dict[Any, dict[Side, tuple[np.ndarray, list, np.ndarray]]]:
+        """The rows held per key and side, ``(event times, values, matched)`` sorted by time (read
+        them only)."""
+        return {k: {side: (b.ts, b.values, b.matched) for side, b in zip((Side.LEFT, Side.RIGHT), bufs)}
+                for k, bufs in self._state.items()}
+
     def to_bytes(self) -> bytes:
         state = {k: [(b.ts, b.values, b.matched) for b in bufs] for k, bufs in self._state.items()}
         return pickle.dumps((self.watermark.to_bytes(), state), protocol=5)

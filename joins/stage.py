@@ -48,6 +48,7 @@ from dataflow_kafka.joins.spec import LEFT, RIGHT, JoinError, Pair, SidePunctuat
 from dataflow_kafka.joins.window_join import WindowJoin, WindowJoinEngine, fold
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.stage import INPUT_COLUMN, Input
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
 from dataflow_kafka.watermarks.windows import IntervalWindow
@@ -240,6 +241,11 @@ class _JoinStage(Stage):
     def load_state(self, blob: bytes) -> WindowJoinEngine | IntervalJoinEngine:
         return type(self._join.engine()).from_bytes(self._join, blob)
 
+    def _input_watermarks(self, engine: WindowJoinEngine | IntervalJoinEngine) -> list[dict]:
+        """``watermark`` rows: each input's punctuation as the engine holds it."""
+        return [state_item("watermark", start_ms=engine.watermark.side_ms(side), input=inp.name)
+                for side, inp in ((LEFT, self.left), (RIGHT, self.right))]
+
 
 @dataclasses.dataclass(eq=False)
 class WindowJoinStage(_JoinStage):
@@ -274,6 +280,19 @@ class WindowJoinStage(_JoinStage):
 
     def _fixed_columns(self) -> list[tuple[str, str]]:
         return list(WINDOW_PANE_COLUMNS)
+
+    def describe_state(self, engine: WindowJoinEngine) -> list[dict]:
+        """Each input's watermark, and per key every live window (not yet garbage collected:
+        ``end + allowed_lateness_ms`` beyond the watermark): ``count`` rows held, per input, panes
+        fired, what its trigger waits for (``next``), ``expires_ms``."""
+        rows = self._input_watermarks(engine)
+        for w in engine.driver.window_states():
+            lefts, rights = w.accumulator if w.accumulator is not None else ((), ())
+            rows.append(state_item("window", key=w.key, start_ms=w.window.start_ms, end_ms=w.window.end_ms,
+                                   count=len(lefts) + len(rights), **{self.left.name: len(lefts), self.right.name: len(rights)},
+                                   panes=w.panes, new_data=w.new_data, closed=w.closed or None, next=w.waiting,
+                                   expires_ms=w.expires_ms))
+        return rows
 
     def process(self, engine: WindowJoinEngine, batch: StageInput) -> StageOutput:
         rows, dropped = self._rows(batch.data)
@@ -329,6 +348,21 @@ class IntervalJoinStage(_JoinStage):
                 **options: Any) -> "IntervalJoinStage":
         """Flink's ``between(lower, upper)``: right rows with ``ts`` in ``[l.ts + lower, l.ts + upper]``."""
         return cls(left=left, right=right, lower_bound_ms=lower_bound_ms, upper_bound_ms=upper_bound_ms, **options)
+
+    def describe_state(self, engine: IntervalJoinEngine) -> list[dict]:
+        """Each input's watermark, and per key and input the rows held (``held``: ``[start_ms,
+        end_ms)`` their event times, ``count``, ``matched``; ``expires_ms``: the watermark that
+        frees the oldest, when no row still to come can match it)."""
+        rows = self._input_watermarks(engine)
+        late, lower, upper = self.allowed_lateness_ms, self.lower_bound_ms, self.upper_bound_ms
+        for key, per_side in engine.held_rows().items():
+            for side, inp, reach in ((LEFT, self.left, upper), (RIGHT, self.right, -lower)):
+                ts, _, matched = per_side[side]
+                if len(ts):
+                    rows.append(state_item("held", key=key, start_ms=ts[0], end_ms=ts[-1] + 1, count=len(ts),
+                                           input=inp.name, matched=int(matched.sum()),
+                                           expires_ms=int(ts[0]) + reach + late + 1))
+        return rows
 
     def hold_ms(self, watermark_ms: int | None) -> int | None:
         """The output watermark for an input watermark (class docstring)."""

@@ -1,5 +1,5 @@
 """Windowed joins: Flink's window join, Beam's CoGroupByKey per window, with the Dataflow Model's
-triggers and accumulation modes on the joined panes (seeds/dataflow-model.txt §2.2-2.4).
+triggers and accumulation modes on the joined panes (Akidau et al., VLDB 2015, §2.2-2.4).
 
 Rows of both sides with the same key and window are joined (:mod:`joins.cogroup`): tumbling
 and sliding windows per row, **sessions across both sides** (a left and a right row less than

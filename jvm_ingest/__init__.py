@@ -8,6 +8,10 @@ faster than ``format("dataflow-kafka")`` (docs/benchmarks.md), which stays the d
 records modification punctuations and range stats in the offset log.
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.jvm_ingest")  # one name per file: never `import jvm_ingest`
+
 from dataflow_kafka.jvm_ingest.punctuate import punctuate
 
 __all__ = ["punctuate"]

@@ -12,20 +12,25 @@ state. This package is the one home of what every engine's Spark operator shares
   with several inputs;
 - :mod:`keygroups.contract`: the inter-stage row contract (data, punctuation, modification,
   error, dropped and metrics rows);
-- :mod:`keygroups.stage`: the :class:`Stage` abstract base class an engine adapter implements
-  once (routing as one value: key columns or a :class:`PythonRouter`); it imports only the row
-  contract; :mod:`keygroups.examples`: a worked example stage;
+- :mod:`keygroups.stage`: the stage protocol, :class:`~keygroups.stage.StageLogic` (the hooks an
+  engine adapter implements once; routing as one value: key columns or a :class:`PythonRouter`)
+  and the values a stage takes and returns; it imports only the row contract;
+  :mod:`keygroups.examples`: a worked example stage;
+- :mod:`keygroups.pipeline`: :class:`Stage` (the hooks, composable: ``stage_a.then(stage_b)``)
+  and :class:`Pipeline` (``Pipeline.join(stage, left=..., right=...)``, the Spark plan and a
+  local runner), a facade over :mod:`keygroups.plan` (links, names, types, the fusion rule, the
+  operators' specs), :mod:`keygroups.spark_steps` (a chain's Spark plan),
+  :mod:`keygroups.frames` (a chain's local steps in pandas) and :mod:`keygroups.dag` (a query of
+  several pipelines);
 - :mod:`keygroups.operator` / :mod:`keygroups.processor`: a stage operator (fused stages of one
   key group) as pure logic and as a ``transformWithStateInPandas`` processor;
-- :mod:`keygroups.pipeline`: :class:`Pipeline` (``stage_a.then(stage_b)``,
-  ``Pipeline.join(stage, left=..., right=...)``), the Spark plan and a local runner, built from
-  :mod:`keygroups.plan` (links, names, types, the fusion rule), :mod:`keygroups.frames` (rows to
-  key groups in pandas) and :mod:`keygroups.spark_steps` (the Spark steps before a shuffle);
 - :mod:`keygroups.fan_in`: stages with several inputs (:class:`Input`): inputs tagged, unioned
-  and routed by the one routing function, a watermark per input; fan-out of one upstream;
+  and routed by the one routing function, a watermark per input;
 - :mod:`keygroups.computed`: :class:`Computed` stage inputs (a Python function of the upstream
   rows) that Spark and the local runner evaluate alike;
 - :mod:`keygroups.packed`: a task's rows of a key group as one Arrow blob before the shuffle.
+
+Modules reach each other through public names only (each module's ``__all__``).
 
 Routing by slot (key groups that move between shuffle partitions, Enorm §4.4.2) is built on this
 layer in :mod:`balancing.slots`.
@@ -37,17 +42,22 @@ True
 
 from __future__ import annotations
 
-from dataflow_kafka.keygroups.computed import Computed, json_object
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.keygroups")  # one name per file: never `import keygroups`
+
+from dataflow_kafka.keygroups.computed import Computed, json_field, json_object
 from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
-from dataflow_kafka.keygroups.pipeline import Pipeline
+from dataflow_kafka.keygroups.pipeline import Pipeline, Stage
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, hash_key, key_group_of, key_groups_of, with_key_groups
-from dataflow_kafka.keygroups.stage import Dropped, Input, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.stage import Dropped, Input, PythonRouter, StageInput, StageOutput
 
 __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
     "PunctuationTracker", "InputWatermarks", "CONTROL_COLUMNS", "Modification",
-    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "PythonRouter", "Pipeline", "Computed", "json_object",
+    "Stage", "StageInput", "StageOutput", "Dropped", "Input", "PythonRouter", "Pipeline", "Computed", "json_field",
+    "json_object",
     "StageProcessor", "deferred",
 ]
 

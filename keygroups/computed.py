@@ -12,6 +12,13 @@ the same rows, so a pipeline gives the same result on Spark and without it:
 * the first stage: a ``mapInPandas`` step over the source rows on Spark, the frame itself in
   ``run_local``.
 
+:func:`json_field` reads one field of a JSON record value, the common first-stage key: on Spark
+it is computed in the JVM (``from_json``, its :attr:`Computed.sql`: no Python step before the
+shuffle), in ``run_local`` and after the first operator by one vectorised ``pyarrow.json`` pass
+over the values; both give the same values::
+
+    SlicerStage(key={"auction": json_field("auction")}, ...)
+
 :func:`json_object` is the common case of Q5-style pipelines, the form of Spark's
 ``to_json(named_struct('auction', auction, 'count', count))``::
 
@@ -24,19 +31,24 @@ the same rows, so a pipeline gives the same result on Spark and without it:
 ['{"auction":7,"count":3}', '{"auction":8,"count":1}']
 >>> Computed(lambda df: df["count"] * 2, "bigint")(f).tolist()
 [6, 2]
+>>> json_field("a")(pd.DataFrame({"value": [b'{"a": 3, "b": "x"}', b'{"a": "3"}', b'not json', None]})).tolist()
+[3, None, None, None]
 """
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Computed", "json_object", "computed_inputs", "evaluate"]
+__all__ = ["Computed", "json_field", "json_field_source", "json_object", "computed_inputs", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -44,11 +56,16 @@ class Computed:
     """An input computed from the upstream rows: ``fn(frame) -> values`` (a Series, array or list,
     one value per row; picklable: a module-level function, a lambda is fine for Spark's
     cloudpickle), typed ``type`` (a Spark DDL type: ``string``, ``bigint``, ``double``, ...).
-    ``columns``: the upstream columns it reads, for readers of the pipeline (optional)."""
+    ``columns``: the upstream columns it reads, for readers of the pipeline (optional).
+    ``sql``: optionally, the same value as a Spark SQL expression over the upstream rows; a first
+    operator on Spark then computes the input in the JVM instead of a ``mapInPandas`` step
+    (``run_local`` and later operators call ``fn``). Give it only where both agree on every row
+    (:func:`json_field` does)."""
 
     fn: Callable[[pd.DataFrame], Any]
     type: str = "string"
     columns: tuple = ()
+    sql: str | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -68,22 +85,139 @@ class Computed:
 
 
 class _JsonObject:
-    """``fn`` of :func:`json_object` (a class, so it pickles by reference)."""
+    """``fn`` of :func:`json_object` (a class, so it pickles by reference): the text of every row
+    built column by column, integers and booleans formatted by numpy in one pass, other values
+    by ``json.dumps`` one by one (the same text as ``json.dumps`` of the row's dict)."""
 
     def __init__(self, columns: tuple) -> None:
         self.columns = columns
 
     def __call__(self, frame: pd.DataFrame) -> list:
-        cols = [frame[c].astype(object).where(frame[c].notna(), None).tolist() for c in self.columns]
-        return [json.dumps(dict(zip(self.columns, (_plain(v) for v in row))), separators=(",", ":"),
-                           default=str) for row in zip(*cols)]
+        if not len(frame):
+            return []
+        out = np.full(len(frame), "{", dtype=object)
+        for i, c in enumerate(self.columns):
+            out = out + (("," if i else "") + json.dumps(c) + ":") + _json_texts(frame[c])
+        return (out + "}").tolist()
 
     def __repr__(self) -> str:
         return f"json_object{self.columns!r}"
 
 
+def _json_texts(col: pd.Series) -> np.ndarray:
+    """The JSON text of every value of ``col`` (``null`` where missing), an object array: integers,
+    booleans and finite floats (also in an object column) formatted by numpy in one pass (its
+    float text is Python's shortest ``repr``, as ``json.dumps`` writes it), other values by
+    ``json.dumps`` one by one."""
+    missing = col.isna().to_numpy(bool)
+    kind = col.dtype.kind
+    if kind == "O":
+        inferred = pd.api.types.infer_dtype(col, skipna=True)
+        kind = {"integer": "i", "boolean": "b", "floating": "f"}.get(inferred, "O")
+        if kind != "O" and missing.all():
+            kind = "O"
+    if kind in "iu":
+        ints = col.to_numpy(dtype=np.uint64 if col.dtype.kind == "u" else np.int64, na_value=0)
+        out = ints.astype(str).astype(object)
+    elif kind == "b":
+        out = np.where(col.to_numpy(dtype=bool, na_value=False), "true", "false").astype(object)
+    elif kind == "f" and np.isfinite(floats := col.to_numpy(dtype=np.float64, na_value=0.0)).all():
+        out = floats.astype(str).astype(object)
+    else:
+        out = np.array([None if m else json.dumps(_plain(v), separators=(",", ":"), default=str)
+                        for v, m in zip(col.to_numpy(dtype=object), missing)], dtype=object)
+    if missing.any():
+        out[missing] = "null"
+    return out
+
+
 def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
+
+
+#: Types :func:`json_field` reads: DDL -> (Python check of a parsed value, conversion).
+_JSON_TYPES: dict[str, tuple[Callable[[Any], bool], Callable[[Any], Any]]] = {
+    "bigint": (lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63, int),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31, int),
+    "double": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), float),
+    "boolean": (lambda v: isinstance(v, bool), bool),
+    "string": (lambda v: True, lambda v: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))),
+}
+
+
+class _JsonField:
+    """``fn`` of :func:`json_field` (a class: pickles by reference): field ``name`` of each JSON
+    object value, parsed for the whole frame in one ``pyarrow.json`` pass; a frame that pass cannot
+    take (a null or multi-line value, a value not of the type, not JSON) is parsed per row, with
+    the same rule: the field's value when it has the declared type, else null."""
+
+    def __init__(self, name: str, type_: str, column: str) -> None:
+        self.name, self.type, self.column = name, type_, column
+
+    def __call__(self, frame: pd.DataFrame) -> Any:
+        values = frame[self.column].tolist()
+        if not values:
+            return pd.Series([], dtype=object)
+        try:
+            return self._vectorised(values)
+        except (TypeError, ValueError, pa.ArrowInvalid):
+            return self._per_row(values)
+
+    def _vectorised(self, values: list) -> Any:
+        import pyarrow.json as pajson
+
+        raw = [v.encode() if isinstance(v, str) else v for v in values]
+        buf = b"\n".join(raw)                     # TypeError on a null value
+        if buf.count(b"\n") != len(raw) - 1:
+            raise InvalidArgumentError("a value spans lines: parsed per row")
+        table = pajson.read_json(io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
+                                 parse_options=pajson.ParseOptions(
+                                     explicit_schema=pa.schema([(self.name, _ARROW_OF[self.type])]),
+                                     unexpected_field_behavior="ignore"))
+        if table.num_rows != len(raw):
+            raise InvalidArgumentError("an empty value: parsed per row")
+        col = table.column(self.name)
+        if self.type == "string" or col.null_count:
+            return pd.Series(col.to_pylist(), dtype=object)
+        return col.to_numpy()
+
+    def _per_row(self, values: list) -> list:
+        ok, convert = _JSON_TYPES[self.type]
+        out = []
+        for v in values:
+            try:
+                obj = json.loads(v) if v is not None else None
+            except (ValueError, UnicodeDecodeError):
+                obj = None
+            x = obj.get(self.name) if isinstance(obj, dict) else None
+            out.append(convert(x) if x is not None and ok(x) else None)
+        return out
+
+    def __repr__(self) -> str:
+        return f"json_field({self.name!r}, {self.type!r})"
+
+
+def _arrow_types() -> dict:
+    return {"bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(), "boolean": pa.bool_(),
+            "string": pa.string()}
+
+
+_ARROW_OF = _arrow_types()
+
+
+def json_field(name: str, type: str = "bigint", column: str = "value") -> Computed:
+    """A stage input: field ``name`` of the JSON object in column ``column`` (the record's value),
+    of Spark type ``type`` (``bigint``, ``int``, ``double``, ``boolean`` or ``string``): the field's
+    value where it holds that type, else null (not JSON, no such field, another type: as Spark's
+    ``from_json``); a ``string`` field of another JSON value is its JSON text (as ``from_json``, but
+    numbers re-written by Python: ``1.50`` becomes ``1.5``). On Spark a first operator computes it in
+    the JVM (:attr:`Computed.sql`)."""
+    if type not in _JSON_TYPES:
+        raise InvalidArgumentError(f"json_field(type={type!r}): expected one of {sorted(_JSON_TYPES)}")
+    if not name or "`" in name or "'" in name:
+        raise InvalidArgumentError(f"json_field(name={name!r}): expected a field name without quotes or backticks")
+    sql = f"from_json(CAST(`{column}` AS STRING), '`{name}` {type.upper()}').`{name}`"
+    return Computed(_JsonField(name, type, column), type, (column,), sql)
 
 
 def json_object(*columns: str) -> Computed:
@@ -93,6 +227,13 @@ def json_object(*columns: str) -> Computed:
     if not columns:
         raise InvalidArgumentError("json_object: name at least one column")
     return Computed(_JsonObject(tuple(columns)), "string", tuple(columns))
+
+
+def json_field_source(c: Computed) -> tuple[str, str] | None:
+    """``(column, field name)`` of a :func:`json_field` input, None for any other ``Computed``: the
+    Spark plan parses several fields of one column with one ``from_json``."""
+    fn = c.fn
+    return (fn.column, fn.name) if isinstance(fn, _JsonField) else None
 
 
 def computed_inputs(inputs: dict) -> dict[str, Computed]:

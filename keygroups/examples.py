@@ -9,7 +9,9 @@ It implements the four required hooks of :class:`keygroups.Stage` and little els
 - :meth:`~RunningCount.new_state`: a key group's counts, ``{key: count}``, written with the
   default state codec (pickle) once per key group and micro-batch;
 - :meth:`~RunningCount.process`: one micro-batch of one key group: the commands first, then the
-  data rows, and the output low watermark.
+  data rows, and the output low watermark;
+- optionally :meth:`~RunningCount.describe_state`: the state for people, one row per key
+  (:func:`keygroups.state_view.read_state` shows it for a stopped query).
 
 It also takes one control command, ``{"op": "reset", "stage": <name>}`` (``commands``), which
 sets every count back to zero at the start of its batch, in every key group.
@@ -60,7 +62,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.pipeline import Stage
+from dataflow_kafka.keygroups.stage import Dropped, StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import state_item
 
 __all__ = ["RunningCount"]
 
@@ -105,6 +109,11 @@ class RunningCount(Stage):
     # -- state and processing ------------------------------------------------------------------------
     def new_state(self) -> dict:
         return {}
+
+    def describe_state(self, state: dict) -> list[dict]:
+        """What a stopped query's state shows of this stage (:func:`keygroups.state_view.read_state`):
+        one ``count`` row per key."""
+        return [state_item("count", key=key, count=n) for key, n in state.items()]
 
     def process(self, state: dict, batch: StageInput) -> StageOutput:
         for m in batch.modifications:                       # commands first: the start of the batch

@@ -1,12 +1,14 @@
-"""A micro-batch's rows on their way into an operator, as pandas frames (pure, no Spark).
+"""A micro-batch through a chain's operators as pandas frames: the local runner's steps (pure, no Spark).
 
-The local runner (:meth:`keygroups.Pipeline.run_local`, :mod:`keygroups.fan_in`) computes a
-stage's column inputs (:func:`_local_inputs`), routes rows to key groups as Spark's
-``with_key_groups`` does (:func:`_groups_of_columns`, :func:`_by_key_group`: markers to every key
-group, other rows to the first) and routes source rows in Python (:func:`_ingest_frame`); the
-Spark plan runs the same Python routing and packing (:func:`_pack_frame`) inside its
-``mapInPandas`` steps (:mod:`keygroups.spark_steps`). Names with an underscore are the stage
-layer's own, not API.
+:func:`run_chain_local` runs one micro-batch through the operators of a chain: per operator it
+computes the first stage's column inputs (plain columns copied, :class:`~keygroups.computed.Computed`
+ones evaluated; SQL is Spark's), routes the rows to key groups as Spark's ``with_key_groups`` does
+(:func:`groups_of_columns`, :func:`by_key_group`: data rows by the one routing function, markers to
+every key group, other rows to the first; Enorm §4-5, data-trace types §4) or in Python
+(:func:`ingest_frame`), and calls :func:`keygroups.operator.run_key_group` per key group, its
+state kept as bytes between batches as Spark keeps it. The Spark plan runs the same Python
+routing and packing (:func:`pack_frame`, :func:`packable`) inside its ``mapInPandas`` steps
+(:mod:`keygroups.spark_steps`).
 """
 
 from __future__ import annotations
@@ -17,16 +19,44 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups.computed import Computed, evaluate
-from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, KIND_DATA, conform
-from dataflow_kafka.keygroups.plan import plain_column
+from dataflow_kafka.keygroups.contract import KIND_DATA, conform
+from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
+from dataflow_kafka.keygroups.plan import ingest_columns, plain_column
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
-from dataflow_kafka.keygroups.stage import Stage, router_of
+from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns_of, router_of
 from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["arrow_schema"]
+__all__ = ["run_chain_local", "groups_of_columns", "by_key_group", "ingest_frame", "pack_frame", "packable",
+           "arrow_schema"]
 
 
-def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
+def run_chain_local(df: pd.DataFrame, specs: Sequence[OperatorSpec], states: list[dict[int, bytes]],
+                    head: bool = False) -> pd.DataFrame:
+    """One micro-batch (a frame of the row contract) through a chain's operators ``specs``;
+    ``states``: per operator ``{key group: state bytes}``, updated. ``head``: ``df`` is a
+    multi-input first operator's tagged input (:func:`keygroups.fan_in.tag_frame`)."""
+    for j, spec in enumerate(specs):
+        first = spec.stages[0]
+        n = first.num_key_groups
+        if j == 0 and head:
+            groups = groups_of_columns(df, key_columns_of(first), n)
+        elif router_of(first) is not None:
+            if j == 0:
+                df = ingest_frame(df, first)
+            groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
+        else:
+            df = _local_inputs(df, first, j)
+            groups = groups_of_columns(df, key_columns_of(first), n)
+        outs = []
+        for kg, rows in by_key_group(df, groups, n, group_ids_of(first)):
+            out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
+            if out is not None and len(out):
+                outs.append(out)
+        df = conform(outs, spec.output_columns())
+    return df
+
+
+def _local_inputs(df: pd.DataFrame, stage: StageLogic, j: int) -> pd.DataFrame:
     """``df`` with ``stage``'s column inputs (:meth:`Pipeline.run_local`): plain columns copied, on
     the data rows only after the first operator (other rows keep their own columns, as on Spark),
     :class:`~keygroups.computed.Computed` ones computed; the first operator's SQL inputs must be
@@ -60,7 +90,7 @@ def _local_inputs(df: pd.DataFrame, stage: Stage, j: int) -> pd.DataFrame:
     return evaluate(df, computed)
 
 
-def _groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> np.ndarray | None:
+def groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> np.ndarray | None:
     """Key groups of the data rows of ``df`` by its key columns (Spark's hash; ints by width)."""
     if not keys:
         raise InvalidArgumentError("a stage with column inputs needs key columns (its routing())")
@@ -93,20 +123,13 @@ def _key_group_masks(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None
             yield kg, mask
 
 
-def _by_key_group(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
+def by_key_group(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
     """``(key group, rows)`` as ``with_key_groups`` routes them (:func:`_key_group_masks`)."""
     for kg, mask in _key_group_masks(df, groups, n, ids):
         yield kg, df[mask]
 
 
-def _ingest_columns(stage: Stage) -> list[tuple[str, str]]:
-    """The columns of source rows routed in Python by ``stage``: the contract's, the key group, the router's."""
-    names = {c for c, _ in CONTROL_COLUMNS}
-    return list(CONTROL_COLUMNS) + [(KEY_GROUP_COLUMN, "int")] + [c for c in router_of(stage).columns
-                                                                    if c[0] not in names]
-
-
-def _ingest_frame(pdf: pd.DataFrame, stage: Stage) -> pd.DataFrame:
+def ingest_frame(pdf: pd.DataFrame, stage: StageLogic) -> pd.DataFrame:
     """Python routing of source rows (pure): data rows through ``stage``'s router, others kept."""
     router = router_of(stage)
     is_data = (pdf["kind"] == KIND_DATA).to_numpy()
@@ -120,11 +143,11 @@ def _ingest_frame(pdf: pd.DataFrame, stage: Stage) -> pd.DataFrame:
             if "processing_time_ms" not in rows.columns:
                 extra["processing_time_ms"] = pt
             parts.append(rows.assign(**extra))
-    return conform(parts, _ingest_columns(stage))
+    return conform(parts, ingest_columns(stage))
 
 
-def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
-                ids: Sequence[int] | None = None) -> pd.DataFrame:
+def pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
+               ids: Sequence[int] | None = None) -> pd.DataFrame:
     """Rows of ``frame`` (with ``key_group`` on data rows) as one ``(key_group, payload)`` row per
     key group that gets any: data rows to their group, punctuation and modification rows to every
     group, other rows to the first group (``ids[0]``); the payload is an Arrow IPC stream of ``columns`` (pure)."""
@@ -146,16 +169,18 @@ def _pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
     return pd.DataFrame({KEY_GROUP_COLUMN: np.asarray(out_groups, np.int32), PAYLOAD_COLUMN: payloads})
 
 
-def _packable(stage: Stage) -> bool:
-    """Whether :func:`_ingest_packed` can write every column of ``stage``'s ingest as Arrow."""
-    return all(ddl.lower() in _ARROW_TYPES for _, ddl in _ingest_columns(stage))
+def packable(stage: StageLogic) -> bool:
+    """Whether every column of ``stage``'s Python-routed rows (:func:`~keygroups.plan.ingest_columns`)
+    has an Arrow type :func:`pack_frame` can write."""
+    return all(ddl.lower() in _ARROW_TYPES for _, ddl in ingest_columns(stage))
 
 
 _ARROW_TYPES = ("string", "binary", "int", "bigint", "long", "double", "float", "boolean", "smallint", "tinyint")
 
 
 def arrow_schema(columns: Sequence[tuple[str, str]]):
-    """``(name, Spark DDL type)`` columns of the simple types in ``_ARROW_TYPES`` as a pyarrow schema."""
+    """``(name, Spark DDL type)`` columns of simple types (string, binary, integers, floats,
+    boolean) as a pyarrow schema."""
     import pyarrow as pa
 
     types = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "bigint": pa.int64(),

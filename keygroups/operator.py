@@ -12,8 +12,9 @@ per input reading it, and applies it once); fold the punctuation rows into the k
 tracker per input, :class:`~keygroups.punctuation.InputWatermarks`); then run the stages in
 order, each one's output (data and output low watermark) being the next one's input; emit the
 new modifications (key group 0 only: the next operator's routing copies them to every key group),
-the last stage's data rows, the pass-on rows (errors, reports), the stages' ``dropped`` and
-``metrics`` rows, and one punctuation row carrying the last stage's output low watermark.
+the last stage's data rows, the pass-on rows (errors, reports), the stages' ``dropped`` rows, one
+``metrics`` row per stage (:mod:`keygroups.metrics`: watermarks, counts, and the stage's own
+counters), and one punctuation row carrying the last stage's output low watermark.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from dataflow_kafka.keygroups.contract import (
     conform, control_frame, split_rows,
 )
 from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate
+from dataflow_kafka.keygroups.metrics import stage_metrics
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, Stage, StageInput, StageOutput, router_of
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, StageLogic, StageInput, StageOutput, router_of
 from dataflow_kafka.errors import FusionError, InvalidArgumentError
 
-__all__ = ["OperatorSpec", "OperatorState", "run_key_group"]
+__all__ = ["OperatorSpec", "OperatorState", "run_key_group", "load_operator_state"]
 
 _MAGIC = b"KGO1"
 _TOKEN = 16
@@ -55,7 +57,7 @@ class OperatorSpec:
     operator (None: the next operator routes by columns in the JVM, or this is the last one), and
     the output schema (control columns, ``key_group`` when ``out_router`` is set, data columns)."""
 
-    stages: tuple[Stage, ...]
+    stages: tuple[StageLogic, ...]
     out_router: PythonRouter | None = None
     data_columns: tuple[tuple[str, str], ...] = ()
     idle_timeout_ms: int | None = None
@@ -69,9 +71,12 @@ class OperatorSpec:
 
     @property
     def name(self) -> str:
+        """The operator's name: its last stage's (the sender name of its punctuation rows)."""
         return str(self.stages[-1].name)
 
     def output_columns(self) -> list[tuple[str, str]]:
+        """``(name, Spark DDL type)`` of the operator's output rows: the control columns, the key
+        group (when ``out_router`` routes the next operator), the data columns, the emitted ones."""
         cols = list(CONTROL_COLUMNS)
         if self.out_router is not None:
             cols.append((KEY_GROUP_COLUMN, "int"))
@@ -126,6 +131,13 @@ def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
     return OperatorState(tracker, states, list(out_wms), last, seq, emitted)
 
 
+def load_operator_state(spec: OperatorSpec, blob: bytes) -> OperatorState:
+    """A key group's committed state read from its bytes (never from this process's cache): what
+    :func:`keygroups.state_view.read_state` shows of a stopped query."""
+    _CACHE.pop(bytes(blob)[4:4 + _TOKEN], None)
+    return _load(spec, blob)
+
+
 def _dump(spec: OperatorSpec, st: OperatorState) -> bytes:
     payload = pickle.dumps((st.tracker.to_bytes(), [s.dump_state(x) for s, x in zip(spec.stages, st.states)],
                             st.out_watermarks, st.last_control_offset, st.seq, st.emitted), protocol=5)
@@ -167,7 +179,7 @@ def _key_text(key: Any) -> str | None:
         return repr(key)
 
 
-def _handoff(prev: Stage, prev_data: Any, stage: Stage, key_group: int) -> Any:
+def _handoff(prev: StageLogic, prev_data: Any, stage: StageLogic, key_group: int) -> Any:
     """The previous fused stage's output as ``stage``'s input data."""
     router = router_of(stage)
     if router is not None:
@@ -228,8 +240,9 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
     data: Any = split.data
     reports: list[dict] = []
     results: list[pd.DataFrame] = []
-    prev_stage: Stage | None = None
+    prev_stage: StageLogic | None = None
     per_input = st.tracker.per_input() if spec.inputs else None
+    observed: list[tuple] = []           # per stage: what its standard metrics need (keygroups.metrics)
     for i, stage in enumerate(spec.stages):
         if prev_stage is not None:
             data = _handoff(prev_stage, data, stage, key_group)
@@ -237,6 +250,7 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
                                                                   per_input if i == 0 else None))
         before = st.out_watermarks[i]
         st.out_watermarks[i] = _monotone(before, out.watermark_ms)
+        observed.append((data, out, wm))
         wm, prev_wm = st.out_watermarks[i], before
         for d in out.dropped:
             if d.count:
@@ -251,9 +265,6 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
             if frame is not None and len(frame):
                 results.append(frame.assign(kind=KIND_RESULT, topic=stage.name, partition=key_group,
                                             processing_time_ms=pt))
-        if out.metrics is not None:
-            reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group,
-                            "processing_time_ms": pt, "metrics": json.dumps(out.metrics, default=str)})
         data, prev_stage = out.data, stage
     if spec.claims is not None and key_group == spec.lead_group:
         for m in mods:
@@ -264,6 +275,10 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
     for m in mods:
         if m.control_offset is not None:
             st.last_control_offset = _monotone(st.last_control_offset, m.control_offset)
+    for stage, (data_in, out, wm_in), wm_out in zip(spec.stages, observed, st.out_watermarks):
+        reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group, "processing_time_ms": pt,
+                        "metrics": json.dumps(stage_metrics(data_in, out.data, wm_in, wm_out, out.dropped,
+                                                            out.metrics), default=str)})
     frames: list[pd.DataFrame] = []
     name = spec.name
     if key_group == spec.lead_group and mods:

@@ -1,6 +1,9 @@
 """Pipelines of stages in one Spark query: ``stage_a.then(stage_b)``, fusion, and a local runner.
 
-A :class:`Pipeline` is a chain of :class:`~keygroups.stage.Stage` objects. :meth:`Pipeline.plan`
+A :class:`Pipeline` is a chain of stages (:class:`~keygroups.stage.StageLogic` objects; what an
+engine subclasses is :class:`Stage`, the same hooks and ``then`` / ``>>`` to compose them), the
+first of which may take several inputs, each read from an upstream pipeline or the source
+(:meth:`Pipeline.join`: a :class:`~keygroups.dag.QueryNode` of a query's DAG). :meth:`Pipeline.plan`
 cuts it into **operators**: consecutive stages keyed by the same key group run in one
 ``transformWithStateInPandas`` operator (fused), because every stateful operator costs Spark a
 shuffle, a state round trip and a commit per micro-batch; a stage with another key starts a new
@@ -13,19 +16,23 @@ Fusion rule (``fuse=None``, the default, decides automatically):
 
 - a stage with column inputs fuses after the previous stage when it has the same number of key
   groups, every input is a plain column of the previous stage's output, and its key columns are
-  that stage's :meth:`~keygroups.stage.Stage.output_key_columns` (so every row stays in its key
+  that stage's :meth:`~keygroups.stage.StageLogic.output_key_columns` (so every row stays in its key
   group: data-trace types §4, a keyed operator after a hash split by the same key);
 - a stage routed in Python fuses when its router's ``fusable_after(previous)`` says its key is the
   previous stage's (e.g. the same key function).
 
 ``fuse=True`` forces fusion (a Python-routed stage then checks at run time that every row stays
-in its key group, :class:`~keygroups.operator.FusionError` otherwise); ``fuse=False`` forbids it.
+in its key group, :class:`~errors.FusionError` otherwise); ``fuse=False`` forbids it.
 
 The groups are decided by the fusion planner, :func:`keygroups.fusion.plan_chain` (Enorm §4.4.1,
-Algorithm 1): a stage's partition attributes are its key, shared with the previous stage when the
+Algorithm 1), from the chain's view in :mod:`keygroups.plan`: a stage's partition attributes are its key, shared with the previous stage when the
 rule above says the key is kept; a link the rule does not fuse is ``None`` (never fused); the
 link rates (:meth:`Pipeline.plan`'s ``rates``, default 1) order the fusions. With one key per
 stage no two fusions of a chain conflict, so the plan equals the rule's for any rates.
+
+A pipeline is a facade: planning is :mod:`keygroups.plan`'s, a chain runs on Spark through
+:mod:`keygroups.spark_steps` and locally through :mod:`keygroups.frames`, a query of several
+pipelines through :mod:`keygroups.dag`.
 
 Example::
 
@@ -36,45 +43,38 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from dataflow_kafka.keygroups import fan_in
-from dataflow_kafka.keygroups.computed import Computed, computed_inputs
-from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, KIND_DATA, conform, schema_ddl
-from dataflow_kafka.keygroups.frames import (
-    _by_key_group, _groups_of_columns, _ingest_columns, _ingest_frame, _local_inputs, _packable,
-)
-from dataflow_kafka.keygroups.fusion import plan_chain
-from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
-from dataflow_kafka.keygroups.plan import (
-    Head, _bind, _chain_links, _configured, _distinct, _Link, _link_rates, _named, _type_of, frame_types, plain_column,
-)
-from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.spark_steps import _compute_spark, _ingest, _ingest_packed, _slim, _with_ms_columns
-from dataflow_kafka.keygroups.stage import (
-    INPUT_COLUMN, Stage, check_routing, group_ids_of, key_columns_of, register_pipeline, router_of,
-)
+from dataflow_kafka.keygroups.contract import KIND_DATA
+from dataflow_kafka.keygroups.dag import QueryNode, apply_dag, dag_specs, distinct_upstreams, run_dag_local
+from dataflow_kafka.keygroups.frames import run_chain_local
+from dataflow_kafka.keygroups.metrics import observe_stages
+from dataflow_kafka.keygroups.operator import OperatorSpec
+from dataflow_kafka.keygroups.plan import Chain, Link, configured_links, frame_types, named_links, unused_name
+from dataflow_kafka.keygroups.spark_steps import apply_chain
+from dataflow_kafka.keygroups.stage import StageLogic, check_routing
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Pipeline", "plain_column", "stateful_operators", "frame_types"]
+__all__ = ["Pipeline", "Stage", "stateful_operators"]
 
 
-class Pipeline:
+class Pipeline(QueryNode):
     """A chain of stages, the first of which may take several inputs (:meth:`join`); see the
     module docstring."""
 
-    def __init__(self, stages: Sequence[Stage] = (), *, _links: Sequence[_Link] | None = None,
-                 _emit: Sequence[str] = (), _upstreams: "dict[str, Pipeline | None] | None" = None) -> None:
-        links = list(_links) if _links is not None else [_Link(s, None) for s in stages]
+    def __init__(self, stages: Sequence[StageLogic] = (), *, _links: Sequence[Link] | None = None,
+                 _emit: Sequence[str] = (), _upstreams: Mapping[str, Pipeline | None] | None = None) -> None:
+        links = list(_links) if _links is not None else [Link(s, None) for s in stages]
         for link in links:
-            if not isinstance(link.stage, Stage):
+            if not isinstance(link.stage, StageLogic):
                 raise ArgumentTypeError(f"a pipeline holds Stage objects, got {link.stage!r}")
             check_routing(link.stage)
-        taken = {s.name for u in _distinct(_upstreams) for s in u.all_stages()}
-        links = _named(links, taken)
+        taken = {s.name for u in distinct_upstreams(_upstreams) for s in u.all_stages()}
+        links = named_links(links, taken)
         cut = max((i for i, lk in enumerate(links) if lk.stage.stage_inputs()), default=None)
         if cut:               # a multi-input stage inside the chain: the stages before it feed every input
             head_names = {lk.stage.name for lk in links[:cut]}
@@ -83,17 +83,16 @@ class Pipeline:
             links, _emit = links[cut:], [e for e in _emit if e not in head_names]
         elif cut == 0 and _upstreams is None:
             _upstreams = {i.name: None for i in links[0].stage.stage_inputs()}
-        self._links = _configured(links)
-        self._upstreams = _upstreams
-        names = [lk.stage.name for lk in self._links]
+        chain = Chain(tuple(configured_links(links)), tuple(_emit))
+        names = [s.name for s in chain.stages]
         unknown = [n for n in _emit if n not in names]
         if unknown:
             raise InvalidArgumentError(f"emit: no stage named {unknown[0]!r} in this pipeline (stages: {names}; emit an "
-                             "upstream stage on its own pipeline, before Pipeline.join)")
-        self._emit = tuple(_emit)
+                                       "upstream stage on its own pipeline, before Pipeline.join)")
+        super().__init__(chain, _upstreams)
 
     @classmethod
-    def join(cls, stage: Stage, /, **upstreams: "Pipeline | Stage | None") -> "Pipeline":
+    def join(cls, stage: StageLogic, /, **upstreams: Pipeline | StageLogic | None) -> Pipeline:
         """A pipeline starting with the multi-input ``stage`` (e.g. a join), each of whose inputs
         reads the output of ``upstreams[input name]`` (a pipeline or a stage); an input not named
         reads the source (:meth:`apply` and :meth:`run_local` take ``{input name: source}`` when
@@ -103,76 +102,49 @@ class Pipeline:
 
             Pipeline.join(q8, persons=parse_persons, auctions=parse_auctions).then(top_sellers)
         """
-        return cls([stage], _upstreams=fan_in.join_upstreams(cls, stage, upstreams))
+        return cls([stage], _upstreams=_join_upstreams(stage, upstreams))
 
-    def emit(self, *stage_names: str) -> "Pipeline":
+    def emit(self, *stage_names: str) -> Pipeline:
         """This pipeline with the output of the named earlier stages kept in its output, as rows of
         kind ``result`` (``topic`` = the stage; their columns are added to the output schema).
         The last stage's output is the ``data`` rows anyway."""
-        return Pipeline(_links=self._links, _emit=tuple(dict.fromkeys(self._emit + stage_names)),
-                        _upstreams=self._upstreams)
+        return Pipeline(_links=self.chain.links, _emit=tuple(dict.fromkeys(self.chain.emit + stage_names)),
+                        _upstreams=self.upstreams)
 
-    @property
-    def stages(self) -> list[Stage]:
-        """This pipeline's own chain (after its multi-input stage's upstreams, :attr:`upstreams`)."""
-        return [link.stage for link in self._links]
-
-    @property
-    def upstreams(self) -> "dict[str, Pipeline | None] | None":
-        """A pipeline starting with a multi-input stage: ``{input: upstream pipeline or None (the
-        source)}``; else None."""
-        return None if self._upstreams is None else dict(self._upstreams)
-
-    def all_stages(self) -> list[Stage]:
-        """Every stage of the query: the upstreams' (each once), then this chain's."""
-        return [s for node in self.nodes() for s in node.stages]
-
-    def nodes(self) -> "list[Pipeline]":
-        """The pipelines of the query, upstreams first, each once (by identity), this one last."""
-        out: list[Pipeline] = []
-
-        def visit(p: Pipeline) -> None:
-            if any(p is q for q in out):
-                return
-            for u in _distinct(p._upstreams):
-                visit(u)
-            out.append(p)
-
-        visit(self)
-        return out
-
-    def then(self, stage: "Stage | Pipeline", fuse: bool | None = None) -> "Pipeline":
+    def then(self, stage: StageLogic | Pipeline, fuse: bool | None = None) -> Pipeline:
         """This pipeline followed by ``stage`` (or by every stage of a pipeline). A multi-input
         stage after it reads this pipeline's output on every input (each takes its rows by its
         ``select``/``where``)."""
+        links, emit = [Link(lk.stage, lk.fuse) for lk in self.chain.links], self.chain.emit
         if isinstance(stage, Pipeline):
-            if stage._upstreams is not None and any(u is not None for u in stage._upstreams.values()):
+            ups = stage.upstreams
+            if ups is not None and any(u is not None for u in ups.values()):
                 raise InvalidArgumentError(f"then: {stage!r} starts with a multi-input stage whose inputs have upstreams; "
-                                 "name this pipeline as one of them: Pipeline.join(stage, <input>=this, ...)")
-            if stage._upstreams is not None:
-                head = Pipeline.join(stage.stages[0], **{n: self for n in stage._upstreams})
-                return Pipeline(_links=head._links + list(stage._links[1:]), _emit=stage._emit,
-                                _upstreams=head._upstreams)
-            return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + list(stage._links),
-                            _emit=self._emit + stage._emit, _upstreams=self._upstreams)
+                                           "name this pipeline as one of them: Pipeline.join(stage, <input>=this, ...)")
+            if ups is not None:
+                head = Pipeline.join(stage.stages[0], **{n: self for n in ups})
+                return Pipeline(_links=head.chain.links + stage.chain.links[1:], _emit=stage.chain.emit,
+                                _upstreams=head.upstreams)
+            return Pipeline(_links=links + list(stage.chain.links), _emit=emit + stage.chain.emit,
+                            _upstreams=self.upstreams)
         if fuse not in (None, True, False):
             raise InvalidArgumentError(f"fuse must be None, True or False, got {fuse!r}")
-        if isinstance(stage, Stage) and stage.stage_inputs():
+        if isinstance(stage, StageLogic) and stage.stage_inputs():
             return Pipeline.join(stage, **{i.name: self for i in stage.stage_inputs()})
-        return Pipeline(_links=[_Link(lk.stage, lk.fuse) for lk in self._links] + [_Link(stage, fuse)],
-                        _emit=self._emit, _upstreams=self._upstreams)
+        return Pipeline(_links=links + [Link(stage, fuse)], _emit=emit, _upstreams=self.upstreams)
 
     __rshift__ = then
 
     def __repr__(self) -> str:
         chain = " >> ".join(f"{type(s).__name__}({s.name})" for s in self.stages)
-        if self._upstreams is None:
+        ups = self.upstreams
+        if ups is None:
             return chain
-        ups = ", ".join(f"{n}={u!r}" if u is not None else f"{n}=<source>" for n, u in self._upstreams.items())
-        return f"join({ups}) >> {chain}"
+        return "join(" + ", ".join(f"{n}={u!r}" if u is not None else f"{n}=<source>" for n, u in ups.items()) + \
+            f") >> {chain}"
 
     # -- planning ---------------------------------------------------------------------------------
-    def plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
+    def plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[StageLogic, ...]]:
         """The operators: groups of consecutive stages run fused (``fuse=False``: one per stage), as
         :func:`~keygroups.fusion.plan_chain` decides them (module docstring; Enorm Algorithm 1).
         With upstreams (:meth:`join`): theirs first (each pipeline once), then this chain's; a
@@ -181,82 +153,15 @@ class Pipeline:
         ``rates``: the rate of each link ``stage i -> stage i+1`` of this chain (e.g. rows per
         batch measured on a trial run; numbers > 0), default 1 each: the highest-rate link fuses first.
         """
-        return [op for node in self.nodes()[:-1] for op in node._own_plan(fuse)] + self._own_plan(fuse, rates)
-
-    def _own_plan(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[Stage, ...]]:
-        if not self._links:
-            raise InvalidArgumentError("an empty pipeline has nothing to run")
-        stages = self.stages
-        rates = _link_rates(stages, rates)
-        if not fuse:
-            return [(s,) for s in stages]
-        attributes, links = _chain_links(self._links, rates)
-        return [tuple(stages[i] for i in run) for run in plan_chain(attributes, links)]
+        return [op for node in self.nodes()[:-1] for op in node.chain.operators(fuse)] + \
+            self.chain.operators(fuse, rates)
 
     def specs(self, fuse: bool = True, idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
         """One :class:`~keygroups.operator.OperatorSpec` per operator of this chain (:meth:`plan`
-        without the upstreams'; :func:`keygroups.fan_in.dag_specs` gives every pipeline's)."""
-        if self._upstreams is not None:
-            return fan_in.dag_specs(self, fuse, idle_timeout_ms, None)[id(self)]
-        return self._chain_specs(fuse, idle_timeout_ms)
-
-    def _chain_specs(self, fuse: bool, idle_timeout_ms: int | None, types: dict[str, str] | None = None, *,
-                     head: "Head | None" = None, claims: Any = "own") -> list[OperatorSpec]:
-        """This chain's specs, bound to ``types`` (the first operator's input types; None: unbound).
-        ``head``: a multi-input first operator (its inputs, expected senders, upstream result
-        columns); ``claims``: the stages whose commands the first operator checks ("own": this
-        chain's; None: no check, another operator of the query does it)."""
-        ops = self._own_plan(fuse)
-        if claims == "own":
-            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
-        specs: list[OperatorSpec] = []
-        results = head.results if head is not None else ()
-        for j, stages in enumerate(ops):
-            if types is not None:
-                first = stages[0]
-                if j == 0 and head is not None:
-                    in_types = types
-                elif router_of(first) is not None:
-                    in_types = dict(_ingest_columns(first)) if j == 0 else types
-                else:
-                    in_types = {name: _type_of(expr, types, name) for name, expr in first.inputs().items()}
-                stages = _bind(stages, in_types)
-            spec = self._spec(ops, j, stages, results, idle_timeout_ms, claims if j == 0 else None,
-                              head if j == 0 else None)
-            specs.append(spec)
-            results = spec.result_columns
-            if types is not None:
-                types = dict(spec.output_columns())
-        return specs
-
-    def _spec(self, ops, j: int, stages: tuple[Stage, ...], results_in: tuple, idle_timeout_ms: int | None,
-              claims: tuple | None, head: "Head | None") -> OperatorSpec:
-        """Operator ``j`` running ``stages`` (bound or not), after operators that carry the emitted
-        columns ``results_in``."""
-        nxt = ops[j + 1][0] if j + 1 < len(ops) else None
-        router = router_of(nxt) if nxt is not None else None
-        data_cols = list(router.columns if router is not None else stages[-1].output_columns())
-        # the next operator's Computed inputs are computed here, on the rows this operator emits
-        next_inputs = tuple(computed_inputs(nxt.inputs()).items()) if nxt is not None and router is None else ()
-        for name, c in next_inputs:
-            data_cols = [col for col in data_cols if col[0] != name] + [(name, c.type)]
-        last = nxt is None
-        emit = tuple(i for i, s in enumerate(stages) if s.name in self._emit and not (last and i == len(stages) - 1))
-        results = dict(results_in)
-        for i in emit:
-            for c, t in stages[i].output_columns() + [("event_time_ms", "bigint")]:
-                if results.setdefault(c, t) != t:
-                    raise InvalidArgumentError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
-                                     f"stage's is {results[c]}")
-        taken = dict(CONTROL_COLUMNS) | dict(data_cols)
-        for c, t in results.items():
-            if taken.get(c, t) != t:
-                raise InvalidArgumentError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} outputs "
-                                 f"{c!r} as {taken[c]}: rename one of them (a key given as a dict names it)")
-        ids = group_ids_of(stages[0])
-        return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
-                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims, next_inputs,
-                            head.inputs if head is not None else (), head.expected if head is not None else ())
+        without the upstreams'; :func:`keygroups.dag.dag_specs` gives every pipeline's)."""
+        if self.upstreams is not None:
+            return dag_specs(self, fuse, idle_timeout_ms, None)[id(self)]
+        return self.chain.specs(fuse, idle_timeout_ms)
 
     def bound_specs(self, source_types: dict[str, str], fuse: bool = True,
                     idle_timeout_ms: int | None = None) -> list[OperatorSpec]:
@@ -265,9 +170,9 @@ class Pipeline:
         types (``{column: DDL type}``; an input given as a SQL expression is looked up by its
         name; with several sources ``{source: {column: type}}``), later operators' come from the
         previous operator's output columns."""
-        if self._upstreams is not None:
-            return fan_in.dag_specs(self, fuse, idle_timeout_ms, source_types)[id(self)]
-        return self._chain_specs(fuse, idle_timeout_ms, dict(source_types))
+        if self.upstreams is not None:
+            return dag_specs(self, fuse, idle_timeout_ms, source_types)[id(self)]
+        return self.chain.specs(fuse, idle_timeout_ms, dict(source_types))
 
     def output_columns(self, fuse: bool = True, input: Any = None) -> list[tuple[str, str]]:
         """Columns of the pipeline's output rows (the contract's control columns, then data).
@@ -283,7 +188,8 @@ class Pipeline:
         return [(f.name, f.dataType.simpleString()) for f in self.apply(input, fuse=fuse).schema.fields]
 
     # -- Spark ------------------------------------------------------------------------------------
-    def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True):
+    def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True,
+              metrics: bool | str = True):
         """The streaming DataFrame of the pipeline's output rows (contract + last stage's data).
 
         ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``;
@@ -293,76 +199,40 @@ class Pipeline:
         (:class:`~keygroups.punctuation.PunctuationTracker`). ``pack_source``: pack the first
         operator's input rows per task and key group into Arrow blobs before the shuffle
         (:mod:`keygroups.packed`; few shuffle rows per key group instead of one per record).
+        ``metrics``: fold each stage's ``metrics`` rows into the query's progress
+        (``observedMetrics["dataflow-kafka:<stage>"]``, :mod:`keygroups.metrics`); a string
+        qualifies the names (``dataflow-kafka:<metrics>:<stage>``), which two pipelines with the
+        same stage names in one query need (Spark refuses two observations of one name).
         """
-        if self._upstreams is not None:
-            return fan_in.apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
-        return self._apply_chain(df, fuse, idle_timeout_ms, pack_source)[0]
+        if self.upstreams is not None:
+            out = apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
+        else:
+            out = apply_chain(self.chain, df, fuse, idle_timeout_ms, pack_source)[0]
+        if not metrics:
+            return out
+        return observe_stages(out, [str(s.name) for s in self.all_stages()], None if metrics is True else str(metrics))
 
-    def _apply_chain(self, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
-                     head: "Head | None" = None, claims: Any = "own"):
-        """Spark: this chain's operators on ``df`` (with ``head``: ``df`` is the multi-input first
-        operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``."""
-        from pyspark.sql import functions as F
-
-        from dataflow_kafka.keygroups.processor import StageProcessor, deferred
-        from dataflow_kafka.keygroups.routing import with_key_groups
-
-        ops = self._own_plan(fuse)
-        if claims == "own":
-            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
-        results: tuple = head.results if head is not None else ()
-        specs: list[OperatorSpec] = []
-        for j, stages in enumerate(ops):
-            first = stages[0]
-            n = first.num_key_groups
-            packed = pack_source and j == 0
-            if j == 0 and head is not None:
-                routed = with_key_groups(df, key_columns_of(first), n)
-                inputs = [INPUT_COLUMN] + [c for c in head.columns if c != INPUT_COLUMN]
-                slim, types = _slim(routed, inputs, results, packed, n)
-            elif packed and router_of(first) is not None and _packable(first):
-                # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
-                slim, types = _ingest_packed(df, first, n, group_ids_of(first))
-            else:
-                if router_of(first) is not None:
-                    if j == 0:
-                        df = _ingest(df, first)
-                    routed = with_key_groups(df, None, n, group_ids=group_ids_of(first))
-                    inputs = [c for c, _ in router_of(first).columns]
-                else:
-                    exprs = first.inputs()
-                    df = _with_ms_columns(df)
-                    if j == 0 and computed_inputs(exprs):
-                        df = _compute_spark(df, computed_inputs(exprs))
-                    sql = {name: e for name, e in exprs.items()
-                           if not isinstance(e, Computed) and plain_column(e) != name}
-                    if sql and j == 0:
-                        df = df.withColumns({name: F.expr(expr) for name, expr in sql.items()})
-                    elif sql:       # on data rows only: result rows keep their own columns (Pipeline.emit)
-                        is_data = F.col("kind") == KIND_DATA
-                        df = df.withColumns({name: F.when(is_data, F.expr(expr)).otherwise(
-                            F.col(name) if name in df.columns else F.lit(None)) for name, expr in sql.items()})
-                    routed = with_key_groups(df, key_columns_of(first), n)
-                    inputs = list(exprs)
-                slim, types = _slim(routed, inputs, results, packed, n)
-            spec = self._spec(ops, j, _bind(stages, types), results, idle_timeout_ms, claims if j == 0 else None,
-                              head if j == 0 else None)
-            specs.append(spec)
-            results = spec.result_columns
-            df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
-                deferred(StageProcessor(spec, packed)), schema_ddl(spec.output_columns()), "Append", "None")
-        return df, specs
+    def state_operators(self, fuse: bool = True) -> list[tuple[str, ...]]:
+        """The stage names of each stateful operator in the order Spark numbers them (its
+        ``operatorId``, the order of ``stateOperators`` in a progress and of the state reader's
+        operators): from the sink towards the source, for a chain the plan reversed. A pipeline
+        with upstreams (:meth:`join`) is refused: Spark numbers its operators in its plan tree's
+        order."""
+        if self.upstreams is not None:
+            raise InvalidArgumentError("state_operators: only a chain's operators have a known order; a pipeline "
+                                       "with upstreams (Pipeline.join) has its plan tree's")
+        return [tuple(str(s.name) for s in op) for op in reversed(self.chain.operators(fuse))]
 
     # -- without Spark ----------------------------------------------------------------------------
     def run_local(self, batches: Iterable[pd.DataFrame], *, fuse: bool = True,
-                  idle_timeout_ms: int | None = None, input_types: dict[str, str] | None = None
-                  ) -> list[pd.DataFrame]:
+                  idle_timeout_ms: int | None = None, input_types: dict[str, str] | None = None,
+                  states: dict | None = None) -> list[pd.DataFrame]:
         """Run the pipeline on micro-batches without Spark; one output frame per batch.
 
         A batch is a frame of the row contract with epoch-ms columns (``event_time_ms``,
         ``punctuation_ms``, ``processing_time_ms``). When the first stage has column inputs, the
         frame must already hold those given as SQL expressions under their names
-        (:meth:`~keygroups.stage.Stage.inputs`; SQL is Spark's to evaluate); plain columns are
+        (:meth:`~keygroups.stage.StageLogic.inputs`; SQL is Spark's to evaluate); plain columns are
         read and :class:`~keygroups.computed.Computed` inputs computed, in every operator. Stages
         are bound to their input types as on Spark (:meth:`bound_specs`): ``input_types``, or the
         dtypes of the first batch with data rows (int64 -> bigint, int32 -> int, float64 -> double,
@@ -371,45 +241,86 @@ class Pipeline:
         :func:`~keygroups.operator.run_key_group`, its state kept as bytes between batches, as
         Spark keeps it. With a multi-input stage whose inputs read different sources, ``batches``
         is ``{input name: frames}`` (the same number of micro-batches each, as one query's).
+        ``states``: a dict that receives each operator's key-group states after the last batch,
+        ``{operator name: {key group: bytes}}`` (:func:`keygroups.state_view.local_state` shows them).
         """
-        if self._upstreams is not None:
-            return fan_in.run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms, input_types=input_types)
-        unbound = self._chain_specs(fuse, idle_timeout_ms)
-        bound = None if input_types is None else self._chain_specs(fuse, idle_timeout_ms, dict(input_types))
-        states: list[dict[int, bytes]] = [{} for _ in unbound]
+        if self.upstreams is not None:
+            return run_dag_local(self, batches, fuse=fuse, idle_timeout_ms=idle_timeout_ms,
+                                 input_types=input_types, states=states)
+        unbound = self.chain.specs(fuse, idle_timeout_ms)
+        bound = None if input_types is None else self.chain.specs(fuse, idle_timeout_ms, dict(input_types))
+        kept: list[dict[int, bytes]] = [{} for _ in unbound]
         outputs = []
         for batch in batches:
             if bound is None and (batch["kind"] == KIND_DATA).any():
-                bound = self._chain_specs(fuse, idle_timeout_ms, frame_types(batch))
-            outputs.append(self._step_local(batch, bound or unbound, states))
+                bound = self.chain.specs(fuse, idle_timeout_ms, frame_types(batch))
+            outputs.append(run_chain_local(batch, bound or unbound, kept))
+        if states is not None:
+            states.update({spec.name: dict(k) for spec, k in zip(unbound, kept)})
         return outputs
 
-    def _step_local(self, df: pd.DataFrame, specs: list[OperatorSpec], states: list[dict[int, bytes]],
-                    head: bool = False) -> pd.DataFrame:
-        """One micro-batch through this chain's operators (``head``: ``df`` is the multi-input first
-        operator's tagged input, :func:`keygroups.fan_in.tag_frame`); ``states`` per operator."""
-        for j, spec in enumerate(specs):
-            first = spec.stages[0]
-            n = first.num_key_groups
-            if j == 0 and head:
-                groups = _groups_of_columns(df, key_columns_of(first), n)
-            elif router_of(first) is not None:
-                if j == 0:
-                    df = _ingest_frame(df, first)
-                groups = df[KEY_GROUP_COLUMN] if KEY_GROUP_COLUMN in df.columns else None
-            else:
-                df = _local_inputs(df, first, j)
-                groups = _groups_of_columns(df, key_columns_of(first), n)
-            outs = []
-            for kg, rows in _by_key_group(df, groups, n, group_ids_of(first)):
-                out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
-                if out is not None and len(out):
-                    outs.append(out)
-            df = conform(outs, spec.output_columns())
-        return df
+
+class Stage(StageLogic):
+    """The base class of every stage: the hooks of :class:`~keygroups.stage.StageLogic` (four
+    abstract: :meth:`~StageLogic.routing`, :meth:`~StageLogic.output_columns`,
+    :meth:`~StageLogic.new_state`, :meth:`~StageLogic.process`), composable into pipelines:
+    ``stage_a.then(stage_b)`` or ``stage_a >> stage_b`` is ``Pipeline([stage_a, stage_b])``.
+    Example: :class:`keygroups.examples.RunningCount`."""
+
+    def then(self, other: StageLogic | Pipeline, fuse: bool | None = None) -> Pipeline:
+        """A :class:`Pipeline` of this stage followed by ``other`` (a stage, or every stage of a pipeline)."""
+        return Pipeline([self]).then(other, fuse=fuse)
+
+    def __rshift__(self, other: StageLogic | Pipeline) -> Pipeline:
+        return self.then(other)
 
 
-register_pipeline(Pipeline)           # Stage.then composes with Pipeline (stage.py imports no pipeline)
+def _join_upstreams(stage: StageLogic, upstreams: Mapping[str, Any]) -> dict[str, Pipeline | None]:
+    """:meth:`Pipeline.join`'s upstreams of ``stage``'s inputs, checked, as pipelines (a stage as a
+    one-stage pipeline), their stages renamed where names clash across them."""
+    inputs = stage.stage_inputs() if isinstance(stage, StageLogic) else None
+    if not inputs:
+        raise InvalidArgumentError(f"Pipeline.join: {stage!r} is not a multi-input stage (its stage_inputs() is empty); "
+                                   "chain a one-input stage with then()")
+    names = [i.name for i in inputs]
+    unknown = sorted(set(upstreams) - set(names))
+    if unknown:
+        raise InvalidArgumentError(f"Pipeline.join: {unknown} are not inputs of stage {stage.name!r} (its inputs: {names})")
+    taken: set = set()
+    memo: dict = {}
+    out: dict[str, Any] = {}
+    for n in names:
+        u = upstreams.get(n)
+        if u is not None and not isinstance(u, (Pipeline, StageLogic)):
+            raise ArgumentTypeError(f"Pipeline.join: input {n!r} = {u!r}: expected a Pipeline, a Stage or None (the source)")
+        if isinstance(u, StageLogic):
+            u = memo.setdefault(("stage", id(u)), Pipeline([u]))
+        out[n] = None if u is None else _renamed(u, taken, memo)
+    return out
+
+
+def _renamed(p: Pipeline, taken: set, memo: dict) -> Pipeline:
+    """``p`` with stages renamed where ``taken`` holds their names (copies; names added to
+    ``taken``); an upstream met twice (fan-out) is renamed once (``memo``)."""
+    if id(p) in memo:
+        return memo[id(p)]
+    ups = None if p.upstreams is None else {
+        n: (_renamed(u, taken, memo) if u is not None else None)
+        for n, u in p.upstreams.items()}
+    links, emit = [], list(p.chain.emit)
+    for lk in p.chain.links:
+        name = unused_name(lk.stage.name, taken)
+        taken.add(name)
+        s = lk.stage
+        if name != s.name:
+            emit = [name if e == s.name else e for e in emit]
+            s = copy.copy(s)
+            object.__setattr__(s, "name", name)
+        links.append(Link(s, lk.fuse))
+    same = all(a.stage is b.stage for a, b in zip(links, p.chain.links)) and ups == p.upstreams
+    out = p if same else Pipeline(_links=links, _emit=emit, _upstreams=ups)
+    memo[id(p)] = out
+    return out
 
 
 def stateful_operators(df) -> int:

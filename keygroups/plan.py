@@ -1,13 +1,16 @@
-"""A pipeline's plan, its building blocks: links, stage names, input types, the fusion rule (pure).
+"""A pipeline's plan (pure): links, stage names, input types, the fusion rule, the operators' specs.
 
-:class:`keygroups.Pipeline` (:mod:`keygroups.pipeline`) and the multi-input stages
-(:mod:`keygroups.fan_in`) plan with these: a chain is a list of :class:`_Link` (a stage and its
-``fuse`` choice), stage names are made unique (:func:`_named`, :func:`_unused`), stages are
-configured by their successor (:func:`_configured`) and bound to their input types
-(:func:`_bind`, :func:`_type_of`, :func:`frame_types`), and the fusion rule (:func:`_fusable`)
-gives the fusion planner (:func:`keygroups.fusion.plan_chain`) its view of the chain
-(:func:`_chain_links`). A multi-input first operator is described by a :class:`Head`. Names with
-an underscore are the stage layer's own, not API.
+A chain of stages is a :class:`Chain`: its :class:`Link` s (a stage and its ``fuse`` choice) and
+the names of the stages whose output it emits. Stage names are made unique (:func:`named_links`,
+:func:`unused_name`), stages are configured by their successor (:func:`configured_links`) and
+bound to their input types (:func:`bind_stages`, :func:`expression_type`, :func:`frame_types`,
+:func:`ingest_columns`); the fusion rule (:func:`fusable`, Enorm §4.4.1: a keyed operator after a
+hash split by the same key keeps every row in its key group) gives the fusion planner
+(:func:`keygroups.fusion.plan_chain`, Enorm Algorithm 1) its view of the chain
+(:func:`chain_links`), which cuts it into operators (:meth:`Chain.operators`), each described by
+an :class:`~keygroups.operator.OperatorSpec` (:meth:`Chain.specs`). A multi-input first operator
+is described by a :class:`Head`. :class:`keygroups.Pipeline` plans with these; the runners
+(:mod:`keygroups.spark_steps`, :mod:`keygroups.frames`, :mod:`keygroups.dag`) run the specs.
 """
 
 from __future__ import annotations
@@ -20,11 +23,17 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.computed import Computed
-from dataflow_kafka.keygroups.stage import Stage, key_columns_of, router_of
+from dataflow_kafka.keygroups.computed import Computed, computed_inputs
+from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS
+from dataflow_kafka.keygroups.fusion import plan_chain
+from dataflow_kafka.keygroups.operator import OperatorSpec
+from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
+from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns_of, router_of
 from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["plain_column", "frame_types", "Head"]
+__all__ = ["Link", "Chain", "Head", "plain_column", "named_links", "unused_name",
+           "configured_links", "bind_stages", "expression_type", "frame_types", "ingest_columns", "link_rates",
+           "chain_links", "fusable"]
 
 
 _IDENT = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$")
@@ -39,10 +48,10 @@ def plain_column(expr: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Link:
+class Link:
     """A stage of a chain and its ``fuse`` choice (``Pipeline.then(stage, fuse=)``)."""
 
-    stage: Stage
+    stage: StageLogic
     fuse: bool | None
 
 
@@ -58,22 +67,110 @@ class Head:
     results: tuple = ()
 
 
-def _named(links: list[_Link], taken: set | None = None) -> list[_Link]:
+@dataclass(frozen=True)
+class Chain:
+    """A chain of stages as the planner reads it: its links (named and configured, in order) and
+    the names of the stages whose output its operators emit as ``result`` rows."""
+
+    links: tuple[Link, ...]
+    emit: tuple[str, ...] = ()
+
+    @property
+    def stages(self) -> list[StageLogic]:
+        """The chain's stages, in order."""
+        return [link.stage for link in self.links]
+
+    def operators(self, fuse: bool = True, rates: Sequence[float] | None = None) -> list[tuple[StageLogic, ...]]:
+        """The operators: runs of consecutive stages that run fused (``fuse=False``: one per
+        stage), as :func:`~keygroups.fusion.plan_chain` decides them from :func:`chain_links`;
+        ``rates``: one per link (default 1 each), the highest-rate link fuses first."""
+        if not self.links:
+            raise InvalidArgumentError("an empty pipeline has nothing to run")
+        stages = self.stages
+        rates = link_rates(stages, rates)
+        if not fuse:
+            return [(s,) for s in stages]
+        attributes, links = chain_links(self.links, rates)
+        return [tuple(stages[i] for i in run) for run in plan_chain(attributes, links)]
+
+    def specs(self, fuse: bool, idle_timeout_ms: int | None, types: dict[str, str] | None = None, *,
+              head: Head | None = None, claims: Any = "own") -> list[OperatorSpec]:
+        """One :class:`~keygroups.operator.OperatorSpec` per operator, bound to ``types`` (the first
+        operator's input types; None: unbound). ``head``: a multi-input first operator (its
+        inputs, expected senders, upstream result columns); ``claims``: the stages whose commands
+        the first operator checks ("own": this chain's; None: no check, another operator of the
+        query does it)."""
+        ops = self.operators(fuse)
+        if claims == "own":
+            claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
+        specs: list[OperatorSpec] = []
+        results = head.results if head is not None else ()
+        for j, stages in enumerate(ops):
+            if types is not None:
+                first = stages[0]
+                if j == 0 and head is not None:
+                    in_types = types
+                elif router_of(first) is not None:
+                    in_types = dict(ingest_columns(first)) if j == 0 else types
+                else:
+                    in_types = {name: expression_type(expr, types, name) for name, expr in first.inputs().items()}
+                stages = bind_stages(stages, in_types)
+            spec = self.operator_spec(ops, j, stages, results, idle_timeout_ms, claims if j == 0 else None,
+                                      head if j == 0 else None)
+            specs.append(spec)
+            results = spec.result_columns
+            if types is not None:
+                types = dict(spec.output_columns())
+        return specs
+
+    def operator_spec(self, ops: Sequence[tuple[StageLogic, ...]], j: int, stages: tuple[StageLogic, ...],
+                      results_in: tuple, idle_timeout_ms: int | None, claims: tuple | None,
+                      head: Head | None) -> OperatorSpec:
+        """The spec of operator ``j`` of ``ops`` running ``stages`` (bound or not), after operators
+        that carry the emitted columns ``results_in``; emitted columns that clash are refused."""
+        nxt = ops[j + 1][0] if j + 1 < len(ops) else None
+        router = router_of(nxt) if nxt is not None else None
+        data_cols = list(router.columns if router is not None else stages[-1].output_columns())
+        # the next operator's Computed inputs are computed here, on the rows this operator emits
+        next_inputs = tuple(computed_inputs(nxt.inputs()).items()) if nxt is not None and router is None else ()
+        for name, c in next_inputs:
+            data_cols = [col for col in data_cols if col[0] != name] + [(name, c.type)]
+        last = nxt is None
+        emit = tuple(i for i, s in enumerate(stages) if s.name in self.emit and not (last and i == len(stages) - 1))
+        results = dict(results_in)
+        for i in emit:
+            for c, t in stages[i].output_columns() + [("event_time_ms", "bigint")]:
+                if results.setdefault(c, t) != t:
+                    raise InvalidArgumentError(f"emit: column {c!r} of stage {stages[i].name!r} is {t}, another emitted "
+                                               f"stage's is {results[c]}")
+        taken = dict(CONTROL_COLUMNS) | dict(data_cols)
+        for c, t in results.items():
+            if taken.get(c, t) != t:
+                raise InvalidArgumentError(f"emit: the emitted column {c!r} is {t}, but operator {stages[-1].name!r} "
+                                           f"outputs {c!r} as {taken[c]}: rename one of them (a key given as a dict "
+                                           "names it)")
+        ids = group_ids_of(stages[0])
+        return OperatorSpec(tuple(stages), router, tuple(data_cols), idle_timeout_ms if j == 0 else None,
+                            emit, tuple(results.items()), int(ids[0]) if ids else 0, claims, next_inputs,
+                            head.inputs if head is not None else (), head.expected if head is not None else ())
+
+
+def named_links(links: list[Link], taken: set | None = None) -> list[Link]:
     """Copies of the stages with unique names (defaults from the class name), none in ``taken``."""
     out, seen = [], set(taken or ())
     for link in links:
         s = link.stage
         name = s.name or re.sub(r"(?<!^)(?=[A-Z])", "_", type(s).__name__.removesuffix("Stage")).lower() or "stage"
-        name = _unused(name, seen)
+        name = unused_name(name, seen)
         seen.add(name)
         if name != s.name:
             s = copy.copy(s)
             object.__setattr__(s, "name", name)
-        out.append(_Link(s, link.fuse))
+        out.append(Link(s, link.fuse))
     return out
 
 
-def _unused(name: str, taken) -> str:
+def unused_name(name: str, taken) -> str:
     """``name``, or ``name_2``, ``name_3``, ... : the first not in ``taken``."""
     base, k = name, 2
     while name in taken:
@@ -81,16 +178,7 @@ def _unused(name: str, taken) -> str:
     return name
 
 
-def _distinct(upstreams: "dict | None") -> list:
-    """The distinct upstream pipelines of ``upstreams`` (by identity, in input order)."""
-    out: list = []
-    for u in (upstreams or {}).values():
-        if u is not None and not any(u is v for v in out):
-            out.append(u)
-    return out
-
-
-def _bind(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, ...]:
+def bind_stages(stages: Sequence[StageLogic], input_types: dict[str, str]) -> tuple[StageLogic, ...]:
     """Stages of one operator bound to their input types: the first to the routed rows' types,
     each fused one to the previous stage's output types through its plain-column inputs (and
     the declared types of its :class:`~keygroups.computed.Computed` ones)."""
@@ -98,13 +186,13 @@ def _bind(stages: Sequence[Stage], input_types: dict[str, str]) -> tuple[Stage, 
     for s in stages[1:]:
         produced = dict(bound[-1].output_columns()) | {"event_time_ms": "bigint"}
         types = {} if router_of(s) is not None else {
-            name: _type_of(expr, produced, None) for name, expr in s.inputs().items()
+            name: expression_type(expr, produced, None) for name, expr in s.inputs().items()
             if isinstance(expr, Computed) or plain_column(expr) in produced}
         bound.append(s.bind(types))
     return tuple(bound)
 
 
-def _type_of(expr: Any, types: dict[str, str], name: str | None) -> str:
+def expression_type(expr: Any, types: dict[str, str], name: str | None) -> str:
     """The Spark type of an input: a Computed's declared type, a plain column's type in ``types``,
     else (a SQL expression) the type ``types`` gives its ``name``, or ``string``."""
     if isinstance(expr, Computed):
@@ -136,14 +224,21 @@ def frame_types(frame: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def _configured(links: list[_Link]) -> list[_Link]:
-    """Each stage as :meth:`~keygroups.stage.Stage.followed_by` its successor configures it."""
+def ingest_columns(stage: StageLogic) -> list[tuple[str, str]]:
+    """The columns of source rows routed in Python by ``stage``: the contract's, the key group, the router's."""
+    names = {c for c, _ in CONTROL_COLUMNS}
+    return list(CONTROL_COLUMNS) + [(KEY_GROUP_COLUMN, "int")] + [c for c in router_of(stage).columns
+                                                                    if c[0] not in names]
+
+
+def configured_links(links: list[Link]) -> list[Link]:
+    """Each stage as :meth:`~keygroups.stage.StageLogic.followed_by` its successor configures it."""
     stages = [lk.stage for lk in links]
-    return [_Link(s.followed_by(stages[i + 1] if i + 1 < len(stages) else None), lk.fuse)
+    return [Link(s.followed_by(stages[i + 1] if i + 1 < len(stages) else None), lk.fuse)
             for i, (s, lk) in enumerate(zip(stages, links))]
 
 
-def _link_rates(stages: Sequence[Stage], rates: Sequence[float] | None) -> list[float]:
+def link_rates(stages: Sequence[StageLogic], rates: Sequence[float] | None) -> list[float]:
     """``rates`` validated: one finite number > 0 per link (default 1 each)."""
     n = len(stages) - 1
     if rates is None:
@@ -159,19 +254,19 @@ def _link_rates(stages: Sequence[Stage], rates: Sequence[float] | None) -> list[
     return [float(r) for r in rates]
 
 
-def _chain_links(links: Sequence[_Link], rates: Sequence[float]) -> tuple[list[frozenset], list[float | None]]:
+def chain_links(links: Sequence[Link], rates: Sequence[float]) -> tuple[list[frozenset], list[float | None]]:
     """The planner's view of the chain (:func:`~keygroups.fusion.plan_chain`): per stage its
-    partition attributes, ``{its key}`` (the previous stage's key when :func:`_fusable` says the
-    key is kept, else a new one), and per link its rate, None where :func:`_fusable` says no."""
+    partition attributes, ``{its key}`` (the previous stage's key when :func:`fusable` says the
+    key is kept, else a new one), and per link its rate, None where :func:`fusable` says no."""
     attributes, out = [frozenset({"key0"})], []
     for i in range(1, len(links)):
-        kept = _fusable(links[i - 1].stage, links[i].stage, links[i].fuse)
+        kept = fusable(links[i - 1].stage, links[i].stage, links[i].fuse)
         attributes.append(attributes[-1] if kept else frozenset({f"key{i}"}))
         out.append(rates[i - 1] if kept else None)
     return attributes, out
 
 
-def _fusable(prev: Stage, stage: Stage, fuse: bool | None) -> bool:
+def fusable(prev: StageLogic, stage: StageLogic, fuse: bool | None) -> bool:
     """Whether ``stage`` keeps ``prev``'s key (so it may run fused after it), by the fusion rule of
     :mod:`keygroups.pipeline`; ``fuse=True`` forces it or refuses, ``fuse=False`` forbids it."""
     if fuse is False:

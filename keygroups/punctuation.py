@@ -176,12 +176,14 @@ class InputWatermarks:
 
     @property
     def low_watermark_ms(self) -> int | None:
+        """The minimum of the inputs' low watermarks (monotone), or ``None`` until every input has one."""
         marks = list(self.per_input().values())
         if None not in marks and (self._low_ms is None or min(marks) > self._low_ms):
             self._low_ms = min(marks)
         return self._low_ms
 
     def to_bytes(self) -> bytes:
+        """Compact serialisation, for Spark state: the low watermark and each input's tracker."""
         return json.dumps([self._low_ms, {n: t.to_bytes().decode() for n, t in self.trackers.items()}],
                           separators=(",", ":")).encode()
 

@@ -1,26 +1,92 @@
-"""The Spark steps of a pipeline's plan before each operator's shuffle (pyspark imported on use).
+"""A chain's Spark plan: the steps before each operator's shuffle, and the operators (pyspark imported on use).
 
-The epoch-ms columns the stage layer reads (:func:`_with_ms_columns`), ``Computed`` inputs of
-the first operator (:func:`_compute_spark`), Python routing of the source's rows with or
-without packing (:func:`_ingest`, :func:`_ingest_packed`), and the slim shuffle input of a first
-operator (:func:`_slim`). :meth:`keygroups.Pipeline.apply` and :func:`keygroups.fan_in.tag_spark`
-build on them. Names with an underscore are the stage layer's own, not API.
+:func:`apply_chain` builds the plan of a chain's operators on a streaming DataFrame of the row
+contract. Before each operator's shuffle: the epoch-ms columns the stage layer reads
+(:func:`with_ms_columns`); the first operator's inputs, as SQL expressions or ``Computed`` values
+(:func:`compute_spark`: in the JVM where they have a SQL form, else one ``mapInPandas`` step); or
+Python routing of the source's rows (one ``mapInPandas`` step, packing included where it can);
+then the key group by the one routing function (:func:`keygroups.routing.with_key_groups`) and a
+slim shuffle input, packed into Arrow blobs per task and key group for the first operator
+(:mod:`keygroups.packed`). Each operator is a ``transformWithStateInPandas`` of a
+:class:`~keygroups.processor.StageProcessor` grouped by key group. The local runner
+(:mod:`keygroups.frames`) runs the same routing and packing code in pandas.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
-from dataflow_kafka.keygroups.computed import Computed, evaluate
-from dataflow_kafka.keygroups.contract import CONTROL_NAMES, schema_ddl
-from dataflow_kafka.keygroups.frames import _ingest_columns, _ingest_frame, _pack_frame
+from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate, json_field_source
+from dataflow_kafka.keygroups.contract import CONTROL_NAMES, KIND_DATA, schema_ddl
+from dataflow_kafka.keygroups.frames import ingest_frame, pack_frame, packable
+from dataflow_kafka.keygroups.operator import OperatorSpec
+from dataflow_kafka.keygroups.plan import Chain, Head, bind_stages, ingest_columns, plain_column
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
-from dataflow_kafka.keygroups.stage import Stage
+from dataflow_kafka.keygroups.stage import INPUT_COLUMN, StageLogic, group_ids_of, key_columns_of, router_of
 
-__all__: list[str] = []
+__all__ = ["apply_chain", "with_ms_columns", "compute_spark"]
 
 
-def _with_ms_columns(df):
+def apply_chain(chain: Chain, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
+                head: Head | None = None, claims: Any = "own") -> tuple[Any, list[OperatorSpec]]:
+    """Spark: ``chain``'s operators on ``df`` (with ``head``: ``df`` is the multi-input first
+    operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``, the specs
+    bound to the types Spark gives each operator's input. ``claims`` as :meth:`Chain.specs`."""
+    from pyspark.sql import functions as F
+
+    from dataflow_kafka.keygroups.processor import StageProcessor, deferred
+    from dataflow_kafka.keygroups.routing import with_key_groups
+
+    ops = chain.operators(fuse)
+    if claims == "own":
+        claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
+    results: tuple = head.results if head is not None else ()
+    specs: list[OperatorSpec] = []
+    for j, stages in enumerate(ops):
+        first = stages[0]
+        n = first.num_key_groups
+        packed = pack_source and j == 0
+        if j == 0 and head is not None:
+            routed = with_key_groups(df, key_columns_of(first), n)
+            inputs = [INPUT_COLUMN] + [c for c in head.columns if c != INPUT_COLUMN]
+            slim, types = _slim(routed, inputs, results, packed, n)
+        elif packed and router_of(first) is not None and packable(first):
+            # ingest, marker fan-out and packing in one Python step (one Python worker round trip)
+            slim, types = _ingest_packed(df, first, n, group_ids_of(first))
+        else:
+            if router_of(first) is not None:
+                if j == 0:
+                    df = _ingest(df, first)
+                routed = with_key_groups(df, None, n, group_ids=group_ids_of(first))
+                inputs = [c for c, _ in router_of(first).columns]
+            else:
+                exprs = first.inputs()
+                df = with_ms_columns(df)
+                if j == 0 and computed_inputs(exprs):
+                    df = compute_spark(df, computed_inputs(exprs))
+                sql = {name: e for name, e in exprs.items()
+                       if not isinstance(e, Computed) and plain_column(e) != name}
+                if sql and j == 0:
+                    df = df.withColumns({name: F.expr(expr) for name, expr in sql.items()})
+                elif sql:       # on data rows only: result rows keep their own columns (Pipeline.emit)
+                    is_data = F.col("kind") == KIND_DATA
+                    df = df.withColumns({name: F.when(is_data, F.expr(expr)).otherwise(
+                        F.col(name) if name in df.columns else F.lit(None)) for name, expr in sql.items()})
+                routed = with_key_groups(df, key_columns_of(first), n)
+                inputs = list(exprs)
+            slim, types = _slim(routed, inputs, results, packed, n)
+        spec = chain.operator_spec(ops, j, bind_stages(stages, types), results, idle_timeout_ms,
+                                   claims if j == 0 else None, head if j == 0 else None)
+        specs.append(spec)
+        results = spec.result_columns
+        df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
+            deferred(StageProcessor(spec, packed)), schema_ddl(spec.output_columns()), "Append", "None")
+    return df, specs
+
+
+def with_ms_columns(df):
+    """``df`` with ``event_time_ms``, ``punctuation_ms`` and ``processing_time_ms`` (epoch
+    milliseconds, what the stage layer reads) from the source's timestamp columns, where missing."""
     from pyspark.sql import functions as F
 
     for ts in ("event_time", "punctuation", "processing_time"):
@@ -73,8 +139,55 @@ def _timestamps_back(df, names: Sequence[str]):
     return df.withColumns({n: F.timestamp_micros(n) for n in names}) if names else df
 
 
-def _compute_spark(df, computed: dict[str, Computed]):
-    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs (first operator) on data rows."""
+def compute_spark(df, computed: dict[str, Computed]):
+    """Spark: the ``computed`` inputs (first operator) added on data rows (null on the others):
+    those with a :attr:`~keygroups.computed.Computed.sql` form as JVM expressions, the rest in one
+    ``mapInPandas`` step."""
+    from pyspark.sql import functions as F
+
+    in_jvm = {n: c for n, c in computed.items() if c.sql is not None}
+    if in_jvm:
+        is_data = F.col("kind") == KIND_DATA if "kind" in df.columns else F.lit(True)
+        exprs = {n: F.expr(c.sql) for n, c in in_jvm.items()}
+        parses, shared = _shared_json_parses(df, in_jvm)
+        if parses:                            # one parse per column, a projection of its own
+            df = df.withColumns(parses)
+        exprs.update(shared)
+        df = df.withColumns({n: F.when(is_data, e.cast(in_jvm[n].type)) for n, e in exprs.items()})
+        df = df.drop(*parses)
+    rest = {n: c for n, c in computed.items() if c.sql is None}
+    return _compute_python(df, rest) if rest else df
+
+
+def _shared_json_parses(df, computed: dict[str, Computed]) -> tuple[dict, dict]:
+    """The :func:`~keygroups.computed.json_field` inputs that read several fields of one column,
+    from one ``from_json`` of that column (one parse per row instead of one per field): ``({temporary
+    column: the parse}, {input: its field of the parse})``. The same values as one ``from_json``
+    per field while Spark keeps a record's other fields when one does not convert
+    (``spark.sql.json.enablePartialResults``, the default); otherwise nothing is shared."""
+    from pyspark.sql import functions as F
+
+    if df.sparkSession.conf.get("spark.sql.json.enablePartialResults", "true").lower() != "true":
+        return {}, {}
+    by_column: dict[str, dict[str, tuple[str, str]]] = {}
+    for n, c in computed.items():
+        src = json_field_source(c)
+        if src is not None:
+            by_column.setdefault(src[0], {})[n] = (src[1], c.type)
+    parses, shared = {}, {}
+    for column, fields in by_column.items():
+        names = {f for f, _ in fields.values()}
+        if len(fields) < 2 or len(names) != len({(f, t) for f, t in fields.values()}):
+            continue                  # one field, or one field read as two types: a parse each
+        schema = ", ".join(f"`{f}` {t.upper()}" for f, t in dict(fields.values()).items())
+        tmp = f"__json_{column}"
+        parses[tmp] = F.from_json(F.col(column).cast("string"), schema)
+        shared.update({n: F.col(tmp).getField(f) for n, (f, _) in fields.items()})
+    return parses, shared
+
+
+def _compute_python(df, computed: dict[str, Computed]):
+    """Spark: a ``mapInPandas`` step adding the ``computed`` inputs on data rows."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
     df, stamps, tz = _timestamps_as_micros(df)
@@ -91,31 +204,31 @@ def _compute_spark(df, computed: dict[str, Computed]):
     return _timestamps_back(df.mapInPandas(compute, schema), stamps)
 
 
-def _ingest(df, stage: Stage):
+def _ingest(df, stage: StageLogic):
     """Spark: a ``mapInPandas`` step routing the source's data rows in Python (``stage``'s router)."""
-    df, stamps, tz = _timestamps_as_micros(_with_ms_columns(df))
+    df, stamps, tz = _timestamps_as_micros(with_ms_columns(df))
 
     def ingest(frames):
         for pdf in frames:
-            yield _ingest_frame(_datetimes(pdf, stamps, tz), stage)
+            yield ingest_frame(_datetimes(pdf, stamps, tz), stage)
 
-    return df.mapInPandas(ingest, schema_ddl(_ingest_columns(stage)))
+    return df.mapInPandas(ingest, schema_ddl(ingest_columns(stage)))
 
 
-def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
-    """Spark: the source's rows routed in Python by ``stage`` (:func:`_ingest_frame`), punctuation
+def _ingest_packed(df, stage: StageLogic, n: int, ids: Sequence[int] | None = None):
+    """Spark: the source's rows routed in Python by ``stage`` (:func:`ingest_frame`), punctuation
     and modification rows copied to every key group, other rows to the first key group (as
     :func:`~keygroups.routing.with_key_groups` does), and each key group's rows of a task packed
     into Arrow IPC blobs (:mod:`keygroups.packed`), in one ``mapInPandas`` step: rows
     ``(key_group, payload)``. Also returns the packed columns' Spark types."""
     from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN
 
-    columns = [c for c in _ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
-    df, stamps, tz = _timestamps_as_micros(_with_ms_columns(df))
+    columns = [c for c in ingest_columns(stage) if c[0] != KEY_GROUP_COLUMN]
+    df, stamps, tz = _timestamps_as_micros(with_ms_columns(df))
 
     def ingest(frames):
         for pdf in frames:
-            out = _pack_frame(_ingest_frame(_datetimes(pdf, stamps, tz), stage), columns, n, ids)
+            out = pack_frame(ingest_frame(_datetimes(pdf, stamps, tz), stage), columns, n, ids)
             if len(out):
                 yield out
 
@@ -124,7 +237,7 @@ def _ingest_packed(df, stage: Stage, n: int, ids: Sequence[int] | None = None):
 
 
 def _slim(routed, inputs: list[str], results: tuple, packed: bool, n: int):
-    """The first operator's shuffle input: key group, control columns, ``inputs``, carried emitted
+    """An operator's shuffle input: key group, control columns, ``inputs``, carried emitted
     columns (``results``), packed into Arrow blobs when ``packed``; and the columns' types."""
     from dataflow_kafka.keygroups.packed import pack_key_groups
 

@@ -1,7 +1,7 @@
 """The stage protocol: what an engine adapter implements once to run in any pipeline.
 
-A :class:`Stage` is a small picklable object holding the logic of one keyed operator (a slicer,
-a Dataflow trigger, an optimistic stage, ...). Per micro-batch and key group it gets a
+A stage (:class:`keygroups.Stage`, with the hooks of :class:`StageLogic`) is a small picklable
+object holding the logic of one keyed operator (a slicer, a Dataflow trigger, an optimistic stage, ...). Per micro-batch and key group it gets a
 :class:`StageInput` (data rows, modification punctuations, the input low watermark, the batch's
 processing time) and returns a :class:`StageOutput` (data rows, its **output low watermark**,
 reports). The framework (:mod:`keygroups.processor`, :mod:`keygroups.pipeline`) does the rest
@@ -16,13 +16,13 @@ barrier, its release bound. The framework keeps it monotone and sends it downstr
 punctuation row after the batch's data rows.
 
 A stage implements four hooks (abstract: a subclass missing one cannot be instantiated):
-:meth:`Stage.routing`, :meth:`Stage.output_columns`, :meth:`Stage.new_state` and
-:meth:`Stage.process`; the state codec has a default (pickle), every other hook a default that
+:meth:`StageLogic.routing`, :meth:`StageLogic.output_columns`, :meth:`StageLogic.new_state` and
+:meth:`StageLogic.process`; the state codec has a default (pickle), every other hook a default that
 suits most stages. A worked example: :mod:`keygroups.examples`.
 
-How a stage gets its input: :meth:`Stage.routing`, one value
------------------------------------------------------------
-- **the key column(s)** (a name or a list of names among :meth:`Stage.inputs`): named input
+How a stage gets its input: :meth:`StageLogic.routing`, one value
+-----------------------------------------------------------------
+- **the key column(s)** (a name or a list of names among :meth:`StageLogic.inputs`): named input
   columns given as SQL expressions over the upstream rows (the source's, or the previous
   stage's), which Spark evaluates before the shuffle; the key columns are hashed in the JVM. A
   stage whose inputs are plain column names of the previous stage's output, keyed by that stage's
@@ -31,7 +31,7 @@ How a stage gets its input: :meth:`Stage.routing`, one value
   native output) returning the rows to send and their key groups (computed with
   :func:`keygroups.key_group_of`, the same function the JVM computes), with the columns of those
   rows. It runs in the upstream processor, or in a ``mapInPandas`` step after the source.
-- **Several inputs** (:meth:`Stage.stage_inputs`, e.g. a join; ``routing()`` names the key
+- **Several inputs** (:meth:`StageLogic.stage_inputs`, e.g. a join; ``routing()`` names the key
   columns): named :class:`Input` s, each with its own column expressions (the key columns under
   the same names in every input) and its rows (``select``/``where`` on the upstream's data rows).
   The layer unions the inputs' rows with an ``input`` column, routes them by the one routing
@@ -39,9 +39,9 @@ How a stage gets its input: :meth:`Stage.routing`, one value
   and their minimum (``watermark_ms``). Such a stage starts an operator;
   :meth:`keygroups.Pipeline.join` says where each input comes from.
 
-This module imports only the row contract: composition (:meth:`Stage.then`) is
-:class:`keygroups.Pipeline`'s, which registers itself here when :mod:`keygroups.pipeline` is
-imported (importing anything of ``dataflow_kafka.keygroups`` does).
+The hooks are :class:`StageLogic`'s, which the stage layer runs; an engine subclasses
+:class:`keygroups.Stage` (:mod:`keygroups.pipeline`), the same hooks and composition
+(``then``, ``>>``) into a :class:`keygroups.Pipeline`. This module imports only the row contract.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ import pandas as pd
 from dataflow_kafka.keygroups.contract import Modification
 from dataflow_kafka.errors import InvalidArgumentError, PlanError
 
-__all__ = ["Stage", "StageInput", "StageOutput", "Dropped", "PythonRouter", "Input", "INPUT_COLUMN",
-           "key_columns_of", "router_of", "group_ids_of", "check_routing", "register_pipeline"]
+__all__ = ["StageLogic", "StageInput", "StageOutput", "Dropped", "PythonRouter", "Input", "INPUT_COLUMN",
+           "key_columns_of", "router_of", "group_ids_of", "check_routing"]
 
 #: The column that tags a multi-input stage's rows with the name of their input.
 INPUT_COLUMN = "input"
@@ -65,7 +65,7 @@ INPUT_COLUMN = "input"
 
 @dataclass(frozen=True, eq=False)
 class PythonRouter:
-    """Python routing (:meth:`Stage.routing`): a stage whose key is computed in Python.
+    """Python routing (:meth:`StageLogic.routing`): a stage whose key is computed in Python.
 
     ``route(upstream_data) -> (rows, key group per row)``: the rows to send (a frame with
     ``event_time_ms`` and ``columns``) from the upstream data (source rows as a frame, or the
@@ -87,7 +87,7 @@ class PythonRouter:
     columns: Sequence[tuple[str, str]] = ()
     group_ids: Sequence[int] | None = None
     fused: Callable[[Any], tuple[Any, Any]] | None = None
-    fusable_after: Callable[["Stage"], bool] | None = None
+    fusable_after: Callable[["StageLogic"], bool] | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.route):
@@ -120,7 +120,7 @@ class StageInput:
 
 @dataclass(frozen=True)
 class Input:
-    """One input of a multi-input stage (:meth:`Stage.stage_inputs`).
+    """One input of a multi-input stage (:meth:`StageLogic.stage_inputs`).
 
     ``name``: the input's name (unique in the stage; the ``input`` column of its rows).
     ``columns``: ``{column: SQL expression or keygroups.Computed}`` over the upstream's rows,
@@ -177,8 +177,9 @@ class StageOutput:
     command_errors: list[str] = field(default_factory=list)
 
 
-class Stage(ABC):
-    """Base class of a stage's logic. Subclasses are picklable values (no Spark objects).
+class StageLogic(ABC):
+    """The hooks of a stage, what the stage layer runs. Subclasses are picklable values (no Spark
+    objects); an engine subclasses :class:`keygroups.Stage`, which adds composition.
 
     Required (abstract): :meth:`routing`, :meth:`output_columns`, :meth:`new_state`,
     :meth:`process`. Set ``name`` (unique in a pipeline; the builder fills a default) and
@@ -208,13 +209,13 @@ class Stage(ABC):
         present in each). None (default): one input, given by :meth:`inputs` or the router."""
         return None
 
-    def followed_by(self, downstream: "Stage | None") -> "Stage":
+    def followed_by(self, downstream: "StageLogic | None") -> "StageLogic":
         """This stage as configured for a pipeline where ``downstream`` follows it (None: the last
         stage). Returns ``self`` or a configured copy (e.g. an optimistic stage adds the barrier
         when no optimistic stage follows)."""
         return self
 
-    def bind(self, input_types: dict[str, str]) -> "Stage":
+    def bind(self, input_types: dict[str, str]) -> "StageLogic":
         """This stage for inputs of these Spark types (``{input name: DDL type}``), e.g. to give its
         key output columns the key's type. Called by :meth:`Pipeline.apply`; default ``self``."""
         return self
@@ -249,6 +250,15 @@ class Stage(ABC):
         """The state :meth:`dump_state` wrote (default: unpickled)."""
         return pickle.loads(bytes(blob))
 
+    def describe_state(self, state: Any) -> Any:
+        """What a key group's state holds, for people (:func:`keygroups.state_view.read_state`):
+        one row per item (:func:`keygroups.state_view.state_item`: ``item`` such as ``window``,
+        ``slice``, ``held``, ``query``; ``key``, ``query_id``, ``start_ms``, ``end_ms``,
+        ``count``; any other field is detail), as a list of dicts or a DataFrame of those
+        columns. Default: one ``state`` row holding the state (its ``repr`` shown); the engines
+        describe their windows, slices and held records."""
+        return [{"item": "state", "state": state}]
+
     @abstractmethod
     def process(self, state: Any, batch: StageInput) -> StageOutput:
         """One micro-batch of one key group: apply ``batch.modifications`` (those meant for this
@@ -263,37 +273,16 @@ class Stage(ABC):
         raise InvalidArgumentError(f"stage {self.name!r} ({type(self).__name__}) has no results to fold: its data "
                                    "rows are its output as they come")
 
-    # -- composition ------------------------------------------------------------------------------
-    def then(self, other: "Stage", fuse: bool | None = None):
-        """A :class:`~keygroups.pipeline.Pipeline` of this stage followed by ``other``."""
-        if _PIPELINE is None:
-            raise PlanError("Stage.then: no pipeline class registered (import dataflow_kafka.keygroups)")
-        return _PIPELINE([self]).then(other, fuse=fuse)
-
-    def __rshift__(self, other: "Stage"):
-        return self.then(other)
-
-
-#: The class :meth:`Stage.then` composes with: :class:`keygroups.pipeline.Pipeline`, registered when
-#: its module is imported (so this module needs no import of it).
-_PIPELINE: Callable[[Sequence[Stage]], Any] | None = None
-
-
-def register_pipeline(cls: Callable[[Sequence[Stage]], Any]) -> None:
-    """Make ``cls`` (``cls([stage])`` has ``then``) the composition of :meth:`Stage.then`."""
-    global _PIPELINE
-    _PIPELINE = cls
-
 
 # -- routing, as the layer reads it -----------------------------------------------------------------
 
-def router_of(stage: Stage) -> PythonRouter | None:
+def router_of(stage: StageLogic) -> PythonRouter | None:
     """``stage``'s :class:`PythonRouter`, or None when it routes by key columns."""
     r = stage.routing()
     return r if isinstance(r, PythonRouter) else None
 
 
-def key_columns_of(stage: Stage) -> list[str] | None:
+def key_columns_of(stage: StageLogic) -> list[str] | None:
     """``stage``'s key columns (column routing), or None when it routes in Python; a routing
     that is neither is refused, naming the stage."""
     r = stage.routing()
@@ -306,7 +295,7 @@ def key_columns_of(stage: Stage) -> list[str] | None:
     return keys
 
 
-def check_routing(stage: Stage) -> None:
+def check_routing(stage: StageLogic) -> None:
     """Refuse, naming the stage, a routing that is neither a router nor key columns, or key
     columns that are not among its inputs (each input's, for a multi-input stage)."""
     keys = key_columns_of(stage)
@@ -321,7 +310,7 @@ def check_routing(stage: Stage) -> None:
                             f"among {name} {sorted(columns)}")
 
 
-def group_ids_of(stage: Stage) -> list[int] | None:
+def group_ids_of(stage: StageLogic) -> list[int] | None:
     """The grouping values of a Python-routed stage whose router names them (None: ``0..n-1``)."""
     r = router_of(stage)
     return list(r.group_ids) if r is not None and r.group_ids is not None else None

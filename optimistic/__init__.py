@@ -1,4 +1,5 @@
-"""FlameStream's optimistic out-of-order processing (seeds/flamestream-optimistic.txt, §IV-V).
+"""FlameStream's optimistic out-of-order processing (Kuralenok et al., "An optimistic approach to
+handle out-of-order events within analytical stream processing", §IV-V).
 
 Order-sensitive operators normally wait for a punctuation before they process. Here they do not:
 every stage handles items at once, inserts late ones where the total order puts them, and sends
@@ -42,6 +43,10 @@ Example
 >>> [i.payload for i in r.released], r.tombstones_in
 ([(1,), (2,), (1, 3), (2, 4)], 1)
 """
+
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.optimistic")  # one name per file: never `import optimistic`
 
 from dataflow_kafka.optimistic.barrier import Barrier, BarrierCounters
 from dataflow_kafka.optimistic.buffered import BufferedPipeline

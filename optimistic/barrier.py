@@ -143,6 +143,11 @@ class Barrier:
         c.released += len(out)
         return out
 
+    def held(self) -> list[tuple[Meta, Any, int]]:
+        """What waits for release, in order: ``(meta, payload, count)`` (a negative count: a
+        tombstone waiting for its item); read only."""
+        return [(s.meta, s.payload, s.count) for s in self._slots]
+
     def to_bytes(self) -> bytes:
         slots = [(s.meta, s.payload, s.count, s.since) for s in self._slots]
         return pickle.dumps((_FORMAT, self.released_below_ms, asdict(self.counters), slots), protocol=5)

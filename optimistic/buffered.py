@@ -17,13 +17,13 @@ from typing import Sequence
 
 from dataflow_kafka.optimistic.barrier import Barrier, BarrierCounters
 from dataflow_kafka.optimistic.order import Item
-from dataflow_kafka.optimistic.pipeline import _Pipeline
+from dataflow_kafka.optimistic.pipeline import PipelineBase
 from dataflow_kafka.optimistic.stages import Operation
 
 __all__ = ["BufferedPipeline"]
 
 
-class BufferedPipeline(_Pipeline):
+class BufferedPipeline(PipelineBase):
     """One buffer before each order-sensitive stage; the same interface as the optimistic one."""
 
     def __init__(self, stages: Sequence[Operation], *, gc: bool = True) -> None:

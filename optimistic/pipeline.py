@@ -21,12 +21,12 @@ from dataflow_kafka.optimistic.replay import KeyedState
 from dataflow_kafka.optimistic.stages import Operation
 from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["OptimisticPipeline"]
+__all__ = ["OptimisticPipeline", "PipelineBase"]
 
 _FORMAT = 1
 
 
-class _Pipeline:
+class PipelineBase:
     """What both pipelines share: stages, their states, and (de)serialisation of the states."""
 
     def __init__(self, stages: Sequence[Operation], *, gc: bool = True) -> None:
@@ -62,7 +62,7 @@ class _Pipeline:
         return p
 
 
-class OptimisticPipeline(_Pipeline):
+class OptimisticPipeline(PipelineBase):
     """Stages applied optimistically, then a single barrier."""
 
     buffering_stages = 1

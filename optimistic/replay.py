@@ -171,6 +171,19 @@ class KeyedState:
         log = self._logs.get(key)
         return self.initial_state if log is None else log.base_state
 
+    def log(self, key: Hashable) -> list[tuple[Meta, Any, int]]:
+        """The entries ``key``'s log holds (``(meta, payload, count)``, in order; a negative
+        count: a tombstone waiting for its item); read only."""
+        log = self._logs.get(key)
+        return [] if log is None else [(e.meta, e.payload, e.count) for e in log.entries]
+
+    def last_state(self, key: Hashable) -> Any:
+        """The state of ``key`` after every entry held (what its next item starts from)."""
+        log = self._logs.get(key)
+        if log is None:
+            return self.initial_state
+        return log.entries[-1].state if log.entries else log.base_state
+
     def to_bytes(self) -> bytes:
         logs = {
             key: (log.base_state, [(e.meta, e.payload, e.count, e.state, e.outputs) for e in log.entries])

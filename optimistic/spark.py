@@ -104,6 +104,8 @@ def read_metrics(records: Sequence[Any]) -> dict:
         if m.get("kind") in ("dropped", "error"):
             late += m.get("dropped_count") or 0
             continue
+        if "key_group" not in m:
+            continue            # another stage's metrics row (keygroups.metrics), not a barrier's counters
         kg = m["key_group"]
         if kg not in newest or (m["processing_time_ms"] or 0, m["released"]) >= (
                 newest[kg]["processing_time_ms"] or 0, newest[kg]["released"]):

@@ -53,6 +53,7 @@ import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, PythonRouter, Stage, StageInput, StageOutput, key_group_of
 from dataflow_kafka.keygroups.contract import CONTROL_NAMES
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.optimistic.barrier import Barrier
 from dataflow_kafka.optimistic.order import Item, Meta
 from dataflow_kafka.optimistic.replay import KeyedState
@@ -204,6 +205,31 @@ class OptimisticStage(Stage):
         st, buf = pickle.loads(blob)
         return {"state": KeyedState.from_bytes(st), "buffer": Barrier.from_bytes(buf)}
 
+    def describe_state(self, state: dict) -> list[dict]:
+        """Per key of the order-sensitive stage its log (``log``: ``count`` entries held for
+        replay, their ``[start_ms, end_ms)``, ``state`` after them); the items the barrier (or,
+        ``mode="buffered"``, the sort buffer) holds (``held``: one per item, ``start_ms`` its event
+        time, ``count`` -1 for a tombstone waiting for its item) and ``barrier`` (``start_ms``:
+        the bound released so far, items below it leave no more)."""
+        logs: KeyedState = state["state"]
+        rows = []
+        for key in logs.keys():
+            entries = logs.log(key)
+            times = [m.time_ms for m, _, _ in entries]
+            waiting = sum(1 for _, _, n in entries if n < 0)
+            rows.append(state_item("log", key=key, start_ms=min(times, default=None),
+                                   end_ms=max(times) + 1 if times else None, count=len(entries),
+                                   state=logs.last_state(key), waiting_tombstones=waiting or None))
+        buffer: Barrier = state["buffer"]
+        held = buffer.held()
+        if held or buffer.released_below_ms is not None:
+            kind = "sort" if self.mode == "buffered" else "barrier"
+            rows.append(state_item("barrier", start_ms=_bound(buffer.released_below_ms), count=len(held),
+                                   buffer=kind, released=buffer.counters.released))
+            rows += [state_item("held", start_ms=m.time_ms, count=n, partition=m.source, offset=m.offset,
+                                path=m.path or None, payload=payload, buffer=kind) for m, payload, n in held]
+        return rows
+
     # -- one batch --------------------------------------------------------------------------------
     def process(self, state: dict, batch: StageInput) -> StageOutput:
         w, now = batch.watermark_ms, batch.processing_time_ms or 0
@@ -262,6 +288,11 @@ class OptimisticStage(Stage):
 
 
 _CONTROL = set(CONTROL_NAMES) | {"key_group"}   # the contract's columns: not part of a row's payload
+
+
+def _bound(ms: int | float | None) -> int | None:
+    """A release bound as ms (an infinite one, the end of input, as None)."""
+    return int(ms) if ms is not None and math.isfinite(ms) else None
 
 
 def optimistic_stages(stages: Sequence, *, mode: str = "optimistic", key_groups: int | Sequence[int] = 4,

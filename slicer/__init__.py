@@ -1,4 +1,5 @@
-"""General stream slicing for window aggregation (Scotty, ``seeds/scotty-slicing.txt`` §4-9).
+"""General stream slicing for window aggregation (Traub et al., "Scotty: General and Efficient
+Open-Source Window Aggregation for Stream Processing Systems", TODS 2021, §4-9).
 
 Many concurrent window queries over one stream share one set of *slices*: non-overlapping
 chunks of the stream with one partial aggregate each. Every record updates exactly one
@@ -50,6 +51,10 @@ On Spark
 (``docs/stages.md``); :func:`slicer.spark.slice_windows` (also ``slicer.slice_windows``, imported
 lazily: ``import slicer`` does not import pyspark) is the one-stage pipeline.
 """
+
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.slicer")  # one name per file: never `import slicer`
 
 from dataflow_kafka.slicer.context_windows import (
     ContextAwareWindow, ForwardContextAwareWindow, ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow,

@@ -1,4 +1,4 @@
-"""Shared definitions into the slicer's runtime (STYLE habit 1: specs compiled by the engine).
+"""Shared definitions into the slicer's runtime: specs users write, compiled by the engine.
 
 :func:`compile_window` turns a :mod:`windowing` window into the runtime window the operator
 slices by (Scotty §5.4.2's window interface), by the window's ``shape`` (:data:`RUNTIMES`, one

@@ -40,7 +40,7 @@ another order).
 Queries added while running (:meth:`KeyedSlicingOperator.add_window`, ``apply(command)``; time
 tumbling and sliding windows only) cover what the table still holds, from a **coverage start**
 ``C_k`` per key on (windows of key ``k`` starting before it are never reported), decided so that
-which windows appear does not depend on which keys share a key group (issue 22). ``C_k`` is the
+which windows appear does not depend on which keys share a key group. ``C_k`` is the
 latest of:
 
 * ``U``, the same in every key group: the highest eviction cut so far (the first start, over the
@@ -63,14 +63,15 @@ it can cover more).
 from __future__ import annotations
 
 import pickle
-from typing import Hashable, Sequence
+from typing import Hashable
 
 import numpy as np
 
 from dataflow_kafka.slicer.compile import compile_window
-from dataflow_kafka.slicer.results import WindowResults, object_array
+from dataflow_kafka.slicer.key_codes import KeyCodes
+from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME, progression_points
-from dataflow_kafka.windowing.components import Picked, Reduced, component
+from dataflow_kafka.windowing.components import Picked, Reduced, table_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, next_query_id
 from dataflow_kafka.errors import CapacityError, InvalidArgumentError, NotFoundError
 
@@ -84,7 +85,7 @@ _STRUCTURE = ("kc", "cell", "tmax", "dirty")
 _PAIRS_PER_CHUNK = 1 << 20
 
 
-class KeyedSlicingOperator(WindowQueries):
+class KeyedSlicingOperator(KeyCodes, WindowQueries):
     """Tumbling and sliding time windows with aggregations vectorised over reduced or picked
     components (Sum, Count, Min, Max, Mean, M4, ...) for many keys at once.
 
@@ -119,12 +120,10 @@ class KeyedSlicingOperator(WindowQueries):
         self._held_from = _NO_LIMIT          # U (module docstring)
         self._held_key: dict = {}            # key -> its own bound beyond U
         self._rebuild()
-        self.keys: list = []
-        self._codes: dict = {}
+        self._reset_codes()
         self.watermark: int | None = None
         #: The components the table keeps (``count`` always: whether a slice holds records).
-        self.components = {name: component(name) for name in
-                           dict.fromkeys(("count", *(n for a in self.aggregations for n in a.vectorised.components)))}
+        self.components = table_components(self.aggregations, (Reduced, Picked))
         self._seq = 0                            # arrival number of the next accepted record
         self._empty_table()
 
@@ -143,7 +142,7 @@ class KeyedSlicingOperator(WindowQueries):
         return (bool(qs) and bool(template.aggregations)
                 and all(q.window.periodic and q.measure is TIME and q.context is None
                         and q.start_at == _NO_LIMIT and not q.fresh for q in qs)
-                and all(_table_components(a) for a in template.aggregations)
+                and table_components(template.aggregations, (Reduced, Picked)) is not None
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
 
     # ------------------------------------------------------------------ queries at runtime
@@ -243,31 +242,11 @@ class KeyedSlicingOperator(WindowQueries):
             out[lo:lo + step] = (t - (t - self._phases[:, None]) % self._periods[:, None]).max(axis=0)
         return out
 
-    def codes_of(self, keys: Sequence[Hashable]) -> np.ndarray:
-        """Codes of ``keys``, registering new ones (in order)."""
-        out = np.empty(len(keys), np.int64)
-        for i, k in enumerate(keys):
-            c = self._codes.get(k)
-            if c is None:
-                c = self._codes[k] = len(self.keys)
-                self.keys.append(k)
-            out[i] = c
-        return out
-
     # ------------------------------------------------------------------ records
     def process_elements(self, codes: np.ndarray, values: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Add records (key codes from :meth:`codes_of`, values, event times; any order).
         Returns the number of records dropped as too late, per key code (length ``len(keys)``)."""
-        codes = np.asarray(codes, np.int64)
-        values = np.asarray(values, np.float64)
-        ts = np.asarray(ts, np.int64)
-        dropped = np.zeros(len(self.keys), np.int64)
-        if self.watermark is not None and ts.size:
-            late = ts < self.watermark - self.allowed_lateness_ms
-            if late.any():
-                dropped += np.bincount(codes[late], minlength=len(self.keys))
-                keep = ~late
-                codes, values, ts = codes[keep], values[keep], ts[keep]
+        dropped, codes, values, ts = self._drop_late(codes, values, ts)
         if ts.size == 0:
             return dropped
         if not self.query_ids:                   # not kept: a query added later starts past them
@@ -337,7 +316,7 @@ class KeyedSlicingOperator(WindowQueries):
         own = self._own_starts()
         changed = upd & ~self.fresh[q]           # updates that need records since the last watermark
         self.fresh[:] = False
-        codes, results = self._windows(q, s, e, upd, names, changed, own)
+        codes, results, _ = self._windows(q, s, e, upd, names, changed, own)
         keys = object_array(self.keys)[codes]
         self.watermark = wm
         self.dirty[:] = False
@@ -346,14 +325,9 @@ class KeyedSlicingOperator(WindowQueries):
         return keys, results
 
     def _forget_idle_keys(self) -> None:
-        used = np.zeros(len(self.keys), bool)
-        used[self.kc] = True
-        if used.all():
-            return
-        remap = np.cumsum(used) - 1
-        self.kc = remap[self.kc]
-        self.keys = [k for k, u in zip(self.keys, used.tolist()) if u]
-        self._codes = {k: i for i, k in enumerate(self.keys)}
+        remap = self._forget_unused(self.kc)
+        if remap is not None:
+            self.kc = remap[self.kc]
 
     def _own_starts(self) -> np.ndarray | None:
         """``[query, key code]`` -> the key's coverage start where it is past the query's (None: none is)."""
@@ -367,14 +341,14 @@ class KeyedSlicingOperator(WindowQueries):
                     out[i, code] = c
         return out
 
-    def _windows(self, q, s, e, upd, names, changed, own=None) -> tuple[np.ndarray, WindowResults]:
+    def _windows(self, q, s, e, upd, names, changed, own=None) -> tuple[np.ndarray, WindowResults, np.ndarray]:
         """Aggregates of every (key, window) pair that holds records (``changed``: that got
         records since the last watermark), and, with ``own`` (:meth:`_own_starts`), that start at
-        or after the key's own coverage start."""
+        or after the key's own coverage start: ``(key codes, results, record counts)``."""
         keys = np.flatnonzero(np.bincount(self.kc, minlength=len(self.keys)))
         n_w = e.size
         if n_w == 0 or keys.size == 0:
-            return np.zeros(0, np.int64), WindowResults.concat(names, [])
+            return np.zeros(0, np.int64), WindowResults.concat(names, []), np.zeros(0, np.int64)
         # position of (key, time) in the table, sorted by (key, cell): one searchsorted per bound
         base = int(min(self.cell.min(), s.min()))
         shift = max(1, int(max(self.cell.max(), e.max()) - base + 1).bit_length())
@@ -398,12 +372,44 @@ class KeyedSlicingOperator(WindowQueries):
         kk, w, lo, hi = (np.concatenate([f[i] for f in found]) for i in range(4))
         order = np.lexsort((s[w], q[w], e[w], kk))
         kk, w, lo, hi = kk[order], w[order], lo[order], hi[order]
+        count = cum[hi] - cum[lo]
         parts = _Parts({name: (lambda c=c, name=name: self._range_parts(name, c, lo, hi))
                         for name, c in self.components.items()})
         values = [a.from_components(parts) for a in self.aggregations]
         res = WindowResults(names, object_array(self.query_ids)[q[w]], np.full(kk.size, TIME.value, object),
                             s[w], e[w], upd[w].copy(), values, q[w])
-        return kk, res
+        return kk, res, count
+
+    # ------------------------------------------------------------------ reading the state
+    def slices(self) -> Slices:
+        """The table's slices (each holds records), ``keys`` the key of each; a slice ends at the
+        next edge of the queries' grid. Read only."""
+        cell = self.cell
+        nxt = (cell[None, :] + 1 + (self._phases[:, None] - cell[None, :] - 1) % self._periods[:, None]).min(axis=0) \
+            if cell.size else np.zeros(0, np.int64)
+        return Slices(TIME.value, cell.copy(), nxt.tolist(), self.cnt.copy(), None, self.tmax.copy(),
+                      object_array(self.keys)[self.kc])
+
+    def open_windows(self) -> OpenWindows:
+        """Every (key, window) that holds records and that later watermarks may still emit or
+        update: ending after ``watermark - allowed_lateness_ms``, from the coverage starts on
+        (:class:`~slicer.results.OpenWindows`; rows by key code, end, query, start). Read only."""
+        names = [a.name for a in self.aggregations]
+        empty = OpenWindows(WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool),
+                            np.zeros(0, object))
+        if self.kc.size == 0 or not self.query_ids:
+            return empty
+        lo_data, hi_data = int(self.cell.min()), int(self.cell.max())
+        wm = self.watermark
+        lo = lo_data if wm is None else max(wm - self.allowed_lateness_ms, lo_data)
+        q, e = progression_points(self.slide, self._end_phase, lo, hi_data + self.size)
+        s = e - self.size[q]
+        covered = s >= self.start_at[q]
+        q, s, e = q[covered], s[covered], e[covered]
+        none = np.zeros(e.size, bool)
+        codes, res, count = self._windows(q, s, e, none, names, none, self._own_starts())
+        pending = self.fresh[res.rank] | (True if wm is None else res.end > wm)
+        return OpenWindows(res, count, np.broadcast_to(pending, (len(res),)).copy(), object_array(self.keys)[codes])
 
     def _range_parts(self, name: str, c: Reduced | Picked, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Component ``name`` of each slice range ``[lo, hi)`` of the table: a reduced one reduced;
@@ -457,8 +463,7 @@ class KeyedSlicingOperator(WindowQueries):
         if data[:4] == _MAGIC_V2:
             st["parts"] = _parts_of_v2(st["table"])
         op = cls(template)
-        op.keys = list(st["keys"])
-        op._codes = {k: i for i, k in enumerate(op.keys)}
+        op._reset_codes(st["keys"])
         op.watermark, op._seq = st["wm"], st["seq"]
         qs = st["queries"]
         op.query_ids, op.specs = list(qs["ids"]), list(qs["specs"])
@@ -485,12 +490,6 @@ def _range_reduce(ufunc, arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.
     idx = np.empty(2 * lo.size, np.int64)
     idx[0::2], idx[1::2] = lo, hi
     return ufunc.reduceat(padded, idx)[0::2]
-
-
-def _table_components(fn) -> bool:
-    """Whether ``fn`` is computed from components the table keeps: reduced or picked ones."""
-    return fn.vectorised is not None and all(isinstance(component(c), (Reduced, Picked))
-                                             for c in fn.vectorised.components)
 
 
 def _parts_of_v2(table: dict) -> dict:

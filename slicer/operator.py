@@ -41,7 +41,7 @@ from dataflow_kafka.slicer.compile import compile_window, is_builtin, kernel_for
 from dataflow_kafka.slicer.coverage import NO_LIMIT, count_coverage, time_coverage
 from dataflow_kafka.slicer.decision import record_reasons
 from dataflow_kafka.slicer.lateness import too_late
-from dataflow_kafka.slicer.results import WindowResult, WindowResults, integral_sum
+from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResult, WindowResults, integral_sum
 from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
 from dataflow_kafka.slicer.window_manager import Query, WindowManager
 from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
@@ -301,9 +301,7 @@ class SlicingWindowOperator(WindowQueries):
             self.windows.watermark = int(ts) if self.windows.watermark is None else max(self.windows.watermark, int(ts))
             return WindowResults.concat(names, [])
         out = self.windows.emit(int(ts), self._time, self._count, names)
-        if self._integral:
-            out.values = [integral_sum(v) if a.vectorised is not None and a.vectorised.keeps_integers else v
-                          for a, v in zip(self.aggregations, out.values)]
+        out.values = self._integers_kept(out.values)
         return out
 
     def process_watermark(self, ts: int) -> list[WindowResult]:
@@ -312,6 +310,41 @@ class SlicingWindowOperator(WindowQueries):
         start)), after the retractions of emitted windows whose extent no longer exists
         (:mod:`slicer.window_manager`); see the class."""
         return self.process_watermark_columns(ts).rows()
+
+    # ------------------------------------------------------------------ reading the state
+    @property
+    def watermark(self) -> int | None:
+        """The last watermark processed (``None``: none yet)."""
+        return self.windows.watermark
+
+    def slices(self) -> list[Slices]:
+        """The slices that hold records, per measure in use (time first); read only."""
+        out = []
+        for mgr, measure in ((self._time, TIME), (self._count, COUNT)):
+            if mgr is None or not mgr.store.n or not self.windows.of_measure(measure):
+                continue
+            flexible = measure is TIME and bool(mgr.contexts)       # a context may still move the last edge
+            last = None if flexible else mgr.slicer.next_edge(int(mgr.store.starts[-1]))
+            out.append(mgr.slices(measure.value, last))
+        return out
+
+    def open_windows(self) -> OpenWindows:
+        """The windows that hold records and that later watermarks may still emit or update
+        (:class:`~slicer.results.OpenWindows`), with their current aggregates; read only."""
+        names = [a.name for a in self.aggregations]
+        if self._time is None:
+            return OpenWindows(WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool))
+        res, count, pending = self.windows.open_windows(self._time, self._count, names)
+        res.values = self._integers_kept(res.values)
+        return OpenWindows(res, count, pending)
+
+    def _integers_kept(self, values: list) -> list:
+        """Aggregate columns with integer results where the records were all integers and the
+        aggregation keeps them (``Vectorised.keeps_integers``: a sum)."""
+        if not self._integral:
+            return values
+        return [integral_sum(v) if a.vectorised is not None and a.vectorised.keeps_integers else v
+                for a, v in zip(self.aggregations, values)]
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict:

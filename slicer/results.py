@@ -1,24 +1,24 @@
 """Window results: one row per emitted window, or a columnar batch of them.
 
-``query_id`` is the query's id (a string). ``update`` is ``True`` for a window that ended at
-or before the previous watermark and is emitted again because records that arrived since
-(within the allowed lateness) changed it, or because context changed its extent, and for a
-window that replaces retracted ones. ``retraction`` is ``True`` for a row that takes back a
-window emitted earlier whose extent no longer exists (a late record extended or fused sessions,
-a late punctuation cut a window: the Dataflow Model's retraction, ``seeds/dataflow-model.txt``
-§2.3); it carries the values that window was emitted with. Folding the rows in order (the latest
-row per ``(query_id, start, end)``, a retraction deleting its window) gives the current windows:
+``query_id`` is the query's id (a string). ``update`` is ``True`` for a window that ended at or
+before the previous watermark and is emitted again because records that arrived since (within the
+allowed lateness) changed it, or because context changed its extent, and for a window that
+replaces retracted ones. ``retraction`` is ``True`` for a row that takes back a window emitted
+earlier whose extent no longer exists (a late record extended or fused sessions, a late
+punctuation cut a window: the Dataflow Model's retraction, Akidau et al., VLDB 2015, §2.3); it
+carries the values that window was emitted with. Folding the rows in order (the latest row per
+``(query_id, start, end)``, a retraction deleting its window) gives the current windows:
 :func:`windowing.final.current_windows`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["WindowResult", "WindowResults", "object_array", "integral_sum", "with_empty"]
+__all__ = ["WindowResult", "WindowResults", "Slices", "OpenWindows", "object_array", "integral_sum", "with_empty"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,34 @@ class WindowResults:
         vals = [v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()] for v in self.values]
         return WindowResults(self.names, self.query_id[idx], self.measure[idx], self.start[idx],
                              self.end[idx], self.update[idx], vals, self.rank[idx], self.retraction[idx])
+
+
+class Slices(NamedTuple):
+    """The slices of one measure that hold records (Scotty §5.2's metadata), one entry each:
+    ``start``, ``end`` (the next slice's start; ``None`` for the open last slice of the per-key
+    operator), record ``count``, ``oldest`` (per-key operator only) and ``newest`` record time;
+    ``keys``: the key of each slice (keyed table), else None. Count-measure bounds are record
+    positions, times are event times."""
+
+    measure: str
+    start: np.ndarray
+    end: list
+    count: np.ndarray
+    oldest: np.ndarray | None
+    newest: np.ndarray
+    keys: np.ndarray | None = None
+
+
+class OpenWindows(NamedTuple):
+    """Windows that hold records and can still be emitted or updated (``results``, ``update``
+    False), with each window's record ``count`` and ``pending``: the watermark has not emitted it
+    yet (else it was emitted and records within the allowed lateness may still update it);
+    ``keys``: the key of each window (keyed table), else None."""
+
+    results: WindowResults
+    count: np.ndarray
+    pending: np.ndarray
+    keys: np.ndarray | None = None
 
 
 def object_array(items) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 from dataflow_kafka.slicer._kernels import Kernel
 from dataflow_kafka.slicer._tuples import TupleBuffer
 from dataflow_kafka.slicer.context_windows import WindowContext
+from dataflow_kafka.slicer.results import Slices
 from dataflow_kafka.slicer.store import AggregationStore
 from dataflow_kafka.slicer.stream_slicer import StreamSlicer
 
@@ -56,6 +57,15 @@ class _Manager:
     @property
     def count(self) -> np.ndarray:
         return self.store.count
+
+    def slices(self, measure: str, last_end: int | None) -> Slices:
+        """The slices that hold records (read only); the last slice ends at ``last_end``
+        (``None``: open)."""
+        st = self.store
+        ends = [int(x) for x in st.starts[1:]] + [last_end]
+        has = np.flatnonzero(st.count > 0)
+        return Slices(measure, st.starts[has].copy(), [ends[i] for i in has.tolist()], st.count[has].copy(),
+                      st.tmin[has].copy(), st.tmax[has].copy())
 
     def get_state(self) -> dict:
         return {"store": self.store.get_state(), "frontier": self.frontier, "held": self.held_from,

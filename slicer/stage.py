@@ -1,10 +1,15 @@
 """General stream slicing in the stage layer: many window queries per key as a :class:`keygroups.Stage`.
 
 :class:`SlicerStage` runs the slicing engine per key group (Scotty §4-9): when every window is a
-tumbling or sliding time window and every aggregation is Sum, Count, Mean, Min, Max or M4, all
-keys of the group share one :class:`~slicer.keyed.KeyedSlicingOperator` (one table of (key,
-slice) partial aggregates: a fixed number of numpy calls per batch, whatever the number of keys;
-Scotty §4.4, §5.1); otherwise each key has its own :class:`~slicer.SlicingWindowOperator`.
+tumbling or sliding time window and every aggregation is vectorised over reduced or picked
+components (:mod:`windowing.components`: Sum, Count, Mean, Min, Max, M4, ...), all keys of the
+group share one :class:`~slicer.keyed.KeyedSlicingOperator` (one table of (key, slice) partial
+aggregates: a fixed number of numpy calls per batch, whatever the number of keys; Scotty §4.4,
+§5.1); when the one window is a session window and every aggregation is vectorised over reduced
+components (Sum, Count, Mean, Min, Max, ...), all keys share one
+:class:`~slicer.keyed_sessions.KeyedSessionOperator` (one table of (key, session) aggregates,
+Scotty §6.2; it takes no window added while running); otherwise each key has its own
+:class:`~slicer.SlicingWindowOperator`.
 
 Per micro-batch and key group: apply the batch's window commands (``add_window`` /
 ``remove_window``; a query added while running covers what the slices still hold, see
@@ -18,7 +23,7 @@ count windows), ``update`` (a window emitted before, emitted again because recor
 allowed lateness changed it, or a window replacing retracted ones), ``measure`` (``time`` or
 ``count``), ``is_retraction`` (this row takes back a window emitted earlier whose extent no
 longer exists, with the values it was emitted with: a late record extended or fused sessions,
-cut a punctuation window, ...; the Dataflow stage's convention, ``seeds/dataflow-model.txt``
+cut a punctuation window, ...; the Dataflow stage's convention, the Dataflow Model
 §2.3), one column per aggregation (``sum``, ``count``, ``mean``, ``m4_min`` ...). The current
 result per window is the latest row per (key, ``query_id``, start, end) with retracted windows
 deleted: :func:`windowing.final.current_windows` folds it. A row's
@@ -49,7 +54,9 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
+from dataflow_kafka.slicer.describe import describe_engines, describe_keyed
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import object_array
 from dataflow_kafka.windowing.commands import WINDOW_OPS
@@ -64,6 +71,9 @@ __all__ = ["SlicerStage", "SLICER_COLUMNS"]
 #: Slicer columns between the result columns and the aggregation columns.
 SLICER_COLUMNS = [("update", "boolean"), ("measure", "string"), ("is_retraction", "boolean")]
 _VALUE = "slicer_value"
+#: The tables that run every key of a key group at once, by the tag of their state (tried in order);
+#: a configuration neither supports runs one engine per key (state tag ``E``).
+_TABLES = {b"K": KeyedSlicingOperator, b"S": KeyedSessionOperator}
 
 
 @dataclass
@@ -99,7 +109,10 @@ class SlicerStage(Stage):
         self.aggregations = aggregation_list("SlicerStage", self.aggregations)
         self.windows = dict(self.windows) if isinstance(self.windows, dict) else list(self.windows)
         self._template_bytes = self._template().to_bytes()      # validates the configuration
-        self.keyed = KeyedSlicingOperator.supports(self._template())
+        template = self._template()
+        #: the state tag of the table running all keys at once, or ``b"E"`` (one engine per key)
+        self.state_kind = next((tag for tag, table in _TABLES.items() if table.supports(template)), b"E")
+        self.keyed = self.state_kind != b"E"
         reserved = [c for c, _ in RESULT_COLUMNS + SLICER_COLUMNS + aggregation_columns(self.aggregations)]
         self._keys = key_specs(self.key, reserved=reserved)
         output_watermark(self.output_watermark, None, 0)              # validates it
@@ -137,24 +150,32 @@ class SlicerStage(Stage):
     # -- state ------------------------------------------------------------------------------------
     def new_state(self) -> Any:
         template = SlicingWindowOperator.from_bytes(self._template_bytes)
-        return KeyedSlicingOperator(template) if self.keyed else {"template": template, "engines": {}}
+        return _TABLES[self.state_kind](template) if self.keyed else {"template": template, "engines": {}}
 
     def dump_state(self, state: Any) -> bytes:
         if self.keyed:
-            return b"K" + state.to_bytes()
+            return self.state_kind + state.to_bytes()
         engines = {k: (v if isinstance(v, bytes) else v.to_bytes(include_config=False))
                    for k, v in state["engines"].items()}
         return b"E" + pickle.dumps((state["template"].to_bytes(), engines), protocol=5)
 
     def load_state(self, blob: bytes) -> Any:
         kind, payload = blob[:1], blob[1:]
-        if kind != (b"K" if self.keyed else b"E"):
-            raise InvalidArgumentError(f"stage {self.name!r}: the checkpoint holds the {'keyed' if kind == b'K' else 'per-key'} "
-                             "slicing state, this configuration needs the other one (windows or aggregations changed?)")
+        if kind != self.state_kind:
+            names = {b"K": "keyed", b"S": "keyed session", b"E": "per-key"}
+            raise InvalidArgumentError(f"stage {self.name!r}: the checkpoint holds the {names.get(kind, repr(kind))} "
+                                       f"slicing state, this configuration needs the other one, the "
+                                       f"{names[self.state_kind]} state (windows or aggregations changed?)")
         if self.keyed:
-            return KeyedSlicingOperator.from_bytes(payload, SlicingWindowOperator.from_bytes(self._template_bytes))
+            return _TABLES[kind].from_bytes(payload, SlicingWindowOperator.from_bytes(self._template_bytes))
         template, engines = pickle.loads(payload)
         return {"template": SlicingWindowOperator.from_bytes(template), "engines": engines}
+
+    def describe_state(self, state: Any) -> pd.DataFrame:
+        """The queries, and per key its slices and open windows (:mod:`slicer.describe`)."""
+        if self.keyed:
+            return describe_keyed(state)
+        return describe_engines(state["template"], {k: self._engine(state, k, None) for k in list(state["engines"])})
 
     @staticmethod
     def _engine(state: dict, key: Any, watermark: int | None) -> SlicingWindowOperator:
@@ -220,7 +241,7 @@ class SlicerStage(Stage):
         parts: list[tuple[Any, Any]] = []
         drops: list[Dropped] = []
         if self.keyed:
-            op: KeyedSlicingOperator = state
+            op: KeyedSlicingOperator | KeyedSessionOperator = state
             if op.watermark is None and prev_wm is not None:
                 op.watermark = prev_wm                # new keys start at the group's watermark
             if has_data:

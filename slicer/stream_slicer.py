@@ -57,6 +57,15 @@ class StreamSlicer:
         self.points = np.unique(np.array(points, np.int64))
         self.generic = other
 
+    def next_edge(self, ts: int) -> int | None:
+        """The smallest edge strictly after ``ts`` (``None``: none)."""
+        cands = [int(x) for x in self.points[self.points > ts][:1]]
+        if self.periods.size:
+            cands.append(int((ts + 1 + (self.offsets - ts - 1) % self.periods).min()))
+        cands += [int(w.next_edge(ts)) for w in self.generic]
+        edge = min(cands, default=None)
+        return None if edge is None or edge >= np.iinfo(np.int64).max else edge
+
     def edges_between(self, lo: int, hi: int) -> np.ndarray:
         """Sorted unique edges ``e`` with ``lo < e <= hi``."""
         if hi <= lo:

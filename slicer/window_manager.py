@@ -9,7 +9,7 @@ On a watermark ``w`` (previous one ``p``, allowed lateness ``L``) it emits, per 
 * retractions (first, ``retraction=True``) of emitted context-aware windows whose extent no
   longer exists: a late record extended or fused sessions, a late punctuation cut a window, a
   late record shifted slide-by-tuple windows (the Dataflow Model's retractions,
-  ``seeds/dataflow-model.txt`` §2.3). A window overlapping a retracted one is emitted as an
+  Akidau et al., VLDB 2015, §2.3). A window overlapping a retracted one is emitted as an
   update (``update=True``), in either emission.
 
 With ``scotty=True`` (the operator's default ``emission="scotty"``) empty tumbling and sliding
@@ -262,6 +262,52 @@ class WindowManager:
             hi = min(hi, limit + reach) if reach is not None else hi
             s, e = q.window.windows_ending_between(lo, hi) if hi > lo else (np.zeros(0), np.zeros(0))
         return np.asarray(s, np.int64), np.asarray(e, np.int64)
+
+    # ------------------------------------------------------------------ reading the state
+    def open_windows(self, time_mgr: SliceManager, count_mgr: CountSliceManager, names: list[str]
+                     ) -> tuple[WindowResults, np.ndarray, np.ndarray]:
+        """Windows that hold records and can still be emitted or updated, whatever the emission:
+        per query, those its next watermarks may emit or update (time: ending after ``w - L``,
+        each window type by its own rule, as emission; count: ending after the position of
+        ``w - L``), from its coverage start on. ``(results ordered by (end, query, start), record
+        count, pending)``; ``pending``: not yet emitted (see :class:`~slicer.results.OpenWindows`).
+        Reads the state only."""
+        rank = {qid: i for i, qid in enumerate(self.queries)}
+        wm, parts, counts, pending = self.watermark, [], [], []
+        for mgr, measure in ((time_mgr, TIME), (count_mgr, COUNT)):
+            queries = self.of_measure(measure)
+            if mgr is None or not mgr.store.n or not queries:
+                continue
+            st = mgr.store
+            span = (int(st.starts[0]), mgr.frontier + 1)
+            if measure is TIME:
+                horizon, emitted_to = (None, None) if wm is None else (wm - self.allowed_lateness_ms, wm)
+            else:
+                horizon = None if wm is None else mgr.position_of_time(wm - self.allowed_lateness_ms)
+                emitted_to = self.count_frontier
+            lo = span[0] - 1 if horizon is None else max(horizon, span[0] - 1)
+            for q in queries:
+                s, e = self._windows(q, mgr, lo, _FAR, span[1])
+                lo_i, hi_i = np.searchsorted(st.starts, s, "left"), np.searchsorted(st.starts, e, "left")
+                n = st.counts(lo_i, hi_i)
+                keep = (n > 0) & (s >= q.start_at)
+                s, e, n, lo_i, hi_i = s[keep], e[keep], n[keep], lo_i[keep], hi_i[keep]
+                if emitted_to is None or q.fresh:
+                    todo = np.ones(s.size, bool)
+                else:
+                    ps, pe = self._windows(q, mgr, max(emitted_to, span[0] - 1), _FAR, span[1])
+                    later = set(zip(ps.tolist(), pe.tolist()))
+                    todo = np.array([w in later for w in zip(s.tolist(), e.tolist())], bool)
+                k = s.size
+                parts.append(WindowResults(names, object_array([q.id] * k), object_array([q.measure.value] * k), s, e,
+                                           np.zeros(k, bool), st.query(lo_i, hi_i), np.full(k, rank[q.id], np.int64)))
+                counts.append(n)
+                pending.append(todo)
+        if not parts:
+            return WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool)
+        out = WindowResults.concat(names, parts, sort=False)
+        order = np.lexsort((out.start, out.rank, out.end))
+        return out.take(order), np.concatenate(counts)[order], np.concatenate(pending)[order]
 
     # ------------------------------------------------------------------ eviction
     def _evict(self, horizon: int, time_mgr: SliceManager, count_mgr: CountSliceManager) -> None:

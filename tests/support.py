@@ -10,6 +10,7 @@ from dataflow_kafka.brokers.admin import create_topics, unique_topic
 from dataflow_kafka.datasource.replay import BatchCollector, offset_log, read_topic, source_batches
 
 __all__ = ["own_broker_kind", "KafkaHelper", "now_ms", "BatchCollector", "run_available_now", "forget_batches_from",
+           "build_wheel", "venv_with_wheel",
            "offset_log", "source_batches", "run_source_to_sink"]
 
 
@@ -105,3 +106,36 @@ def forget_batches_from(checkpoint: str, batch_id: int) -> None:
                 f.unlink()
         for f in (root / sub).glob(".*.crc"):
             f.unlink()
+
+
+def build_wheel(out: Path) -> Path:
+    """The package's wheel, built from this repository into ``out``."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(repo)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (built,) = out.glob("dataflow_kafka-*.whl")
+    return built
+
+
+def venv_with_wheel(wheel: Path, env: Path) -> Path:
+    """A fresh virtualenv in ``env`` with ``wheel`` installed; its dependencies (pyspark, pandas,
+    ...) come from this environment through a ``.pth`` line, not installed again. The editable
+    install of this repository is not visible in it (a ``.pth`` line adds a folder, it does not
+    run that folder's own ``.pth`` files)."""
+    import site
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    purelib = subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "dependencies-of-the-test-venv.pth").write_text(
+        "\n".join(p for p in site.getsitepackages() if Path(p).is_dir()) + "\n")
+    done = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return env

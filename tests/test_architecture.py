@@ -14,6 +14,12 @@ The layers, lowest first; a module may import its own layer and the layers below
     errors, deprecation < windowing, brokers < datasource < keygroups < slicer, watermarks, optimistic
            < joins, balancing, traces, jvm_ingest, compat < dataflow_kafka (the root's lazy exports
            and the deprecated names' forwards to compat are strings)
+
+Modules talk through public names: no module imports a name with a leading underscore from
+another module (a private name crossing a module line means the cut between them is in the
+wrong place), and a private module (``watermarks._codec``) is imported only from inside its own
+package. In the stage layer (``LISTED_INTERFACES``) a module takes from another only what that
+module's ``__all__`` lists.
 """
 
 from __future__ import annotations
@@ -95,6 +101,90 @@ def imports_of(module: str) -> set[str]:
             if found is not None and found != module:
                 out.add(found)
     return out
+
+
+@lru_cache(maxsize=None)
+def parsed(module: str) -> ast.Module:
+    """The syntax tree of a library module's file."""
+    return ast.parse(library_modules()[module].read_text(), str(library_modules()[module]))
+
+
+@lru_cache(maxsize=1)
+def all_private_imports() -> tuple[tuple[str, int, str], ...]:
+    """:func:`private_imports_of` of every library module."""
+    return tuple(f for m in library_modules() for f in private_imports_of(m))
+
+
+def _private_part(module: str) -> str | None:
+    """The package a private module or package of ``module``'s path belongs to (``a.b`` for
+    ``a.b._c`` or ``a.b._c.d``), or None when no part of the path is private."""
+    parts = module.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_imports_of(module: str, source: str | None = None) -> list[tuple[str, int, str]]:
+    """The imports of ``module`` (its file, or ``source``) that cross a module line privately: a
+    name with a leading underscore taken from another library module (not a submodule of it), or a
+    private module taken from outside its package; each as ``(module, line, imported name)``."""
+    tree = parsed(module) if source is None else ast.parse(source, module)
+    modules = library_modules()
+    out: list[tuple[str, int, str]] = []
+
+    def outside(target: str) -> bool:
+        owner = _private_part(target)
+        return owner is not None and not (module == owner or module.startswith(owner + "."))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(module, node.lineno, a.name) for a in node.names
+                    if _library_module(a.name) is not None and outside(a.name)]
+        elif isinstance(node, ast.ImportFrom) and _library_module(base := _resolve(module, node)) is not None:
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if outside(full if full in modules else base) or (
+                        full not in modules and base != module
+                        and alias.name.startswith("_") and not alias.name.startswith("__")):
+                    out.append((module, node.lineno, full))
+    return out
+
+
+#: Private imports left on purpose: ``{(importing module, imported name): why}``.
+PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
+    (f"{PACKAGE}.slicer.context_windows", f"{PACKAGE}.slicer.windows._positive_int"):
+        "slicer/windows.py is being reworked by the slicer engine's own change (one measure enum, the window "
+        "registry); its validation helper gets a public home there",
+}
+
+
+@lru_cache(maxsize=None)
+def declared_all(module: str) -> frozenset[str] | None:
+    """The names of ``module``'s ``__all__`` (a literal list or tuple), or None without one."""
+    for node in parsed(module).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+            return frozenset(ast.literal_eval(node.value))
+    return None
+
+
+def unlisted_imports_of(module: str, source: str | None = None) -> list[tuple[str, int, str]]:
+    """The names ``module`` (its file, or ``source``) takes from another module (not a package's
+    ``__init__``) that the latter's ``__all__`` does not list: ``(module, line, imported name)``."""
+    modules = library_modules()
+    out: list[tuple[str, int, str]] = []
+    for node in ast.walk(parsed(module) if source is None else ast.parse(source, module)):
+        if isinstance(node, ast.ImportFrom) and (base := _resolve(module, node)) in modules \
+                and base != module and not _is_package(base):
+            listed = declared_all(base) or frozenset()
+            out += [(module, node.lineno, f"{base}.{a.name}") for a in node.names
+                    if f"{base}.{a.name}" not in modules and a.name not in listed]
+    return out
+
+
+#: Packages whose modules take from another module only names its ``__all__`` lists.
+LISTED_INTERFACES = ("keygroups",)
 
 
 def outside_imports_of(module: str) -> set[str]:
@@ -217,6 +307,25 @@ def test_the_library_imports_no_tests_bench_or_demo():
     assert not found, "\n".join(found)
 
 
+def test_no_module_imports_a_private_name_of_another():
+    found = [f"{m}:{line}: {name}" for m, line, name in all_private_imports()
+             if (m, name) not in PRIVATE_IMPORTS_ALLOWED]
+    assert not found, ("private names imported across modules (make the name public, in its module's __all__, "
+                       "or move the code to where it is used):\n" + "\n".join(found))
+
+
+def test_every_allowed_private_import_is_still_made():
+    made = {(m, name) for m, _, name in all_private_imports()}
+    assert set(PRIVATE_IMPORTS_ALLOWED) <= made, f"no longer made, drop: {set(PRIVATE_IMPORTS_ALLOWED) - made}"
+
+
+def test_modules_of_the_stage_layer_take_only_what_all_lists():
+    found = [f"{m}:{line}: {name}" for m in library_modules()
+             if any(m.startswith(f"{PACKAGE}.{p}.") for p in LISTED_INTERFACES)
+             for m, line, name in unlisted_imports_of(m)]
+    assert not found, "names taken from a module whose __all__ does not list them:\n" + "\n".join(found)
+
+
 def test_the_checks_find_what_they_look_for():
     graph = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}
     assert cycles(graph) == [["a", "b", "c"]]
@@ -224,3 +333,19 @@ def test_the_checks_find_what_they_look_for():
     assert upward_imports({f"{PACKAGE}.keygroups.slots": frozenset({f"{PACKAGE}.balancing.routing_table"}),
                            f"{PACKAGE}.balancing.x": frozenset({f"{PACKAGE}.keygroups"})}) == [
         f"{PACKAGE}.keygroups.slots (layer 3) imports {PACKAGE}.balancing.routing_table (layer 5)"]
+    kg, wm = f"{PACKAGE}.keygroups", f"{PACKAGE}.watermarks"
+    source = (f"from {kg}.plan import _Link, Chain\n"          # a private name of another module
+              f"from .plan import _named\n"                     # ... relative
+              f"from {wm} import _codec\n"                      # a private module from outside its package
+              f"import {wm}._codec\n"
+              f"from {wm}._codec import dumps\n"
+              f"from {kg}.pipeline import Pipeline\n"           # public: fine
+              f"from {kg} import __doc__\n")                    # a dunder: fine
+    assert [(line, name) for _, line, name in private_imports_of(f"{kg}.dag", source)] == [
+        (1, f"{kg}.plan._Link"), (2, f"{kg}.plan._named"), (3, f"{wm}._codec"), (4, f"{wm}._codec"),
+        (5, f"{wm}._codec.dumps")]
+    inside = f"from {wm} import _codec\nfrom . import _codec\nfrom {wm}._codec import dumps\n"
+    assert private_imports_of(f"{wm}.driver", inside) == []     # a private module inside its package: fine
+    assert "Chain" in declared_all(f"{kg}.plan")
+    assert [name for _, _, name in unlisted_imports_of(f"{kg}.dag", f"from {kg}.plan import Chain, IDENT_RE\n"
+                                                       f"from {kg} import Pipeline, plan\n")] == [f"{kg}.plan.IDENT_RE"]

@@ -1,8 +1,8 @@
-"""The package a user installs (issue 24): the wheel holds one top-level package, ``dataflow_kafka``
+"""The package a user installs: the wheel holds one top-level package, ``dataflow_kafka``
 (no ``datasource``, ``bench``, ``tests`` in site-packages), and installed into a fresh virtualenv it
 runs the first-pipeline example, locally and on Spark, with nothing but ``import dataflow_kafka``.
 
-The fresh virtualenv gets its dependencies (pyspark, pandas, ...) from this one through a ``.pth``
+The wheel and the fresh virtualenv are the session's (``tests/conftest.py``). The fresh virtualenv gets its dependencies (pyspark, pandas, ...) from this one through a ``.pth``
 line, not by installing them again; the editable install of this repository is not visible in
 it (a ``.pth`` line adds a folder, it does not run that folder's own ``.pth`` files), and it runs
 outside the repository, so ``import tests`` fails there.
@@ -11,9 +11,7 @@ outside the repository, so ``import tests`` fails there.
 from __future__ import annotations
 
 import os
-import site
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -21,30 +19,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (built,) = out.glob("dataflow_kafka-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
-def fresh_env(wheel, tmp_path_factory) -> Path:
-    env = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-    purelib = subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "dependencies-of-the-test-venv.pth").write_text(
-        "\n".join(p for p in site.getsitepackages() if Path(p).is_dir()) + "\n")
-    done = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return env
 
 
 def _run(env: Path, code_or_file: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

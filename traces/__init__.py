@@ -1,4 +1,5 @@
-"""Typed order-aware pipelines: data-trace types (seeds/data-trace-types.txt) on the stage layer.
+"""Typed order-aware pipelines: data-trace types (Mamouras et al., "Data-Trace Types for
+Distributed Stream Processing Systems", PLDI 2019, §3-5) on the stage layer.
 
 - :mod:`traces.types`: ``U(K, V)``, ``O(K, V)``, markers, events, blocks (:class:`Blocker`);
 - :mod:`traces.templates`: ``OpStateless``, ``OpKeyedOrdered``, ``OpKeyedUnordered`` (Table 1, 3);
@@ -19,6 +20,10 @@
 >>> [(e.key, e.value) for e in r.events()]
 [('a', 2), ('a', 10)]
 """
+
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.traces")  # one name per file: never `import traces`
 
 from dataflow_kafka.traces.dag import Dag, Result, TraceTypeError, canonical
 from dataflow_kafka.traces.templates import OpKeyedOrdered, OpKeyedUnordered, OpStateless

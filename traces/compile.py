@@ -37,7 +37,7 @@ from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import conform
 from dataflow_kafka.keygroups.fusion import plan_fusion
 from dataflow_kafka.traces.dag import Dag, Plan, TraceTypeError
-from dataflow_kafka.traces.stage import TraceStage, Topology, _Vertex, default_decode
+from dataflow_kafka.traces.stage import CompiledVertex, TraceStage, Topology, default_decode
 from dataflow_kafka.traces.templates import OpKeyedOrdered, OpStateless, make_emit
 from dataflow_kafka.traces.types import Marker
 
@@ -222,7 +222,7 @@ def compile_dag(dag: Dag, *, num_key_groups: int = 2, decode: Callable | Mapping
     if set(decoders) != set(sources):
         raise TraceTypeError(f"decode: given for sources {sorted(decoders)}, the DAG has {sources}")
     topology, owner = _topology(dag, plan), _prefix_owner(dag, plan)
-    vx = {n: _Vertex(n, v.op, plan.glue[n]) for n, v in dag.vertices.items() if v.kind == "op"}
+    vx = {n: CompiledVertex(n, v.op, plan.glue[n]) for n, v in dag.vertices.items() if v.kind == "op"}
     _, attributes, edges = fusion_input(dag, rates)
     period = periods[sources[0]]
 

@@ -40,12 +40,16 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from dataflow_kafka.keygroups.stage import Dropped, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups import Dropped, PythonRouter, Stage, StageInput, StageOutput
+from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.traces.glue import Direct, Optimistic, Sorted, hash_instance
-from dataflow_kafka.traces.templates import OpStateless, Template, make_emit, runtime_for
+from dataflow_kafka.traces.templates import (
+    KeyedOrderedRuntime, KeyedUnorderedRuntime, OpStateless, Template, make_emit, runtime_for,
+)
 from dataflow_kafka.traces.types import Event, Marker, TraceError
 
-__all__ = ["TraceStage", "Topology", "default_decode", "SOURCE_COLUMNS", "OUTPUT_COLUMNS", "ANNOUNCE"]
+__all__ = ["TraceStage", "Topology", "CompiledVertex", "default_decode", "SOURCE_COLUMNS", "OUTPUT_COLUMNS",
+           "ANNOUNCE"]
 
 SOURCE_COLUMNS = [("tev", "binary"), ("tblock", "bigint"), ("tedge", "bigint")]
 OUTPUT_COLUMNS = SOURCE_COLUMNS + [("key_text", "string"), ("value_text", "string"), ("sink", "string")]
@@ -62,7 +66,10 @@ def default_decode(key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
 
 
 @dataclass(frozen=True)
-class _Vertex:
+class CompiledVertex:
+    """An operator vertex of the DAG as a :class:`TraceStage` runs it: its name, its template and
+    the glue before it (``direct``, ``sort`` or ``optimistic``), as :mod:`traces.compile` chose it."""
+
     name: str
     op: Template
     glue: str                         # "direct", "sort" or "optimistic"
@@ -186,6 +193,46 @@ class TraceStage(Stage):
             for v, s in zip(self.vertices, state["procs"]):
                 procs[v.name].set_state(s)
         return procs
+
+    def describe_state(self, state: dict) -> list[dict]:
+        """``block``: the last closed block (``start_ms``: its end, the output watermark), the
+        first markers of the sources and the late items so far; ``held``: items of a block not yet
+        open (``[start_ms, end_ms)`` the block's span), of a block a SORT holds, or waiting in an
+        optimistic vertex's barrier; ``key_state``: a keyed vertex's state per key (and, for
+        ``OpKeyedUnordered``, the block's aggregate so far); ``log``: an optimistic vertex's
+        entries per key."""
+        period, closed = self.period_ms, state["closed"]
+        rows = [state_item("block", start_ms=None if closed is None else closed * period, closed_block=closed,
+                           first_markers=state["firsts"] or None, late=state["late"] or None)]
+        for block in sorted(state["pending"]):
+            items = state["pending"][block]
+            rows.append(state_item("held", start_ms=(block - 1) * period, end_ms=block * period, count=len(items),
+                                   block=block))
+        procs = self._procs(state) if state["procs"] is not None else {}
+        for name, proc in procs.items():
+            if isinstance(proc, Optimistic):
+                for key in proc.keyed.keys():
+                    entries = proc.keyed.log(key)
+                    rows.append(state_item("log", key=key, count=len(entries), vertex=name,
+                                           state=proc.keyed.last_state(key)))
+                held = proc.barrier.held()
+                if held:
+                    times = [p.ts for _, p, _ in held if isinstance(p, Event)]
+                    rows.append(state_item("held", start_ms=min(times, default=None),
+                                           end_ms=max(times) + 1 if times else None, count=sum(n for _, _, n in held),
+                                           vertex=name, buffer="barrier"))
+                continue
+            if isinstance(proc, Sorted) and proc.block:
+                times = [e.ts for e in proc.block]
+                rows.append(state_item("held", start_ms=min(times), end_ms=max(times) + 1, count=len(times),
+                                       vertex=name, buffer="sort"))
+            rt = proc.runtime
+            if isinstance(rt, KeyedOrderedRuntime):
+                rows += [state_item("key_state", key=k, vertex=name, state=v) for k, v in rt.states.items()]
+            elif isinstance(rt, KeyedUnorderedRuntime):
+                rows += [state_item("key_state", key=k, vertex=name, state=st, block_aggregate=agg)
+                         for k, (agg, st) in rt.state_map.items()]
+        return rows
 
     def _waits_for(self) -> tuple:
         """Sources whose first markers this stage needs before it closes a block."""

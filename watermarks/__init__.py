@@ -8,6 +8,10 @@ Dataflow paper's (``AtWatermark``, ``SequenceOf``, ...) live in
 :mod:`dataflow_kafka.compat.dataflow_model` (importing them from here still works, with a
 ``DeprecationWarning``)."""
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.watermarks")  # one name per file: never `import watermarks`
+
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import LateDataDropped, TriggerDriver
 from dataflow_kafka.watermarks.multi import MultiQueryDriver

@@ -4,6 +4,10 @@ One tag byte per value; integers as zig-zag varints, so small counters and milli
 timestamps take 1 to 7 bytes. ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes`` and exact
 ``list`` / ``tuple`` / ``dict`` are encoded natively; any other object (including subclasses of
 those types, such as named tuples) is pickled, so that it decodes to the same type.
+
+A list or tuple of many tuples of plain integers of one length (a driver's element history:
+``(value, event time)`` pairs) is encoded by numpy in one pass (:func:`_enc_int_rows`), to the
+same bytes as the element-by-element encoder, which costs about a microsecond per value.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 import pickle
 import struct
 from typing import Any
+
+import numpy as np
+
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["encode", "decode"]
@@ -50,8 +57,9 @@ def _enc(out: bytearray, v: Any) -> None:
     elif t is list or t is tuple:
         out.append(_LIST if t is list else _TUPLE)
         _varint(out, len(v))
-        for x in v:
-            _enc(out, x)
+        if len(v) < _ROWS_AT_ONCE or not _enc_int_rows(out, v):
+            for x in v:
+                _enc(out, x)
     elif t is dict:
         out.append(_DICT)
         _varint(out, len(v))
@@ -63,6 +71,44 @@ def _enc(out: bytearray, v: Any) -> None:
         out.append(_PICKLE)
         _varint(out, len(b))
         out += b
+
+
+_ROWS_AT_ONCE = 16          # rows from which _enc_int_rows is tried
+_VARINT_BYTES = 10          # a zig-zag uint64 takes at most 10 bytes of 7 bits
+
+
+def _enc_int_rows(out: bytearray, rows: list | tuple) -> bool:
+    """Append the encoding of ``rows``' items when each is a tuple of ``m`` (1-8) plain ints
+    within int64 (what :func:`_enc` writes for each: tuple tag, ``m``, then per int its tag and
+    zig-zag varint), computed with numpy; False (nothing appended) for any other content."""
+    first = rows[0]
+    if type(first) is not tuple or not 1 <= len(first) <= 8:
+        return False
+    m = len(first)
+    if not all(type(r) is tuple and len(r) == m for r in rows) or not all(
+            type(x) is int for r in rows for x in r):
+        return False
+    try:
+        arr = np.array(rows, dtype=np.int64)
+    except OverflowError:
+        return False
+    zz = (arr.astype(np.uint64) << np.uint64(1)) ^ (arr >> np.int64(63)).astype(np.uint64)   # zig-zag
+    shifts = np.arange(_VARINT_BYTES, dtype=np.uint64) * np.uint64(7)
+    groups = ((zz[..., None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)           # (n, m, 10)
+    nbytes = np.maximum(1, (zz[..., None] >> shifts != 0).sum(axis=-1))               # (n, m)
+    k = np.arange(_VARINT_BYTES)
+    groups |= np.where(k < (nbytes[..., None] - 1), np.uint8(0x80), np.uint8(0))
+    n = len(rows)
+    items = np.empty((n, m, 1 + _VARINT_BYTES), np.uint8)
+    items[..., 0] = _INT
+    items[..., 1:] = groups
+    keep = np.ones((n, m, 1 + _VARINT_BYTES), bool)
+    keep[..., 1:] = k < nbytes[..., None]
+    head = np.broadcast_to(np.array([_TUPLE, m], np.uint8), (n, 2))
+    data = np.concatenate([head, items.reshape(n, -1)], axis=1)
+    mask = np.concatenate([np.ones((n, 2), bool), keep.reshape(n, -1)], axis=1)
+    out += data[mask].tobytes()
+    return True
 
 
 def encode(value: Any) -> bytes:

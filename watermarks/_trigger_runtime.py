@@ -17,7 +17,9 @@ Merge functions receive the merged values and the context (``ctx.end`` is the me
 end).
 
 Node protocol (``s`` is the window's slot list, ``ctx`` has ``watermark``, ``now``, ``end``):
-``on_element(s, ctx)``, ``should_fire(s, ctx)``, ``fire(s, ctx) -> finished``, ``reset(s)``.
+``on_element(s, ctx)``, ``should_fire(s, ctx)``, ``fire(s, ctx) -> finished``, ``reset(s)``, and
+``waiting(s, ctx)``: what the node waits for, as text (reads the slots only; a stopped query's
+state shown to people).
 """
 
 from __future__ import annotations
@@ -100,6 +102,13 @@ class _Node:
         for c in self.children:
             c.reset(s)
 
+    def waiting(self, s: list, ctx: Any) -> str:
+        """What the node waits for before it fires next, for people (reads the slots only)."""
+        return "finished" if s[self.done] else self._waiting(s, ctx)
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        raise NotImplementedError
+
 
 class _Count(_Node):
     __slots__ = ("n", "count")
@@ -121,6 +130,9 @@ class _Count(_Node):
     def reset(self, s: list) -> None:
         s[self.done] = False
         s[self.count] = 0
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        return f"{max(self.n - s[self.count], 0)} more element(s) (AfterCount({self.n}))"
 
 
 class _ProcessingTime(_Node):
@@ -148,6 +160,10 @@ class _ProcessingTime(_Node):
     def reset(self, s: list) -> None:
         s[self.done] = False
         s[self.deadline] = None
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        d = s[self.deadline]
+        return f"an element, then processing time +{self.delay} ms" if d is None else f"processing time {d} ms"
 
 
 class _Watermark(_Node):
@@ -190,6 +206,14 @@ class _Watermark(_Node):
         super().reset(s)
         s[self.on_time] = False
 
+    def _waiting(self, s: list, ctx: Any) -> str:
+        if ctx.watermark < ctx.end:
+            early = f"; early: {self.early.waiting(s, ctx)}" if self.early is not None else ""
+            return f"watermark {ctx.end} ms (on time){early}"
+        if not s[self.on_time]:
+            return "on time (the next batch)"
+        return f"late: {self.late.waiting(s, ctx)}" if self.late is not None else "finished"
+
 
 class _Default(_Node):
     __slots__ = ()
@@ -199,6 +223,9 @@ class _Default(_Node):
 
     def _on_fire(self, s: list, ctx: Any) -> bool:
         return False
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        return f"watermark {ctx.end} ms" if ctx.watermark < ctx.end else "late data (fires on each)"
 
 
 class _Repeatedly(_Node):
@@ -211,6 +238,9 @@ class _Repeatedly(_Node):
         if self.children[0].fire(s, ctx):
             self.children[0].reset(s)
         return False
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        return self.children[0].waiting(s, ctx)
 
 
 class _Each(_Node):
@@ -237,6 +267,10 @@ class _Each(_Node):
         super().reset(s)
         s[self.step] = 0
 
+    def _waiting(self, s: list, ctx: Any) -> str:
+        i = s[self.step]
+        return self.children[i].waiting(s, ctx) if i < len(self.children) else "finished"
+
 
 class _Any(_Node):
     __slots__ = ()
@@ -250,6 +284,9 @@ class _Any(_Node):
             if not s[c.done] and c.should_fire(s, ctx) and c.fire(s, ctx):
                 finished = True
         return finished
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        return " or ".join(f"({c.waiting(s, ctx)})" for c in self.children if not s[c.done])
 
 
 class _All(_Node):
@@ -265,6 +302,9 @@ class _All(_Node):
                 c.fire(s, ctx)
         return all(s[c.done] for c in self.children)
 
+    def _waiting(self, s: list, ctx: Any) -> str:
+        return " and ".join(f"({c.waiting(s, ctx)})" for c in self.children if not s[c.done])
+
 
 class _OrFinally(_Node):
     __slots__ = ()
@@ -279,6 +319,10 @@ class _OrFinally(_Node):
             until.fire(s, ctx)
             return True
         return main.fire(s, ctx)
+
+    def _waiting(self, s: list, ctx: Any) -> str:
+        main, until = self.children
+        return f"{main.waiting(s, ctx)}, until {until.waiting(s, ctx)}"
 
 
 def build(trigger: T.Trigger, layout: Layout) -> _Node:

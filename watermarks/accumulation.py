@@ -1,7 +1,8 @@
 """Panes and how they relate: accumulation modes, pane timing, output timestamps (§2.3).
 
-A trigger can fire several times for one window; every firing emits a **pane**. The
-*accumulation mode* says how the panes of a window relate (seed ``dataflow-model.txt`` §2.3):
+A trigger can fire several times for one window; every firing emits a **pane**. The *accumulation
+mode* says how the panes of a window relate (the Dataflow Model, Akidau et al., VLDB 2015, §2.3
+Triggers & Incremental Processing):
 
 ``DISCARDING``
     a pane holds only what arrived since the previous pane; panes are independent deltas and

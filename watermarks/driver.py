@@ -1,9 +1,9 @@
 """The trigger driver: GroupAlsoByWindow with triggers, panes, lateness and accumulation.
 
-``TriggerDriver`` runs the Dataflow Model (seed ``dataflow-model.txt`` §2.2 to §2.4) for one
-window function, trigger and accumulation mode over keyed elements, without Spark. It is both
-the tool for reasoning about semantics (feed it a transcript, read the panes) and the core that
-the Spark operator runs inside a stateful processor.
+``TriggerDriver`` runs the Dataflow Model (Akidau et al., VLDB 2015, §2.2 Windowing to §2.4
+Examples) for one window function, trigger and accumulation mode over keyed elements, without Spark.
+It is both the tool for reasoning about semantics (feed it a transcript, read the panes) and the
+core that the Spark operator runs inside a stateful processor.
 
 One call of ``add`` is one **bundle**, as in Beam's ``ReduceFnRunner.processElements``: per
 element, AssignWindows; drop copies whose window is past the allowed lateness (counted in
@@ -29,7 +29,7 @@ output watermark over every key of a step; here it is per key, so how keys are g
 groups on Spark) does not change a timestamp.
 
 Merging windows (sessions) that change after they emitted say so in every accumulation mode
-(issue 22; the paper's retractions, §2.3): a window a merge replaces has its last pane retracted
+(the Dataflow Model's retractions, §2.3): a window a merge replaces has its last pane retracted
 (an ``is_retraction`` copy; in ``discarding`` mode carrying the window's total, the sum of its
 panes) before the merged window's next pane, and in ``discarding`` mode that pane carries
 everything the merged window holds (a new window to a consumer summing panes per window). An
@@ -72,7 +72,7 @@ import dataclasses
 import warnings
 import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks._trigger_runtime import Layout, build
@@ -85,7 +85,7 @@ from dataflow_kafka.windowing import AggregateFunction, ToList, Window
 from dataflow_kafka.windowing.aggregations import combine_fn
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["TriggerDriver", "LateDataDropped"]
+__all__ = ["TriggerDriver", "LateDataDropped", "WindowState", "warn_late"]
 
 _FORMAT = 3  # 2: per-window watermark hold (Beam's element hold); 3: + what a window showed, gone sessions
 _READS = (2, 3)
@@ -99,6 +99,38 @@ class _Ctx:
 class LateDataDropped(UserWarning):
     """Data were dropped because their window was past ``end + allowed_lateness_ms`` (warned once
     per driver; every drop is counted in ``dropped_late``)."""
+
+
+class WindowState(NamedTuple):
+    """One live window of a key, as :meth:`TriggerDriver.window_states` shows it: ``panes`` fired
+    so far, ``new_data`` (elements not yet in a pane), ``closed`` (its trigger finished: later
+    elements are dropped), ``past_end`` (a pane fired at or after its end), ``hold_ms`` (the next
+    pane's timestamp when it is not the window's end), ``expires_ms`` (the watermark that garbage
+    collects it: end plus the allowed lateness), ``waiting`` (what its trigger waits for, as
+    text), ``accumulator`` (the combiner's; ``None`` once closed)."""
+
+    key: Any
+    window: IntervalWindow
+    panes: int
+    new_data: bool
+    closed: bool
+    past_end: bool
+    hold_ms: int | None
+    expires_ms: int
+    waiting: str
+    accumulator: Any
+
+
+def warn_late(key: Any, w: IntervalWindow, t: int, watermark_ms: int, allowed_lateness_ms: int,
+              stacklevel: int) -> None:
+    """The :class:`LateDataDropped` warning (given once per driver) for the first dropped copy."""
+    warnings.warn(
+        f"dropped late data: key {key!r}, window [{w.start_ms}, {w.end_ms}), event time {t} ms, at "
+        f"watermark {watermark_ms} ms, past the window's end plus "
+        f"allowed_lateness_ms={allowed_lateness_ms}. Such drops are counted in dropped_late and "
+        "not warned again; raise allowed_lateness_ms (with late firings) to keep windows open for late data.",
+        LateDataDropped, stacklevel=stacklevel,
+    )
 
 
 class _WindowState:
@@ -229,6 +261,21 @@ class TriggerDriver:
         """Live windows of ``key`` (not yet garbage collected), by start."""
         return sorted(self._keys.get(key, ()))
 
+    def window_states(self) -> list[WindowState]:
+        """Every live window of every key (keys in first-seen order, windows by start), as
+        :class:`WindowState`; reads the state only."""
+        ctx = _Ctx()
+        ctx.watermark, ctx.now = self._ctx.watermark, self._ctx.now
+        out = []
+        for key, ws in self._keys.items():
+            for w in sorted(ws):
+                st = ws[w]
+                ctx.end = w.end_ms
+                out.append(WindowState(key, w, st.next_index, st.dirty, st.closed, st.after_end, st.hold,
+                                       self._gc_time(w), "finished" if st.closed else self._root.waiting(st.trig, ctx),
+                                       st.acc))
+        return out
+
     def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Add ``(value, event_time_ms)`` pairs for ``key``; returns the panes that fired."""
         return self._ingest(elements, key, self._beam.add_input)
@@ -337,13 +384,7 @@ class TriggerDriver:
 
     def _warn_late(self, key: Any, w: IntervalWindow, t: int) -> None:
         self._warned_late = True
-        warnings.warn(
-            f"dropped late data: key {key!r}, window [{w.start_ms}, {w.end_ms}), event time {t} ms, at "
-            f"watermark {self._ctx.watermark} ms, past the window's end plus "
-            f"allowed_lateness_ms={self.allowed_lateness_ms}. Such drops are counted in dropped_late and "
-            "not warned again; raise allowed_lateness_ms (with late firings) to keep windows open for late data.",
-            LateDataDropped, stacklevel=4,
-        )
+        warn_late(key, w, t, self._ctx.watermark, self.allowed_lateness_ms, stacklevel=5)
 
     def _merge_new(self, ws: dict, new: IntervalWindow, renames: dict) -> IntervalWindow | None:
         """MergeWindows with a new window; returns the window it ended up in, None if closed.

@@ -1,11 +1,11 @@
 """Several window queries over one keyed stream, added and removed while running.
 
-:class:`MultiQueryDriver` runs the Dataflow Model (``seeds/dataflow-model.txt`` §2.2 to §2.4) for
-several window queries that share one trigger, accumulation mode, combiner, allowed lateness and
-output-timestamp rule: one :class:`~watermarks.TriggerDriver` per query, all advanced together,
-in one state blob. Panes carry their query's id (``Pane.query_id``). Queries have string ids
-(a list at construction gets ``"0"``, ``"1"``, ...; a dict names them) and change at runtime with
-:meth:`~MultiQueryDriver.add_window`, :meth:`~MultiQueryDriver.remove_window` or a parsed
+:class:`MultiQueryDriver` runs the Dataflow Model (Akidau et al., VLDB 2015, §2.2 Windowing to §2.4
+Examples) for several window queries that share one trigger, accumulation mode, combiner, allowed
+lateness and output-timestamp rule: one :class:`~watermarks.TriggerDriver` per query, all advanced
+together, in one state blob. Panes carry their query's id (``Pane.query_id``). Queries have string
+ids (a list at construction gets ``"0"``, ``"1"``, ...; a dict names them) and change at runtime
+with :meth:`~MultiQueryDriver.add_window`, :meth:`~MultiQueryDriver.remove_window` or a parsed
 control command (``apply``, :func:`windowing.parse_command`).
 
 What the state keeps for a query added later
@@ -28,6 +28,16 @@ merging window function) a session is reported only if it starts ``gap_ms`` or m
 that are dropped. The panes the replay fires (for windows already past the watermark, or by
 element-count triggers) come out with the next call to ``add``, ``add_retractions`` or an
 ``advance_*``; drops during the replay are not counted.
+
+Vectorised queries
+------------------
+A query whose window, trigger, accumulation and aggregation :class:`~watermarks.ColumnarDriver`
+runs (fixed or sliding windows, the default trigger or ``AfterWatermark`` with ``AfterCount``
+early / late firings, discarding or accumulating, Count; Sum, Min, Max, Mean when
+``integral_values=True``) gets that driver, the others the per-element
+:class:`~watermarks.TriggerDriver`: the same panes either way. :meth:`MultiQueryDriver.add_batch`
+and :meth:`MultiQueryDriver.advance_watermark_columns` take and give columns (one bundle per key,
+as one :meth:`add` per key), so a vectorised query costs a fixed number of numpy calls per batch.
 
 Memory: the history holds every element of the last ``history_ms`` of event time (plus those
 ahead of the watermark), for each key: its ``(value, event_time_ms)`` pair costs about 12 bytes
@@ -58,7 +68,10 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from dataflow_kafka.watermarks import _codec
+from dataflow_kafka.watermarks.columnar import ColumnarDriver, PaneColumns
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver
 from dataflow_kafka.watermarks.triggers import Trigger
@@ -71,7 +84,8 @@ from dataflow_kafka.errors import InvalidArgumentError, NotFoundError
 
 __all__ = ["MultiQueryDriver", "CoveredWindowFn"]
 
-_FORMAT = 1
+_FORMAT = 2      # 2: a query's driver state may be the vectorised driver's (ColumnarDriver)
+_READS = (1, 2)
 
 
 class CoveredWindowFn(WindowFn):
@@ -101,7 +115,7 @@ class _Query:
     window: Any                  # what the user gave: a windowing Window or a WindowFn
     coverage: int                # C (BEGINNING_OF_TIME_MS: no limit)
     report_from: int             # panes of windows starting before this are dropped
-    driver: TriggerDriver
+    driver: TriggerDriver | ColumnarDriver
 
 
 class MultiQueryDriver(WindowQueries):
@@ -118,6 +132,9 @@ class MultiQueryDriver(WindowQueries):
     history_ms : int, optional
         How much event time of elements to keep for queries added later (default: the allowed
         lateness plus the longest configured window).
+    integral_values : bool
+        The values are integers: queries with Sum, Min, Max or Mean can run vectorised (module
+        docstring).
     """
 
     def __init__(
@@ -130,7 +147,9 @@ class MultiQueryDriver(WindowQueries):
         combiner: AggregateFunction | None = None,
         on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
         history_ms: int | None = None,
+        integral_values: bool = False,
     ) -> None:
+        self.integral_values = bool(integral_values)
         # validates the shared configuration and warns once about lossy triggers
         probe = TriggerDriver(GlobalWindowFn(), trigger, accumulation_mode, allowed_lateness_ms,
                               timestamp_combiner, combiner, on_time_behavior)
@@ -159,9 +178,15 @@ class MultiQueryDriver(WindowQueries):
 
     # -- queries ------------------------------------------------------------------------------
 
-    def _driver(self, window_fn: WindowFn) -> TriggerDriver:
+    def _driver(self, window_fn: WindowFn) -> TriggerDriver | ColumnarDriver:
+        """The vectorised driver where it runs this query (module docstring), else the per-element one."""
+        trigger, mode, _, tc, combiner, _ = self._shared
+        inner, from_ms = (window_fn.window_fn, window_fn.from_ms) if isinstance(window_fn, CoveredWindowFn) \
+            else (window_fn, BEGINNING_OF_TIME_MS)
         with warnings.catch_warnings():  # the constructor warned once already
             warnings.simplefilter("ignore")
+            if ColumnarDriver.supports(inner, trigger, mode, tc, combiner, self.integral_values):
+                return ColumnarDriver(inner, *self._shared, from_ms=from_ms, integral_values=self.integral_values)
             return TriggerDriver(window_fn, *self._shared)
 
     @property
@@ -233,6 +258,92 @@ class MultiQueryDriver(WindowQueries):
             self._history.setdefault(key, []).extend(kept)
         return self._each(lambda d: d.add(elements, key=key))
 
+    def add_batch(self, keys: list, rows: np.ndarray, values: list, times: np.ndarray
+                  ) -> tuple[PaneColumns, np.ndarray, np.ndarray]:
+        """One :meth:`add` per key of ``keys``, in that order, as columns: each element's key as an
+        index into ``keys`` (``rows``), its value and event time (elements in arrival order).
+        Returns the panes (as the :meth:`add` calls would give them, in that order; keys indexing
+        ``keys``) and, per key of ``keys``, the element copies dropped as late and for a closed
+        window over every query."""
+        rows = np.asarray(rows, np.int64)
+        times = np.asarray(times, np.int64)
+        n = len(keys)
+        per_key = None
+
+        def elements():            # [(value, time)] per key, in arrival order (the per-element drivers)
+            nonlocal per_key
+            if per_key is None:
+                per_key = _per_key(n, rows, values, times)
+            return per_key
+
+        position = {k: i for i, k in enumerate(keys)}
+        parts, late, closed = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for qi, (qid, q) in enumerate(self._queries.items()):
+            d = q.driver
+            d._warned_late = self.dropped_late > 0      # one LateDataDropped warning for all queries
+            if isinstance(d, ColumnarDriver):
+                cols, q_late, q_closed = d.add_batch(keys, rows, values, times)
+                late += q_late
+                closed += q_closed
+            else:
+                panes = []
+                for i, (key, elems) in enumerate(zip(keys, elements())):
+                    if elems:
+                        before = d.dropped_late, d.dropped_closed
+                        panes += d.add(elems, key=key)
+                        late[i] += d.dropped_late - before[0]
+                        closed[i] += d.dropped_closed - before[1]
+                cols = PaneColumns.of_panes(panes, keys, position)
+            self.dropped_late += d.dropped_late
+            self.dropped_closed += d.dropped_closed
+            d.dropped_late = d.dropped_closed = 0
+            cols = self._label_columns(qid, q, cols)
+            parts.append((qi, cols))
+        kept = times >= self._floor
+        if kept.all() and per_key is not None:          # the per-element queries' lists serve as they are
+            history = per_key
+        elif kept.any():
+            pick = np.flatnonzero(kept)
+            history = _per_key(n, rows[pick], [values[j] for j in pick.tolist()], times[pick])
+        else:
+            history = []
+        for i, elems in enumerate(history):
+            if elems:
+                self._history.setdefault(keys[i], []).extend(elems)
+        bundle = PaneColumns.concat(keys, [c for _, c in parts])
+        qi = np.concatenate([np.full(len(c), q, np.int64) for q, c in parts]) if parts else np.zeros(0, np.int64)
+        bundle = bundle.take(np.lexsort((np.arange(len(bundle)), qi, bundle.key)))     # by key, then query
+        if not self._pending or rows.size == 0:     # the pending panes come out with the first add
+            return bundle, late, closed
+        pending, self._pending = self._pending, []
+        return PaneColumns.join([PaneColumns.of_panes(pending), bundle]), late, closed
+
+    def advance_watermark_columns(self, watermark_ms: int) -> PaneColumns:
+        """:meth:`advance_watermark` as :class:`~watermarks.PaneColumns` (the same panes, in order)."""
+        if watermark_ms <= self._wm:
+            return PaneColumns.of_panes(self._each(lambda d: []))
+        self._wm = watermark_ms
+        parts = [PaneColumns.of_panes(self._pending)] if self._pending else []
+        self._pending = []
+        for qid, q in self._queries.items():
+            d = q.driver
+            d._warned_late = self.dropped_late > 0
+            cols = (d.advance_watermark_columns(watermark_ms) if isinstance(d, ColumnarDriver)
+                    else PaneColumns.of_panes(d.advance_watermark(watermark_ms)))
+            self.dropped_late += d.dropped_late
+            self.dropped_closed += d.dropped_closed
+            d.dropped_late = d.dropped_closed = 0
+            parts.append(self._label_columns(qid, q, cols))
+        self._raise_floor()
+        return PaneColumns.join(parts)
+
+    @staticmethod
+    def _label_columns(qid: str, q: _Query, cols: PaneColumns) -> PaneColumns:
+        if len(cols) and q.report_from != BEGINNING_OF_TIME_MS:
+            cols = cols.take(np.flatnonzero(cols.start >= q.report_from))
+        cols.query = np.full(len(cols), qid, object)
+        return cols
+
     def add_retractions(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Take back earlier inputs in every query (and in the history)."""
         elements = list(elements)
@@ -264,6 +375,31 @@ class MultiQueryDriver(WindowQueries):
         """Live windows of ``key`` in query ``query_id`` (default: the first query)."""
         qid = query_id if query_id is not None else next(iter(self._queries))
         return self._queries[qid].driver.windows(key)
+
+    # -- reading the state ---------------------------------------------------------------------
+
+    def driver(self, query_id: str) -> TriggerDriver:
+        """Query ``query_id``'s :class:`TriggerDriver` (its windows: ``window_states()``); read it only."""
+        return self._queries[query_id].driver
+
+    def reported_from(self, query_id: str) -> int | None:
+        """Panes of the query's windows starting before this are not emitted (``None``: no limit)."""
+        r = self._queries[query_id].report_from
+        return None if r == BEGINNING_OF_TIME_MS else r
+
+    @property
+    def history_from_ms(self) -> int | None:
+        """The history holds the elements from this event time on (``None``: all so far)."""
+        return None if self._floor == BEGINNING_OF_TIME_MS else self._floor
+
+    def history(self) -> dict[Any, list[tuple[Any, int]]]:
+        """The elements kept for queries added later, per key (``(value, event_time_ms)``, in
+        arrival order); a copy."""
+        return {k: list(v) for k, v in self._history.items()}
+
+    def pending_panes(self) -> list[Pane]:
+        """Panes computed but not yet returned (a query added since the last call)."""
+        return list(self._pending)
 
     def _each(self, step) -> list[Pane]:
         out, self._pending = self._pending, []
@@ -306,7 +442,7 @@ class MultiQueryDriver(WindowQueries):
                     q.coverage, q.report_from, q.driver.to_bytes()) for qid, q in self._queries.items()]
         pending = [(p.query_id, p.key, p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
                     p.is_first, p.is_last, p.is_retraction) for p in self._pending]
-        history = [(k, [tuple(e) for e in v]) for k, v in self._history.items()]
+        history = list(self._history.items())         # lists of (value, time) tuples
         return _codec.encode((_FORMAT, self._fingerprint(), self._wm, self._now, self._floor, self._next_id,
                               self.ignored_commands, self.dropped_late, self.dropped_closed, queries, history,
                               pending))
@@ -316,7 +452,7 @@ class MultiQueryDriver(WindowQueries):
         driver with the same shared configuration."""
         (fmt, fingerprint, self._wm, self._now, self._floor, self._next_id, self.ignored_commands,
          self.dropped_late, self.dropped_closed, queries, history, pending) = _codec.decode(data)
-        if fmt != _FORMAT or fingerprint != self._fingerprint():
+        if fmt not in _READS or fingerprint != self._fingerprint():
             raise InvalidArgumentError("multi-query driver state was written by a driver with a different format or "
                              "configuration (trigger, mode, lateness, combiner, history_ms)")
         self._queries = {}
@@ -326,6 +462,9 @@ class MultiQueryDriver(WindowQueries):
             if coverage != BEGINNING_OF_TIME_MS:
                 fn = CoveredWindowFn(fn, coverage)
             q = self._queries[qid] = _Query(window, coverage, report_from, self._driver(fn))
+            if isinstance(q.driver, TriggerDriver) and blob[:4] == b"DFC1":
+                raise InvalidArgumentError(f"query {qid!r}: its state was written by the vectorised driver, this "
+                                           "configuration runs the per-element one (aggregation or value type changed?)")
             q.driver.load_bytes(blob)
         self._history = {k: list(v) for k, v in history}
         self._pending = [Pane(k, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la, r, qid)
@@ -337,6 +476,14 @@ class MultiQueryDriver(WindowQueries):
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _per_key(n: int, rows: np.ndarray, values: list, times: np.ndarray) -> list[list[tuple]]:
+    """``[(value, time)]`` of each of ``n`` keys (``rows``: each element's key), in arrival order."""
+    order = np.argsort(rows, kind="stable")
+    bounds = np.searchsorted(rows[order], np.arange(n + 1)).tolist()
+    vs, ts = [values[i] for i in order.tolist()], times[order].tolist()
+    return [list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]])) for i in range(n)]
 
 
 def _inner(fn: WindowFn) -> WindowFn:

@@ -1,7 +1,8 @@
-"""The paper's running example (seed ``dataflow-model.txt`` §2.4, Figures 5 to 14) as data.
+"""The running example of the Dataflow Model (Akidau et al., VLDB 2015, §2.4 Examples, Figures 5
+to 14) as data.
 
 Ten integers, 5, 7, 3, 4, 3, 8, 9, 3, 8, 1, in the order the pipeline observes them, summed per
-key. The seed carries the paper's text but not its drawings, so the event and processing times
+key. The paper's text, not its drawings, is what these are read from: the event and processing times
 below are derived from what the text says about Figures 5 to 14 (times are ms after 12:00:00):
 
 * fixed two-minute windows hold 5+9 = 14, 7+3+4+8 = 22, 3 and 3+8+1 = 12 (Figures 10 to 12);

@@ -43,10 +43,12 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
-from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, TimestampCombiner
+from dataflow_kafka.keygroups.state_view import state_item
+from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, PaneTiming, TimestampCombiner
+from dataflow_kafka.watermarks.columnar import PaneColumns
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
-from dataflow_kafka.windowing import AggregateFunction, ToList, Window
+from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, AggregateFunction, ToList, Window
 from dataflow_kafka.windowing.aggregations import Combined
 from dataflow_kafka.windowing.commands import WINDOW_OPS
 from dataflow_kafka.windowing.final import current_windows
@@ -62,6 +64,7 @@ PANE_COLUMNS = [("pane_index", "bigint"), ("timing", "string"), ("is_first", "bo
                 ("is_retraction", "boolean")]
 _VALUE = "dataflow_value"
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint", "boolean")
+_TIMING_NAMES = np.array([t.name for t in PaneTiming], object)
 
 
 @dataclass
@@ -159,7 +162,7 @@ class WindowingStage(Stage):
             warnings.simplefilter("ignore")        # lossy-trigger warnings: shown once, at construction
             return MultiQueryDriver(self._queries(), self.trigger, self.accumulation_mode, self.allowed_lateness_ms,
                                     self.timestamp_combiner, self._combiner(), self.on_time_behavior,
-                                    self.history_ms)
+                                    self.history_ms, integral_values=self.integral_values)
 
     def _combiner(self) -> AggregateFunction:
         """What the driver runs: the aggregation, or several :class:`~windowing.aggregations.Combined`."""
@@ -173,6 +176,41 @@ class WindowingStage(Stage):
         d.load_bytes(blob)
         return d
 
+    def describe_state(self, driver: MultiQueryDriver) -> list[dict]:
+        """The driver's clock (``time``: watermark, processing time), the queries (``start_ms``:
+        coverage start of a query added while running), per key the elements kept for queries
+        added later (``held``), and per query and key every live window (``window``: not yet
+        garbage collected, i.e. ``end + allowed_lateness_ms`` beyond the watermark): ``count``
+        the key's held elements in it (None where it starts before them), ``panes`` fired,
+        ``new_data`` (elements not yet in a pane), ``closed``, ``next`` (what its trigger waits
+        for), ``hold_ms`` (the next pane's timestamp), ``expires_ms``, ``value`` (the combiner's
+        output now: what the next pane carries); ``pane``: a pane computed, not yet emitted."""
+        rows = [state_item("time", start_ms=_time(driver.watermark_ms), processing_time_ms=_time(driver.processing_time_ms))]
+        for qid in driver.query_ids:
+            rows.append(state_item("query", query_id=qid, start_ms=driver.coverage_start(qid),
+                                   window=driver.window(qid), reported_from_ms=driver.reported_from(qid)))
+        floor = driver.history_from_ms
+        held = {}
+        for key, elems in driver.history().items():
+            ts = np.sort(np.fromiter((t for _, t in elems), np.int64, len(elems)))
+            held[key] = ts
+            rows.append(state_item("held", key=key, start_ms=ts[0], end_ms=ts[-1] + 1, count=ts.size,
+                                   kept_from_ms=floor))
+        for qid in driver.query_ids:
+            d = driver.driver(qid)
+            for w in d.window_states():
+                ts = held.get(w.key, np.zeros(0, np.int64))
+                s, e = w.window.start_ms, w.window.end_ms
+                n = None if floor is not None and s < floor else int(np.searchsorted(ts, e) - np.searchsorted(ts, s))
+                rows.append(state_item("window", key=w.key, query_id=qid, start_ms=s, end_ms=e, count=n,
+                                       panes=w.panes, new_data=w.new_data, closed=w.closed or None, next=w.waiting,
+                                       hold_ms=w.hold_ms, expires_ms=w.expires_ms,
+                                       value=None if w.closed else d.combiner.extract_output(w.accumulator)))
+        for p in driver.pending_panes():
+            rows.append(state_item("pane", key=p.key, query_id=p.query_id, start_ms=p.start_ms, end_ms=p.end_ms,
+                                   pane_index=p.index, timing=p.timing.name, value=p.value))
+        return rows
+
     # -- one batch --------------------------------------------------------------------------------
     def process(self, driver: MultiQueryDriver, batch: StageInput) -> StageOutput:
         errors = []
@@ -182,9 +220,9 @@ class WindowingStage(Stage):
                 errors.append(err)
             elif cmd is not None:
                 driver.apply(cmd)
-        panes = []
+        parts = []
         if batch.processing_time_ms is not None:
-            panes += driver.advance_processing_time(batch.processing_time_ms)
+            parts.append(PaneColumns.of_panes(driver.advance_processing_time(batch.processing_time_ms)))
         dropped: list[Dropped] = []
         data = batch.data
         if data is not None and len(data):
@@ -193,66 +231,84 @@ class WindowingStage(Stage):
                 for c, v in self.select.items():
                     mask &= (data[c] == v).to_numpy()
                 data = data[mask]
-            for key, elements, nulls in self._elements(data):
-                late, closed = driver.dropped_late, driver.dropped_closed
-                if elements:
-                    panes += driver.add(elements, key=key)
-                for reason, n in (("late", driver.dropped_late - late), ("closed", driver.dropped_closed - closed),
-                                  ("null", nulls)):
+            keys, rows, values, times, nulls = self._elements(data)
+            added, late, closed = driver.add_batch(keys, rows, values, times)
+            parts.append(added)
+            for i in np.flatnonzero(late + closed + nulls).tolist():    # per key, in order of first appearance
+                for reason, n in (("late", late[i]), ("closed", closed[i]), ("null", nulls[i])):
                     if n:
-                        dropped.append(Dropped(key, reason, n))
+                        dropped.append(Dropped(keys[i], reason, int(n)))
         if batch.watermark_ms is not None:
-            panes += driver.advance_watermark(batch.watermark_ms)
+            parts.append(driver.advance_watermark_columns(batch.watermark_ms))
         hold = output_watermark(self.output_watermark, batch.watermark_ms, self.allowed_lateness_ms)
         floor = None if self.output_watermark != "complete" else output_watermark(
             self.output_watermark, batch.previous_watermark_ms, self.allowed_lateness_ms)
-        return StageOutput(self._frame(panes, floor), hold, dropped, command_errors=errors)
+        return StageOutput(self._frame([p for p in parts if len(p)], floor), hold, dropped, command_errors=errors)
 
     def _elements(self, data: pd.DataFrame):
-        """``(key, [(value, event_time_ms)], null count)`` per key, in order of first appearance."""
+        """``(keys, rows, values, times, nulls)``: the batch's keys in order of first appearance,
+        each row's key (an index into them) with its value and event time (rows with a null value
+        left out), and the null values per key."""
         names = [n for n, _ in self._keys]
-        keys = (data[names[0]].tolist() if len(names) == 1
-                else list(zip(*(data[n].tolist() for n in names))))
-        values = data[_VALUE].astype(object).tolist()
-        times = data["event_time_ms"].astype("int64").tolist()
-        groups: dict[Any, list] = {}
-        nulls: dict[Any, int] = {}
-        for k, v, t in zip(keys, values, times):
-            k = _plain_key(k)
-            elems = groups.setdefault(k, [])
-            if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
-                nulls[k] = nulls.get(k, 0) + 1
-                continue
-            elems.append((int(v) if self.integral_values else v, t))
-        return [(k, e, nulls.get(k, 0)) for k, e in groups.items()]
+        if len(names) == 1:
+            codes, uniques = pd.factorize(data[names[0]], use_na_sentinel=False)
+            plain = [_plain_key(k) for k in uniques]
+        else:
+            codes, uniques = pd.factorize(pd.MultiIndex.from_frame(data[names]), use_na_sentinel=False)
+            plain = [_plain_key(tuple(k)) for k in uniques]
+        position: dict = {}
+        merged = np.array([position.setdefault(k, len(position)) for k in plain], np.int64)  # NaN and None: one key
+        keys = list(position)
+        rows = merged[np.asarray(codes, np.int64)] if len(plain) else np.zeros(len(data), np.int64)
+        col = data[_VALUE]
+        null = col.isna().to_numpy()
+        nulls = np.bincount(rows[null], minlength=len(keys))
+        ok = ~null
+        values = col[ok].to_numpy(np.int64).tolist() if self.integral_values else col[ok].astype(object).tolist()
+        times = data["event_time_ms"].to_numpy(np.int64)[ok]
+        return keys, rows[ok], values, times, nulls
 
-    def _frame(self, panes: list, floor: int | None) -> pd.DataFrame:
+    def _frame(self, parts: list[PaneColumns], floor: int | None) -> pd.DataFrame:
         names = [n for n, _ in self._keys]
         aggs = aggregation_columns(self.aggregations)
         widths = [len(a.spark_columns(a.name)) for a in self.aggregations]
-        cols: dict[str, list] = {n: [] for n in names}
-        for c in ("query_id", "window_start_ms", "window_end_ms", "pane_index", "timing", "is_first", "is_last",
-                  "is_retraction", "event_time_ms", *(c for c, _ in aggs)):
-            cols[c] = []
-        for p in panes:
-            for n, v in zip(names, (p.key,) if len(names) == 1 else p.key):
-                cols[n].append(v)
-            cols["query_id"].append(p.query_id)
-            cols["window_start_ms"].append(p.start_ms)
-            cols["window_end_ms"].append(p.end_ms)
-            cols["pane_index"].append(p.index)
-            cols["timing"].append(p.timing.name)
-            cols["is_first"].append(p.is_first)
-            cols["is_last"].append(p.is_last)
-            cols["is_retraction"].append(p.is_retraction)
-            cols["event_time_ms"].append(p.timestamp_ms if floor is None else max(p.timestamp_ms, floor))
-            results = [p.value] if len(widths) == 1 else list(p.value)
-            values = [v for r, n in zip(results, widths) for v in ([r] if n == 1 else _components(r, n))]
-            for (c, t), v in zip(aggs, values):
-                cols[c].append(_number(v) if t in ("double", "bigint") else
-                               (None if v is None else list(np.atleast_1d(v).astype(float))) if t.startswith("array")
-                               else json_value(v))
+        p = PaneColumns.concat([], []) if not parts else parts[0] if len(parts) == 1 else PaneColumns.join(parts)
+        cols: dict[str, Any] = {}
+        key_col = _object_array(p.keys)[p.key] if len(p) else np.zeros(0, object)
+        if len(names) == 1:
+            cols[names[0]] = key_col
+        else:
+            for j, n in enumerate(names):
+                cols[n] = _object_array([k[j] for k in key_col.tolist()])
+        cols["query_id"] = p.query if p.query is not None else np.full(len(p), None, object)
+        cols["window_start_ms"], cols["window_end_ms"] = p.start, p.end
+        cols["pane_index"] = p.index
+        cols["timing"] = _TIMING_NAMES[p.timing]
+        cols["is_first"], cols["is_last"] = p.first, p.last
+        cols["is_retraction"] = p.retraction if p.retraction is not None else np.zeros(len(p), bool)
+        cols["event_time_ms"] = p.timestamp if floor is None else np.maximum(p.timestamp, floor)
+        values = [_result_columns(v, widths) for v in p.value]
+        for j, (c, t) in enumerate(aggs):
+            vs = [v[j] for v in values]
+            cols[c] = ([_number(v) for v in vs] if t in ("double", "bigint") else
+                       [None if v is None else list(np.atleast_1d(v).astype(float)) for v in vs] if t.startswith("array")
+                       else [json_value(v) for v in vs])
         return pd.DataFrame(cols)
+
+
+def _object_array(items: list) -> np.ndarray:
+    """A 1-d object array of ``items`` (tuple keys stay elements)."""
+    out = np.empty(len(items), object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
+
+
+def _result_columns(value: Any, widths: list[int]) -> list:
+    """A pane's value as one value per result column: each aggregation's result (several
+    aggregations: :class:`~windowing.aggregations.Combined`'s tuple), a multi-column one split."""
+    results = [value] if len(widths) == 1 else list(value)
+    return [v for r, n in zip(results, widths) for v in ([r] if n == 1 else _components(r, n))]
 
 
 def _components(value: Any, n: int) -> list:
@@ -276,3 +332,8 @@ def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         return None
     return float(v)
+
+
+def _time(ms: int) -> int | None:
+    """A driver's clock reading; ``None`` before the first (the beginning of time)."""
+    return None if ms <= BEGINNING_OF_TIME_MS else ms

@@ -1,7 +1,8 @@
 """Triggers: *when* in processing time a window's results are emitted (Dataflow §2.3).
 
 Windowing says where in event time data are grouped; a trigger says when the grouped result
-of a window is emitted as a **pane** (seed ``dataflow-model.txt`` §2.3, §2.4). Triggers react
+of a window is emitted as a **pane** (the Dataflow Model, Akidau et al., VLDB 2015, §2.3 Triggers &
+Incremental Processing, §2.4 Examples). Triggers react
 to the watermark passing the end of the window, to processing time, and to data arriving, and
 compose into trees: sequences, repetition, "any", "all", "until".
 

@@ -1,6 +1,7 @@
 """Windowing: *where* in event time elements are grouped (Dataflow Model, section 2.2).
 
-The model splits windowing into two operations (seed ``dataflow-model.txt`` §2.2):
+The model splits windowing into two operations (the Dataflow Model, Akidau et al., VLDB 2015, §2.2
+Windowing):
 
 * ``AssignWindows(datum) -> Set<Window>`` puts every element into zero or more windows; the
   element is conceptually copied into each of them (§2.2.1).
@@ -38,6 +39,7 @@ fingerprint of its configuration in its state.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+import functools
 from typing import Any, NamedTuple
 
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, Window
@@ -153,13 +155,17 @@ class SlidingWindowFn(WindowFn):
 
     def assign_windows(self, timestamp_ms: int) -> list[IntervalWindow]:
         last_start = timestamp_ms - (timestamp_ms - self.offset_ms) % self.period_ms
-        out = []
-        start = last_start
-        while start > timestamp_ms - self.size_ms:
-            out.append(IntervalWindow(start, start + self.size_ms))
-            start -= self.period_ms
-        out.reverse()
-        return out
+        # the starts last_start - k * period_ms above timestamp_ms - size_ms: k < (size_ms - d) / period_ms
+        count = max(0, -(-(self.size_ms - (timestamp_ms - last_start)) // self.period_ms))
+        return list(_sliding_windows(self.size_ms, self.period_ms, last_start, count))
+
+
+@functools.lru_cache(maxsize=256)
+def _sliding_windows(size_ms: int, period_ms: int, last_start: int, count: int) -> tuple[IntervalWindow, ...]:
+    """The ``count`` windows of ``size_ms`` starting at ``last_start``, ``last_start - period_ms``,
+    ..., by ascending start; cached: elements close in time share their windows."""
+    return tuple(IntervalWindow(last_start - k * period_ms, last_start - k * period_ms + size_ms)
+                 for k in reversed(range(count)))
 
 
 class SessionWindowFn(WindowFn):

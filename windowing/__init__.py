@@ -30,6 +30,10 @@ Example
 (['sliding', 'tumbling'], ['sum', 'mean'])
 """
 
+from dataflow_kafka.errors import require_module_name
+
+require_module_name(__name__, "dataflow_kafka.windowing")  # one name per file: never `import windowing`
+
 from dataflow_kafka.deprecation import moved_names
 from dataflow_kafka.windowing.aggregations import (
     M4, AggregateFunction, Combiner, Count, Max, Mean, Median, Min, Quantile, Sum, ToList, Vectorised,

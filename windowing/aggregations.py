@@ -1,7 +1,7 @@
 """Aggregations both engines accept: *what* is computed per window.
 
 An aggregation is an :class:`AggregateFunction`: Scotty's incremental aggregation
-(Scotty, general stream slicing §5.4.1), ``lift(value)`` a record into a partial aggregate,
+(Scotty, Traub et al., TODS 2021, §5.4.1), ``lift(value)`` a record into a partial aggregate,
 ``combine(a, b)`` two partials (left before right in event time), ``lower(a)`` a partial to the
 result (identity by default); ``lift`` and ``combine`` are abstract, so a class missing one fails
 when it is built. The slicer keeps partials per slice; the Dataflow driver one accumulator per
@@ -10,7 +10,7 @@ accumulator is ``None``, ``add_input(acc, v) = combine(acc, lift(v))``).
 
 Beam's side is an adapter: a :class:`Combiner` is written with Beam's methods
 (``create_accumulator``, ``add_input``, ``merge_accumulators``, ``extract_output``, optional
-``uncombine``; the Dataflow Model §2.3) and derives lift / combine / lower, so the slicer
+``uncombine``; the Dataflow Model, Akidau et al., VLDB 2015, §2.3) and derives lift / combine / lower, so the slicer
 runs it too; the built-ins are combiners (their ``add_input`` is the Dataflow driver's per-record
 step).
 

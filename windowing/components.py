@@ -35,7 +35,8 @@ import numpy as np
 
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError
 
-__all__ = ["Reduced", "Picked", "Holistic", "Component", "COMPONENTS", "register_component", "component"]
+__all__ = ["Reduced", "Picked", "Holistic", "Component", "COMPONENTS", "register_component", "component",
+           "table_components"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,22 @@ def component(name: str) -> Component:
     if found is None:
         raise NotFoundError(f"component {name!r}: not registered (components: {', '.join(COMPONENTS)})")
     return found
+
+
+def table_components(aggregations, kinds: tuple[type, ...] = (Reduced, Picked, Holistic)) -> dict[str, Component] | None:
+    """The components a table of partial aggregates keeps for ``aggregations``, by name: ``count``
+    (how many records a row holds) and those each aggregation's
+    :class:`~windowing.aggregations.Vectorised` form names, as registered. ``None`` when an
+    aggregation has no vectorised form or a component is of no kind in ``kinds`` (the table then
+    cannot run them)."""
+    names = ["count"]
+    for fn in aggregations:
+        form = getattr(fn, "vectorised", None)
+        if form is None:
+            return None
+        names.extend(form.components)
+    found = {name: component(name) for name in dict.fromkeys(names)}
+    return found if all(isinstance(c, kinds) for c in found.values()) else None
 
 
 register_component(Reduced("sum", np.add, 0.0, lift=np.asarray, inverse=np.subtract))

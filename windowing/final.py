@@ -6,7 +6,7 @@ emitted window, the Dataflow stage (:class:`watermarks.stage.WindowingStage`) a 
 firing; and when a window's extent changes after it was emitted (sessions extended or merged by
 a late record, a punctuation window cut), a **retraction** row (``is_retraction=True``) takes
 the old window back before its replacement comes (the Dataflow Model's retractions,
-``seeds/dataflow-model.txt`` §2.3). The current result is then the fold of the rows in emission
+Akidau et al., VLDB 2015, §2.3). The current result is then the fold of the rows in emission
 order: per window (key columns, ``query_id``, ``window_start_ms``, ``window_end_ms``) the latest
 row, a window whose latest row is a retraction deleted. Only a window's last row in a batch
 counts, so applying a batch twice (a replayed micro-batch) gives the same table.

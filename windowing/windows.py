@@ -2,9 +2,9 @@
 
 A window definition is a small immutable value (validated when built, equal when its fields are
 equal, readable ``repr``, JSON round trip). It says *where* in event time records are grouped;
-each engine compiles it into its own runtime: the slicer into slice edges and contexts (Scotty
-``seeds/scotty-slicing.txt`` §4.4, §5.4.2), the Dataflow driver into a ``WindowFn`` with
-AssignWindows / MergeWindows (``seeds/dataflow-model.txt`` §2.2).
+each engine compiles it into its own runtime: the slicer into slice edges and contexts (Scotty,
+Traub et al., TODS 2021, §4.4 Window Type, §5.4.2), the Dataflow driver into a ``WindowFn`` with
+AssignWindows / MergeWindows (the Dataflow Model, Akidau et al., VLDB 2015, §2.2 Windowing).
 
 Conventions: a window ``[start, end)`` holds the records with ``start <= t < end``; times are
 integer milliseconds (``*_ms``). ``measure="count"`` (slicer only) makes a tumbling or sliding

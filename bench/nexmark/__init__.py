@@ -1,4 +1,4 @@
-"""NEXMark on this project (issue 22): a seeded generator written to Kafka, queries 0, 1, 2, 5, 7
+"""NEXMark on this project: a seeded generator written to Kafka, queries 0, 1, 2, 5, 7
 and 11 written with the public API, each checked against a brute-force reference, and the same
 queries in Spark's native API side by side.
 

@@ -22,12 +22,10 @@ Ratios: ours / Spark's native (``withWatermark`` 5 s) of the same query in the s
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import tempfile
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -36,35 +34,13 @@ from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
 from bench.nexmark.latency import EventTrickle, measure, run_timed
 from bench.nexmark.queries import REGISTRY, get
 from bench.nexmark.query import Query, parse_bids
-from bench.nexmark.runs import Run, run_native, run_ours, source_options
+from bench.nexmark.runs import final_watermark_ms, run_native, run_ours, source_options
+from bench.nexmark.stats import load1, multiset_diff as _diff, percentile as _pct, write_rows
 
 NATIVE_DELAYS = ("5 seconds", "0 seconds")
 FIELDS = ["date", "phase", "delayed", "query", "side", "variant", "connector", "bids", "seconds", "rows_per_s",
           "batches", "expected", "missing", "extra", "open", "stale", "dropped", "correct", "p50_ms", "p99_ms", "latency_n",
           "load_before", "load_after"]
-
-
-def load1() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def _pct(xs: list[int], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return float(xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))])
-
-
-def _diff(expected: list[tuple], got: list[tuple]) -> tuple[int, int]:
-    e, g = Counter(expected), Counter(got)
-    return sum((e - g).values()), sum((g - e).values())
-
-
-def _watermark_ms(run: Run) -> int | None:
-    marks = [p.get("eventTime", {}).get("watermark") for p in run.progress]
-    marks = [m for m in marks if m]
-    return int(pd.Timestamp(marks[-1]).value // 1_000_000) if marks else None
 
 
 def _arms(q: Query) -> list[tuple[str, str]]:
@@ -125,7 +101,7 @@ class Bench:
                                      max_offsets=a.per_batch)
                     got = q.native_results(pd.concat(run.frames)) if run.frames else []
                     expected = q.reference(records)
-                    wm = _watermark_ms(run)
+                    wm = final_watermark_ms(run.progress)
                     closed = [r for r in expected if q.ready_column == "" or (wm is not None and q.ready_ms(r, {}) <= wm)]
                     missing, extra = _diff(closed, got)
                     self._row(phase="throughput", delayed=delayed, query=q.name, side="spark",
@@ -205,14 +181,7 @@ class Bench:
                 print(f"  {phase:10s} {delayed:4.0%} {query:4s} {r['variant']:9s} {ratio}")
 
     def write_csv(self, path: str) -> None:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            for r in self.rows:
-                w.writerow({k: r.get(k) for k in FIELDS})
-        print(f"wrote {p}")
+        print(f"wrote {write_rows(path, FIELDS, self.rows)}")
 
 
 def _warm_up(bench: Bench) -> None:

@@ -29,7 +29,7 @@ import pandas as pd
 from dataflow_kafka.keygroups import Computed, Pipeline
 from dataflow_kafka.windowing.final import current_windows
 
-__all__ = ["Query", "Projection", "Settings", "field", "raw_value", "BID_DDL", "parse_bids", "bids_frame",
+__all__ = ["Query", "Projection", "Settings", "raw_value", "BID_DDL", "parse_bids", "bids_frame",
            "window_rows", "ms", "epoch_ms"]
 
 #: The bid record's schema as Spark DDL (``from_json``), ``dateTime`` in epoch ms.
@@ -45,30 +45,12 @@ class Settings:
     key_groups: int = 4
 
 
-class _JsonField:
-    """``fn`` of :func:`field`: one field of each JSON value (a class: pickles by reference)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, frame: pd.DataFrame) -> list:
-        return [json.loads(v)[self.name] for v in frame["value"]]
-
-    def __repr__(self) -> str:
-        return f"field({self.name!r})"
-
-
-def field(name: str, ddl: str = "bigint") -> Computed:
-    """A stage input: field ``name`` of the record's JSON value (both runners evaluate it)."""
-    return Computed(_JsonField(name), ddl, ("value",))
-
-
 def _text(frame: pd.DataFrame) -> list:
     return [v.decode() if isinstance(v, (bytes, bytearray)) else v for v in frame["value"]]
 
 
-#: A stage input: the record's JSON value as text.
-raw_value = Computed(_text, "string", ("value",))
+#: A stage input: the record's JSON value as text (Spark computes it in the JVM: ``Computed.sql``).
+raw_value = Computed(_text, "string", ("value",), "CAST(`value` AS STRING)")
 
 
 def ms(ts: Any) -> int:

@@ -24,7 +24,8 @@ import pandas as pd
 from bench.nexmark.generator import Event
 from bench.nexmark.query import Query, Settings, parse_bids
 
-__all__ = ["FrameCollector", "Run", "run_ours", "run_native", "replayed_batches", "local_batches", "source_options"]
+__all__ = ["FrameCollector", "Run", "run_ours", "run_native", "replayed_batches", "local_batches", "source_options",
+           "final_watermark_ms", "run_available_now"]
 
 #: ``endOfInput=punctuate``'s punctuation: the end of time (``datasource.kafka_read.MAX_EVENT_MS``)
 END_OF_TIME_MS = 253_402_300_799_999
@@ -58,6 +59,13 @@ class Run:
                    for op in p.get("stateOperators", []))
 
 
+def final_watermark_ms(progress: Sequence[dict]) -> int | None:
+    """Spark's event-time watermark after the last of these progress reports (epoch ms), or None."""
+    marks = [p.get("eventTime", {}).get("watermark") for p in progress]
+    marks = [m for m in marks if m]
+    return int(pd.Timestamp(marks[-1]).value // 1_000_000) if marks else None
+
+
 def source_options(bootstrap: str, topic: str, max_offsets: int | None) -> dict[str, str]:
     """Our source's options for a bounded NEXMark run over ``topic``."""
     opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
@@ -74,20 +82,29 @@ def _read(spark, fmt: str, options: dict[str, str]):
     return reader.load()
 
 
-def _run(out_df, checkpoint: str, timeout_s: float) -> Run:
-    got = FrameCollector()
-    t0 = time.monotonic()
-    q = out_df.writeStream.foreachBatch(got).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+def run_available_now(out_df, checkpoint: str, sink, timeout_s: float, on_end=None):
+    """Run ``out_df`` with Trigger.AvailableNow into ``foreachBatch(sink)`` until it ends (``on_end()``
+    then, however it ended); the finished query. A failed query or a timeout raises."""
+    q = out_df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     try:
         finished = q.awaitTermination(timeout_s)
     finally:
         if q.isActive:
             q.stop()
-    seconds = time.monotonic() - t0
+        if on_end is not None:
+            on_end()
     if q.exception() is not None:
         raise RuntimeError(f"query failed: {q.exception()}")
     if not finished:
         raise TimeoutError(f"query did not finish within {timeout_s:.0f} s")
+    return q
+
+
+def _run(out_df, checkpoint: str, timeout_s: float) -> Run:
+    got = FrameCollector()
+    t0 = time.monotonic()
+    q = run_available_now(out_df, checkpoint, got, timeout_s)
+    seconds = time.monotonic() - t0
     return Run(got.ordered(), sorted(got.frames), seconds, [dict(p) for p in q.recentProgress])
 
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.balancing.controller import ControllerConfig, FluxController, key_group_loads, move_command, plan_moves
 
+from tests.suite import examples
+
 
 def _slot_loads(loads, routing, slots):
     out = {s: 0.0 for s in slots}
@@ -58,7 +60,7 @@ def _best_move_brute_force(loads, routing, slots):
     return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(table=tables())
 def test_first_move_is_the_brute_force_best(table):
     loads, routing, slots = table
@@ -67,7 +69,7 @@ def test_first_move_is_the_brute_force_best(table):
     assert got == ([] if want is None else [want])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(table=tables(), max_moves=st.integers(0, 12))
 def test_every_move_lowers_the_variance_and_never_raises_the_maximum(table, max_moves):
     loads, routing, slots = table
@@ -84,7 +86,7 @@ def test_every_move_lowers_the_variance_and_never_raises_the_maximum(table, max_
         assert after.max() <= before.max()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(table=tables(), smoothing=st.sampled_from([0.3, 0.5, 1.0]), cooldown=st.integers(0, 3),
        max_moves=st.integers(1, 4))
 def test_steady_load_converges_and_then_issues_no_moves(table, smoothing, cooldown, max_moves):
@@ -117,7 +119,7 @@ def _ratio(loads, routing, slots):
     return x.max() / x.mean()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**31), n_slots=st.integers(2, 6), per_slot=st.integers(4, 30),
        hot=st.integers(0, 5))
 def test_skewed_load_lowers_max_over_mean(seed, n_slots, per_slot, hot):

@@ -16,6 +16,8 @@ from dataflow_kafka.balancing.cost_model import (COMBINE, SPLIT, Measurement, Sp
                                   split_latency_ms, window_shape)
 from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
+from tests.suite import examples
+
 
 def _paper(T_p, E, W, PW_p, MK_p, K_1, L, G):
     """§5.1.1 as written: split CPU, combine CPU, combine latency."""
@@ -31,7 +33,7 @@ measurements = st.builds(
     key_group_cost_ms=st.floats(0, 100), migration_latency_ms=st.floats(0, 1000), key_groups=st.integers(1, 4096))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(m=measurements)
 def test_costs_are_the_papers_formulas(m):
     split, combine, latency = _paper(m.tuples, m.tuple_cost_ms, m.overlapping_windows, m.partial_windows,
@@ -65,7 +67,7 @@ def test_worked_cases():
     assert combine_cpu_ms(busy) > split_cpu_ms(busy) and decide(busy) == SPLIT
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(m=measurements, more=st.integers(1, 20), bound=st.floats(0, 1e6))
 def test_decision_is_monotone(m, more, bound):
     """More overlapping windows, more moves, a tighter latency bound never turn split into combine."""
@@ -91,7 +93,7 @@ def _shape_brute_force(pairs):
     return p, pane, p // pane, w
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(pairs=st.lists(st.integers(1, 6).flatmap(lambda d: st.tuples(st.integers(d, 24).map(lambda s: s), st.just(d))),
                       min_size=1, max_size=3))
 def test_window_shape_against_brute_force(pairs):

@@ -13,6 +13,7 @@ from dataflow_kafka.balancing.migration_disruptive import MemoryHandoff, ordered
 from dataflow_kafka.balancing.routing_table import RoutingTable
 from tests.balancing.migration_support import batches_with_moves, canonical
 from tests.balancing.test_migration_local import _workload
+from tests.suite import examples
 
 KG, SLOTS = 8, 3
 
@@ -32,7 +33,7 @@ def _totals(out) -> list[list[tuple]]:
     return rows
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10_000), moves=st.dictionaries(st.integers(0, 4), st.lists(
     st.tuples(st.integers(0, KG - 1), st.integers(0, SLOTS - 1)), min_size=1, max_size=4), max_size=4))
 def test_moves_ship_state_and_lose_or_duplicate_nothing(seed, moves):

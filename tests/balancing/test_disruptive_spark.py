@@ -10,7 +10,6 @@ import random
 import uuid
 
 import pandas as pd
-import pytest
 
 from dataflow_kafka.balancing.migration_disruptive import KafkaHandoff, MemoryHandoff, ordered_pipeline
 from dataflow_kafka.balancing.routing_table import RoutingTable, move_command
@@ -18,7 +17,6 @@ from tests.balancing.migration_support import available_now, canonical, source_d
 from tests.balancing.test_migration_spark import KEY, VALUE, _inputs, _strip_moves
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 KG, SLOTS, PARTS = 8, 4, 2
 

@@ -8,7 +8,6 @@ import json
 import random
 
 import pandas as pd
-import pytest
 
 from dataflow_kafka.balancing.migration import load_of, windowed_aggregation
 from dataflow_kafka.balancing.routing_table import RoutingTable, move_command, murmur3_int, slot_ids_for
@@ -17,7 +16,6 @@ from tests.balancing.migration_support import available_now, low_watermarks, ref
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
-pytestmark = pytest.mark.spark
 
 KG, SLOTS, PARTS = 8, 4, 2
 KEY = "CAST(key AS STRING)"
@@ -80,7 +78,6 @@ def _strip_moves(frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
     return [f[f["kind"] != "modification"].reset_index(drop=True) for f in frames]
 
 
-@pytest.mark.kafka
 def test_moves_across_a_restart_and_a_replayed_batch_give_the_results_without_moves(spark, kafka, tmp_path):
     n = int(spark.conf.get("spark.sql.shuffle.partitions"))
     table = RoutingTable.uniform(KG, SLOTS, n)

@@ -51,7 +51,6 @@ def test_encode_command():
     assert encode_command({"op": "move", "key_group": 17, "to": 3}) == b'{"op":"move","key_group":17,"to":3}'
 
 
-@pytest.mark.kafka
 def test_commands_reach_the_control_topic_in_order(kafka, bootstrap):
     topic = kafka.topic(partitions=1, prefix="control")
     writer = ControlTopicWriter(bootstrap, topic)

@@ -16,6 +16,8 @@ from dataflow_kafka.balancing.switch import (
 )
 from dataflow_kafka.windowing import SlidingWindow, TumblingWindow
 
+from tests.suite import examples
+
 WINDOWS = {"s": SlidingWindow(2_000, 1_000), "t": TumblingWindow(3_000)}
 OFFSET = {"v": 2, "batchTimeMs": 5, "control": {}, "mods": {},
           "partitions": {"ev": {"0": {"o": 40, "s": 20, "p": 9_100}, "1": {"o": 33, "s": 30}}}}
@@ -140,7 +142,7 @@ def test_output_watermark_is_the_minimum_over_senders_once_all_have_one():
 records = st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 9), st.integers(0, 20_000)), max_size=60)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(records, records, st.integers(0, 3_000))
 def test_old_plus_new_equals_one_plan_for_any_disorder(before, after, disorder):
     """The argument of the switch without Spark: the old query reads everything, the new query

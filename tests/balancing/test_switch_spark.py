@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import random
 
-import pytest
-
 from dataflow_kafka.balancing.cost_model import COMBINE, SPLIT, Measurement, SplitCombinePolicy, window_shape
 from dataflow_kafka.balancing.migration import windowed_aggregation
 from dataflow_kafka.balancing.switch import SmoothSwitch, last_committed_batch, longest_window_ms, read_offset_log, switch_time
@@ -18,7 +16,6 @@ from tests.balancing.migration_support import available_now, canonical, source_d
 from tests.support import BatchCollector, now_ms
 from dataflow_kafka.windowing import Count, Max, Mean, Min, SlidingWindow, Sum, TumblingWindow
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 KEY = "CAST(key AS STRING)"
 VALUE = "CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)"

@@ -1,4 +1,4 @@
-"""A broker outage under a running query (issue 20): a restart shorter than about 30 s costs only
+"""A broker outage under a running query: a restart shorter than about 30 s costs only
 latency (0 lost, 0 duplicated, in a file sink and in the Kafka sink), whether the broker was
 stopped (SIGTERM) or killed (SIGKILL); a longer outage fails the query with a clear error.
 
@@ -16,8 +16,6 @@ import time
 import pytest
 
 from tests.support import KafkaHelper, now_ms, own_broker_kind
-
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
 class _Writer:

@@ -1,4 +1,4 @@
-"""``endOfInput=punctuate`` (issue 22): a bounded run's last punctuation closes every window, is in
+"""``endOfInput=punctuate``: a bounded run's last punctuation closes every window, is in
 the offset log, and a replay does the same."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from dataflow_kafka.datasource.kafka_read import MAX_EVENT_MS
 from dataflow_kafka.datasource.options import OptionError, parse_source_options
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log, run_available_now
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
 def _opts(kafka, topic, **extra) -> dict:

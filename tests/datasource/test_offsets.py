@@ -24,7 +24,6 @@ def _resolve(kafka, **options):
         c.close()
 
 
-@pytest.mark.kafka
 def test_starting_offsets_earliest_latest_json_and_timestamps(kafka):
     topic = kafka.topic(2)
     base = now_ms() - 100_000
@@ -44,7 +43,6 @@ def test_starting_offsets_earliest_latest_json_and_timestamps(kafka):
     assert got == {(topic, 0): 4, (topic, 1): 10}
 
 
-@pytest.mark.kafka
 def test_subscribe_pattern_and_assign(kafka):
     a, b = kafka.topic(1, prefix="pat"), kafka.topic(2, prefix="pat")
     tps, _ = _resolve(kafka, subscribePattern=r"pat-.*")

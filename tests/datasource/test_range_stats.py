@@ -14,8 +14,6 @@ from dataflow_kafka.datasource.source import DataflowKafkaStreamReader, _stats_f
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from tests.support import now_ms
 
-pytestmark = pytest.mark.kafka
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _close_stats_producers():

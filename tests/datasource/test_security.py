@@ -1,4 +1,4 @@
-"""Nobody gets in without credentials (issue 20): the source, the control topic, the range-stats
+"""Nobody gets in without credentials: the source, the control topic, the range-stats
 topic and the sink on an Apache Kafka broker with SASL_PLAINTEXT, SCRAM-SHA-512 and ACLs
 (``StandardAuthorizer``, nothing allowed without an ACL).
 
@@ -18,7 +18,6 @@ import pytest
 
 from tests.support import now_ms, run_source_to_sink
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 USERS = {"alice": "alice-secret-4f1c", "bob": "bob-secret-77aa", "carol": "carol-secret-0b3e",
          "dave": "dave-secret-9d21", "erin": "erin-secret-5c6f"}

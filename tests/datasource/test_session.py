@@ -53,7 +53,6 @@ def test_low_latency_defaults_on_local_masters_only_and_extra_overrides_them():
     assert (overridden[key], overridden["spark.sql.shuffle.partitions"], overridden["spark.x"]) == ("false", "3", "y")
 
 
-@pytest.mark.spark
 def test_the_session_runs_stateful_queries_with_changelog_checkpoints(spark, tmp_path):
     """The setting name is real: Spark's RocksDB store reads its settings by prefix and would
     ignore a typo, so check what it did: changelog files instead of snapshot zips (and the total
@@ -86,8 +85,6 @@ def test_the_wrapper_is_one_file_per_script_not_one_directory_per_session():
 
 # -- threads ------------------------------------------------------------------------------------------
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_writing_from_another_thread_needs_the_session_active_there_and_register_makes_it_so(spark, kafka):
     """Spark resolves Python data sources through the JVM thread's active session; a new Python
     thread gets a JVM thread without one (datasource.session.use_in_this_thread)."""

@@ -45,7 +45,6 @@ def _batch(values: list[bytes], partitions: list[int | None]) -> pa.RecordBatch:
 
 # -- in this process (real broker, no JVM) ----------------------------------------------------------
 
-@pytest.mark.kafka
 def test_tasks_of_one_process_share_one_producer_and_each_waits_for_its_records(kafka, fresh_producers):
     topic = kafka.topic(2, prefix="sink")
     w = _writer(kafka.bootstrap, topic)
@@ -63,7 +62,6 @@ def test_tasks_of_one_process_share_one_producer_and_each_waits_for_its_records(
     assert w.write(iter([])).records == 0
 
 
-@pytest.mark.kafka
 def test_a_delivery_error_fails_its_task_with_topic_and_partition_and_not_the_next_task(kafka, fresh_producers):
     topic = kafka.topic(2, prefix="sink-err")
     w = _writer(kafka.bootstrap, topic)
@@ -84,7 +82,6 @@ def test_a_delivery_error_fails_its_task_with_topic_and_partition_and_not_the_ne
     assert {b"f", b"g"} <= {m.value() for m in kafka.consume_all(topic)}
 
 
-@pytest.mark.kafka
 def test_a_producer_that_reported_a_fatal_error_is_replaced(kafka, fresh_producers):
     from confluent_kafka import KafkaError
 
@@ -144,8 +141,6 @@ def _source(spark, kafka, topic: str, **options):
     return reader.load().filter("kind = 'data'")
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_streaming_tasks_reuse_producers_across_micro_batches_and_lose_nothing(spark, kafka, tmp_path):
     spark.dataSource.register(RecordingSink)
     src, dst = kafka.topic(4, prefix="reuse-in"), kafka.topic(2, prefix="reuse-out")
@@ -176,8 +171,6 @@ def test_streaming_tasks_reuse_producers_across_micro_batches_and_lose_nothing(s
     assert Counter(m.key() for m in written) == Counter(b"k%d" % i for i in range(n))
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_streaming_delivery_error_fails_the_query_naming_topic_and_partition(spark, kafka, tmp_path):
     spark.dataSource.register(RecordingSink)
     src, dst = kafka.topic(2, prefix="bad-in"), kafka.topic(2, prefix="bad-out")

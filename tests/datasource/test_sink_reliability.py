@@ -8,7 +8,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from dataflow_kafka.brokers.launcher import _free_port
+from dataflow_kafka.brokers.launcher import free_port
 from dataflow_kafka.datasource import sink
 from dataflow_kafka.datasource.options import OptionError, parse_sink_options
 
@@ -73,7 +73,7 @@ def test_delivery_timeout_defaults_to_30_s_and_a_bad_value_names_the_option():
 
 
 def test_unreachable_broker_fails_the_task_naming_bootstrap_servers_and_the_cause(fresh_producers):
-    addr = f"127.0.0.1:{_free_port()}"       # nothing listens there
+    addr = f"127.0.0.1:{free_port()}"       # nothing listens there
     w = _writer(_opts(addr, "nowhere", **{"kafka.delivery.timeout.ms": "1500"}))
     with pytest.raises(RuntimeError) as failed:
         w.write(iter([_batch([b"a", b"b"])]))
@@ -91,7 +91,7 @@ def test_broker_stopping_mid_stream_fails_the_task_naming_servers_and_topic(fres
     from tests.support import own_broker_kind
 
     # the broker goes away under the producer (Broker.stop would first close this process's producers)
-    monkeypatch.setattr(launcher, "_close_our_clients", lambda: None)
+    monkeypatch.setattr(launcher, "close_producers", lambda: None)
 
     with kafka_broker(own_broker_kind(), workdir=tmp_path) as b:
         from tests.support import KafkaHelper
@@ -107,7 +107,6 @@ def test_broker_stopping_mid_stream_fails_the_task_naming_servers_and_topic(fres
     assert f"kafka.bootstrap.servers='{b.bootstrap_servers}'" in msg and "Connection refused" in msg, msg
 
 
-@pytest.mark.kafka
 def test_a_fatal_error_during_a_task_fails_it_clearly_and_the_retry_gets_a_new_producer(kafka, fresh_producers):
     from confluent_kafka import KafkaError
 
@@ -133,7 +132,6 @@ def test_a_fatal_error_during_a_task_fails_it_clearly_and_the_retry_gets_a_new_p
 
 # -- exactly once -------------------------------------------------------------------------------------
 
-@pytest.mark.kafka
 def test_exactly_once_a_replayed_or_retried_task_writes_each_row_once(kafka):
     topic, commits = kafka.topic(2, prefix="eos"), kafka.topic(1, prefix="eos-commits")
     opts = _opts(kafka.bootstrap, topic, exactlyOnce="true", exactlyOnceCommitTopic=commits)
@@ -165,7 +163,6 @@ def test_exactly_once_a_replayed_or_retried_task_writes_each_row_once(kafka):
         b'{"query": "q", "batch": %d, "partition": %d, "records": %d}' % t for t in ((0, 0, 20), (0, 1, 5), (1, 0, 5)))
 
 
-@pytest.mark.kafka
 def test_exactly_once_a_newer_attempt_fences_a_zombie(kafka):
     """Two attempts of one task at once (e.g. a speculative or a lost-but-alive task): the
     newer one's InitProducerId fences the older, whose commit fails; rows appear once."""
@@ -200,8 +197,6 @@ def _run(spark, kafka, src: str, dst: str, ck, **options) -> None:
     assert q.exception() is None
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_exactly_once_streaming_a_replayed_batch_is_written_once(spark, kafka, tmp_path):
     """A crash after the sink wrote a batch and before Spark committed it (here: the batch's file
     in the checkpoint's commit log removed) replays the batch: the at-least-once sink writes it
@@ -224,9 +219,8 @@ def test_exactly_once_streaming_a_replayed_batch_is_written_once(spark, kafka, t
     assert copies == {"at-least-once": {1: n - 20, 2: 20}, "exactly-once": {1: n}}, copies
 
 
-@pytest.mark.spark
 def test_streaming_to_an_unreachable_broker_fails_naming_bootstrap_servers(spark, tmp_path):
-    addr = f"127.0.0.1:{_free_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 3).load()
          .selectExpr("CAST(value AS STRING) AS value").writeStream.format("dataflow-kafka")
          .option("kafka.bootstrap.servers", addr).option("topic", "t").option("kafka.delivery.timeout.ms", "1000")

@@ -10,8 +10,6 @@ import pytest
 from dataflow_kafka.datasource.schema import source_schema
 from tests.support import BatchCollector, forget_batches_from, now_ms, run_available_now
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
 
 def _records(n: int, base: int, first: int = 0, partitions: int = 2) -> list[dict]:
     return [{"value": json.dumps({"i": i, "ts": base + i}).encode(), "partition": i % partitions}

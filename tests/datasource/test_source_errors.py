@@ -109,7 +109,6 @@ def _start(spark, options, tmp_path):
     return q, out
 
 
-@pytest.mark.spark
 def test_unknown_option_fails_the_query_with_its_name(spark, tmp_path):
     with pytest.raises(Exception, match="startingoffsetz"):
         q, _ = _start(spark, {**BOOT, "subscribe": "a", "startingOffsetz": "x"}, tmp_path)
@@ -117,7 +116,6 @@ def test_unknown_option_fails_the_query_with_its_name(spark, tmp_path):
             raise q.exception()
 
 
-@pytest.mark.spark
 def test_unreachable_broker(spark, tmp_path):
     q, _ = _start(spark, {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "a",
                           "kafkaConsumer.pollTimeoutMs": "3000", "fetchOffset.numRetries": "0"}, tmp_path)
@@ -125,8 +123,6 @@ def test_unreachable_broker(spark, tmp_path):
     assert "cannot reach Kafka at kafka.bootstrap.servers='127.0.0.1:9' to read topic(s) a: " in str(q.exception())
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_missing_topic(spark, kafka, tmp_path):
     q, _ = _start(spark, {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "no-such-topic-xyz"}, tmp_path)
     assert "option 'subscribe': topic(s) ['no-such-topic-xyz'] do not exist" in str(q.exception())
@@ -141,8 +137,6 @@ def _delete_before(kafka, topic, partition, offset):
         f.result(10)
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_offsets_removed_by_retention(spark, kafka, tmp_path, fail_on_data_loss):
     topic = kafka.topic(1)
@@ -167,8 +161,6 @@ def test_offsets_removed_by_retention(spark, kafka, tmp_path, fail_on_data_loss)
         assert "skipped (failOnDataLoss=false)" in errors[0]["error"]
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_malformed_records_become_visible_error_rows(spark, kafka, tmp_path):
     topic, control = kafka.topic(2), kafka.topic(1, prefix="ctl")
     t = now_ms() - 5000

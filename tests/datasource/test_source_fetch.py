@@ -7,8 +7,6 @@ import pytest
 
 from dataflow_kafka.datasource import kafka_read
 
-pytestmark = pytest.mark.kafka
-
 
 @pytest.fixture
 def consumer(kafka):

@@ -15,8 +15,6 @@ from tests.support import now_ms
 #: The ranges' processing time (event times ahead of it by more than maxEventTimeAheadMs are errors).
 PT = now_ms()
 
-pytestmark = pytest.mark.kafka
-
 
 @pytest.fixture(autouse=True)
 def _fresh_pool():

@@ -1,4 +1,4 @@
-"""Bad records and bad offsets on a real broker (issue 13, source side): each becomes an error row
+"""Bad records and bad offsets on a real broker: each becomes an error row
 naming topic-partition@offset, or a clear error, and the query goes on (also after a restart)."""
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ def _ms(ts) -> int:
     return round(ts.timestamp() * 1000)
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_malformed_control_records_become_error_rows_and_the_query_goes_on(spark, kafka, tmp_path):
     topic, control = kafka.topic(1), kafka.topic(1, prefix="ctl")
     t = now_ms() - 5000
@@ -57,8 +55,6 @@ def test_malformed_control_records_become_error_rows_and_the_query_goes_on(spark
     assert [r["offset"] for r in out.rows("data")] == [0, 1, 2]
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_event_times_beyond_int64_or_far_ahead_become_error_rows(spark, kafka, tmp_path):
     topic = kafka.topic(1)
     t = now_ms() - 5000
@@ -97,8 +93,6 @@ def test_event_times_beyond_int64_or_far_ahead_become_error_rows(spark, kafka, t
     assert _ms(out2.rows("punctuation")[-1]["punctuation"]) == t + 100 * 365 * 86_400_000
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_starting_offsets_beyond_the_end_or_of_a_missing_partition(spark, kafka, tmp_path):
     topic = kafka.topic(1)
     kafka.produce(topic, [{"value": b"%d" % i} for i in range(5)])
@@ -149,8 +143,6 @@ def _recreate(kafka, topic: str, partitions: int = 1) -> None:
             time.sleep(0.2)
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_topic_deleted_and_recreated_offsets_go_back(spark, kafka, tmp_path):
     topic = kafka.topic(1)
     kafka.produce(topic, [{"value": b"old-%d" % i} for i in range(30)])
@@ -171,8 +163,6 @@ def test_topic_deleted_and_recreated_offsets_go_back(spark, kafka, tmp_path):
     assert values == [b"old-%d" % i for i in range(30)] + [b"new-%d" % i for i in range(10)]
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_option_errors_surface_at_load_with_our_message(spark, kafka):
     for options, message in [({"subscribe": "a", "startingOffsetz": "earliest"}, "unknown option(s) ['startingoffsetz']"),
                              ({"subscribe": "a", "maxEventTimeAheadMs": "soon"},
@@ -196,8 +186,6 @@ def test_broker_unreachable_on_the_read_side_names_servers_and_topic():
                                    "kafka.bootstrap.servers='127.0.0.1:9': ")
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_broker_down_mid_stream_names_servers_and_topic(spark, tmp_path):
     """A broker of its own (the session's serves the other tests), stopped under a running query."""
     import time
@@ -232,7 +220,6 @@ def test_broker_down_mid_stream_names_servers_and_topic(spark, tmp_path):
             in str(q.exception()))
 
 
-@pytest.mark.kafka
 def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(kafka):
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -259,8 +246,6 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(kafka):
         reader.stop()
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_max_records_per_partition_reads_every_record(spark, kafka):
     topic = kafka.topic(1)
     kafka.produce(topic, [{"value": b"%d" % i} for i in range(10)])
@@ -283,8 +268,6 @@ def _transactions_supported(kafka) -> bool:
         return False
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_read_committed_skips_aborted_records(spark, kafka, tmp_path):
     from confluent_kafka import Producer
 

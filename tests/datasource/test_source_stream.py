@@ -6,12 +6,9 @@ import json
 import random
 from collections import defaultdict
 
-import pytest
-
 from dataflow_kafka.datasource import consumer_lag
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log, run_available_now
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 GRACE = 50
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from dataflow_kafka.joins import LEFT, RIGHT, JoinDropped, IntervalJoin, JoinError, Joined, SidePunctuation, Row
 from dataflow_kafka.joins.interval_join import IntervalJoinEngine
 from tests.joins.reference import flush, interval_join, random_batches, run_in_key_groups, watermarks_before
+from tests.suite import examples
 
 HOWS = ["inner", "left_outer", "right_outer", "full_outer"]
 
@@ -60,7 +61,7 @@ def _counter(outs) -> Counter:
     return Counter((repr(j.key), j.left, j.right) for o in outs for j in o.rows)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), groups=st.integers(1, 4))
 def test_interval_join_equals_a_brute_force_nested_loop(seed, how, groups):
     rng = random.Random(seed)
@@ -76,7 +77,7 @@ def test_interval_join_equals_a_brute_force_nested_loop(seed, how, groups):
     assert sum(d.count for o in outs for d in o.dropped) == len(late)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS))
 def test_batch_splits_and_a_replay_do_not_change_the_result(seed, how):
     rng = random.Random(seed)
@@ -94,7 +95,7 @@ def test_batch_splits_and_a_replay_do_not_change_the_result(seed, how):
     assert _counter(outs) == _counter(run_in_key_groups(join.engine, batches + [flush()], 1))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 10 ** 6))
 def test_state_holds_only_rows_that_can_still_match(seed):
     rng = random.Random(seed)

@@ -68,8 +68,6 @@ def test_run_local_reads_each_input_key_from_its_own_expression(nexmark_form):
     assert _dropped(out) == 0
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 @pytest.mark.parametrize("nexmark_form", [False, True], ids=["own-id-column", "nexmark-null-key"])
 def test_spark_reads_each_input_key_from_its_own_expression(spark, kafka, tmp_path, nexmark_form):
     from pyspark.sql import functions as F

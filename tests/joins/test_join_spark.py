@@ -1,4 +1,4 @@
-"""Join stages on Spark over Kafka (issue 23), each batch equal to ``Pipeline.run_local`` on the same
+"""Join stages on Spark over Kafka, each batch equal to ``Pipeline.run_local`` on the same
 micro-batches (rebuilt from the topics and the offset log), across a restart from the checkpoint
 and a replayed batch:
 
@@ -32,7 +32,6 @@ from tests.support import BatchCollector, forget_batches_from, now_ms, source_ba
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.windowing import TumblingWindow
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 2
 PER_BATCH = 60

@@ -18,10 +18,11 @@ from dataflow_kafka.joins.stage import IntervalJoinStage, JoinInput, WindowJoinS
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.keygroups.operator import run_key_group
-from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.keygroups.plan import frame_types
 from tests.joins.reference import flush, interval_join, random_batches, window_join
 from tests.joins.test_window_join import HOWS, MODES, TRIGGERS, _late_rows, _window
 from tests.keygroups.toy_stages import TumblingCount
+from tests.suite import examples
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, TumblingWindow
 
@@ -174,7 +175,7 @@ def test_specs_are_refused_with_the_value_named():
 
 
 # -- properties -----------------------------------------------------------------------------------
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), mode=st.sampled_from(MODES),
        groups=st.integers(1, 4), split=st.booleans())
 def test_window_join_stage_equals_a_brute_force_join_per_window(seed, how, mode, groups, split):
@@ -193,7 +194,7 @@ def test_window_join_stage_equals_a_brute_force_join_per_window(seed, how, mode,
             assert ((d.loc[t.index, "window_start_ms"] <= t) & (t < d.loc[t.index, "window_end_ms"])).all()
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), groups=st.integers(1, 4))
 def test_sessions_across_both_inputs_equal_a_brute_force_join_per_session(seed, how, groups):
     rng = random.Random(seed)
@@ -205,7 +206,7 @@ def test_sessions_across_both_inputs_equal_a_brute_force_join_per_session(seed, 
     assert as_reference(current_joins(out, stage)) == window_join(batches, window, how, 0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), groups=st.integers(1, 4), split=st.booleans())
 def test_interval_join_stage_equals_a_brute_force_nested_loop(seed, how, groups, split):
     rng = random.Random(seed)
@@ -226,7 +227,7 @@ def test_interval_join_stage_equals_a_brute_force_nested_loop(seed, how, groups,
         previous = int(marks.min()) if len(marks) else previous
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), mode=st.sampled_from(MODES))
 def test_key_groups_batch_splits_and_fusion_do_not_change_the_rows(seed, how, mode):
     """No row late (lateness beyond every timestamp): the joined rows, and the counts of a
@@ -250,14 +251,14 @@ def test_key_groups_batch_splits_and_fusion_do_not_change_the_rows(seed, how, mo
     assert results[0] == results[1] == results[2]
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), interval=st.booleans())
 def test_a_replayed_batch_gives_the_same_rows(seed, interval):
     """Each key group's operator runs every batch twice from the state committed before it (a
     crash before the commit) and goes on from the replay's state: the same rows each time, and
     the same rows as a run without replays."""
     from dataflow_kafka.keygroups.fan_in import tag_frame
-    from dataflow_kafka.keygroups.pipeline import _by_key_group, _groups_of_columns
+    from dataflow_kafka.keygroups.frames import by_key_group, groups_of_columns
 
     rng = random.Random(seed)
     stage = (IntervalJoinStage.between(*sides(True), -10, 10, how="full_outer", num_key_groups=3) if interval else
@@ -272,7 +273,7 @@ def test_a_replayed_batch_gives_the_same_rows(seed, interval):
     for frame in frames:
         tagged = tag_frame(frame, stage.stage_inputs(), True, stage.name)
         outs = []
-        for kg, rows in _by_key_group(tagged, _groups_of_columns(tagged, ["k"], 3), 3):
+        for kg, rows in by_key_group(tagged, groups_of_columns(tagged, ["k"], 3), 3):
             first, _ = run_key_group(spec, kg, rows, states.get(kg))
             again, states[kg] = run_key_group(spec, kg, rows, states.get(kg))
             pd.testing.assert_frame_equal(first, again)

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from dataflow_kafka.joins import LEFT, RIGHT, JoinDropped, JoinError, JoinType, Pair, SidePunctuation, Row, WindowJoin, fold
 from dataflow_kafka.joins.window_join import WindowJoinEngine
 from tests.joins.reference import flush, random_batches, run_in_key_groups, window_join
+from tests.suite import examples
 from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark, DefaultTrigger, Repeatedly
 from dataflow_kafka.windowing import SessionWindow, SlidingWindow, TumblingWindow
 
@@ -132,7 +133,7 @@ def _check_pairs_inside_windows(panes) -> None:
                 assert row is None or p.window.start_ms <= row[0] < p.window.end_ms, (p, pair)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), mode=st.sampled_from(MODES),
        groups=st.integers(1, 4))
 def test_window_join_equals_a_brute_force_join_per_window(seed, how, mode, groups):
@@ -163,7 +164,7 @@ def test_a_late_row_is_told_apart_from_an_accepted_row_of_another_key_with_its_t
         seed=18, how="inner", mode="discarding", groups=1)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), groups=st.integers(1, 4))
 def test_sessions_across_both_sides_equal_a_brute_force_join_per_session(seed, how, groups):
     rng = random.Random(seed)
@@ -176,7 +177,7 @@ def test_sessions_across_both_sides_equal_a_brute_force_join_per_session(seed, h
     assert _as_counters(fold(panes, join.accumulation_mode)) == window_join(batches, window, how, 0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS))
 def test_every_mode_folds_to_the_same_result_after_every_batch(seed, how):
     """Retractions make every prefix of the pane sequence fold to the window's current result:
@@ -193,7 +194,7 @@ def test_every_mode_folds_to_the_same_result_after_every_batch(seed, how):
         assert folded["discarding"] == folded["accumulating"] == folded["accumulating_and_retracting"]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), how=st.sampled_from(HOWS), mode=st.sampled_from(MODES))
 def test_batch_splits_and_a_replay_do_not_change_the_result(seed, how, mode):
     rng = random.Random(seed)

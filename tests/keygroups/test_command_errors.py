@@ -1,5 +1,5 @@
 """A malformed or inapplicable control command is one ``error`` row per stage, whatever the
-number of key groups or router instances (issue 22, item 7): every key group meets the same
+number of key groups or router instances: every key group meets the same
 commands, so the key group that forwards the modifications reports them."""
 
 from __future__ import annotations

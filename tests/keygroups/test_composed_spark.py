@@ -22,7 +22,6 @@ import math
 import random
 
 import pandas as pd
-import pytest
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.optimistic import StatefulMap
@@ -33,7 +32,6 @@ from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, Max, Mean, SlidingWindow, Sum, TumblingWindow
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 3
 USER = "CAST(key AS STRING)"
@@ -113,7 +111,7 @@ def _data_only(rows: list) -> list:
 def _sequential(pipeline: Pipeline) -> Pipeline:
     """The same stages with one key group each, to run unfused: the engines one after the other."""
     p = Pipeline([dataclasses.replace(s, num_key_groups=1) for s in pipeline.stages])
-    return p.emit(*pipeline._emit) if pipeline._emit else p
+    return p.emit(*pipeline.chain.emit) if pipeline.chain.emit else p
 
 
 def run_composed(spark, kafka, tmp_path, pipeline: Pipeline, prepare: dict, *, commands=(), seed=1, n=(450, 300),

@@ -1,4 +1,4 @@
-"""Computed stage inputs and ``emit`` without Spark (issue 22, items 3 and 4): an inner stage reads
+"""Computed stage inputs and ``emit`` without Spark: an inner stage reads
 a Python expression of several columns of the previous stage (Q5's
 ``to_json(named_struct('auction', auction, 'count', count))``), which ``run_local`` evaluates
 as Spark does (``tests/keygroups/test_emit_spark.py`` runs the same pipeline shape on Spark); fused
@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.keygroups import Computed, Pipeline, json_object
 from dataflow_kafka.keygroups.contract import control_frame
-from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.keygroups.plan import frame_types
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
+from tests.suite import examples
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, Max, Sum, TumblingWindow
 
@@ -70,7 +71,7 @@ def test_an_inner_sql_expression_names_the_way_out():
         p.run_local(bids(1))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 4))
 def test_computed_keys_and_values_give_the_same_result_for_any_key_groups_and_fused_or_not(seed, n):
     def pipe(groups):

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.keygroups.contract import Modification, _in_offset_order, split_rows
 
+from tests.suite import examples
+
 _rows = st.lists(
     st.tuples(st.sampled_from(["data", "data", "data", "punctuation", "modification", "dropped", "error"]),
               st.sampled_from(["a", "b", "t-1"]), st.integers(0, 3), st.integers(0, 20),
@@ -28,7 +30,7 @@ def _frame(rows) -> pd.DataFrame:
     return pdf
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_rows, st.booleans(), st.randoms(use_true_random=False))
 def test_split_rows_equals_sorting_and_deduplicating_every_time(rows, presort, rnd):
     pdf = _frame(rows)
@@ -51,7 +53,7 @@ def test_split_rows_equals_sorting_and_deduplicating_every_time(rows, presort, r
     assert got.processing_time_ms == (1_000 + len(rows) if len(pdf) else None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_rows)
 def test_in_offset_order_matches_a_sort(rows):
     pdf = _frame(rows)

@@ -1,4 +1,4 @@
-"""``Pipeline.emit`` and computed inputs on Spark (issue 22, items 3 and 4).
+"""``Pipeline.emit`` and computed inputs on Spark.
 
 A Q5-shaped pipeline of every windowing stage type, each followed by a re-keyed stage: bids
 counted per auction (the keyed slicing table) -> the hottest auction per window (Dataflow panes,
@@ -15,10 +15,8 @@ import json
 import math
 import random
 
-import pytest
-
 from dataflow_kafka.keygroups import Computed, Pipeline, json_object
-from dataflow_kafka.keygroups.pipeline import frame_types
+from dataflow_kafka.keygroups.plan import frame_types
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
 from tests.support import BatchCollector, now_ms, source_batches
@@ -26,7 +24,6 @@ from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, Max, Median, TumblingWindow
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 2
 

@@ -85,8 +85,6 @@ def _rows(frame: pd.DataFrame) -> list:
     return sorted(out, key=repr)
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_running_count_on_spark_equals_local_run(spark, kafka, tmp_path):
     topic = kafka.topic(2)
     rnd = random.Random(3)

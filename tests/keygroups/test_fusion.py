@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.keygroups.fusion import ENORM_EXAMPLE_ATTRIBUTES, Component, inter_component_rate, plan_chain, plan_fusion
 
+from tests.suite import examples
+
 # Figure 1: op1 (per tuple, PA = all), op2/op3 (per area), op4/op5 (global, PA = {}).
 FIGURE_1_PA = {"op1": ENORM_EXAMPLE_ATTRIBUTES, "op2": {"area"}, "op3": {"area"}, "op4": set(), "op5": set()}
 FIGURE_1_EDGES = [("op1", "op2"), ("op1", "op3"), ("op2", "op4"), ("op3", "op5")]
@@ -156,7 +158,7 @@ def _check_valid(pa, rates, comps, score):
         assert not _acyclic(range(len(merged)), _contracted(merged, rates)), (s, d)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(graph=dags(), score=st.sampled_from(["rate", "attributes"]))
 def test_components_are_connected_acyclic_share_attributes_and_are_maximal(graph, score):
     pa, rates = graph
@@ -189,7 +191,7 @@ def _algorithm_1(pa, rates, score):
             return {frozenset(c) for c in op_fused.values()}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(graph=dags(tree=True), score=st.sampled_from(["rate", "attributes"]))
 def test_equals_the_literal_algorithm_where_no_cycle_can_arise(graph, score):
     pa, rates = graph
@@ -214,7 +216,7 @@ def test_declaration_order_breaks_ties_deterministically():
     assert [c.operators for c in plan_fusion(rev, rates)] == [("c", "b"), ("a",)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(chain=st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from([None, 1.0, 4.0])), min_size=1, max_size=10))
 def test_a_chain_with_one_key_per_stage_fuses_the_runs_of_the_same_key(chain):
     """What Pipeline.plan does today: consecutive stages with the same key fuse unless a link forbids it."""

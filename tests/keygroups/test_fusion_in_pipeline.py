@@ -13,8 +13,9 @@ from hypothesis import given, settings, strategies as st
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.fusion import plan_chain
-from dataflow_kafka.keygroups.plan import _fusable
+from dataflow_kafka.keygroups.plan import chain_links, fusable
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
+from tests.suite import examples
 
 
 @dataclass(eq=False)
@@ -27,10 +28,10 @@ class SameKeyTotal(RunningTotal):
 
 def _old_plan(pipe: Pipeline, fuse: bool = True) -> list[list[str]]:
     """The rule Pipeline.plan applied before it asked the planner (transcribed): a stage joins the
-    previous stage's operator when ``_fusable`` says so."""
+    previous stage's operator when ``fusable`` says so."""
     groups: list[list] = []
-    for link in pipe._links:
-        if groups and fuse and _fusable(groups[-1][-1], link.stage, link.fuse):
+    for link in pipe.chain.links:
+        if groups and fuse and fusable(groups[-1][-1], link.stage, link.fuse):
             groups[-1].append(link.stage)
         else:
             groups.append([link.stage])
@@ -41,7 +42,7 @@ def _names(plan) -> list[list[str]]:
     return [[s.name for s in op] for op in plan]
 
 
-# a stage: (kind, num_key_groups); kinds chosen so that every _fusable branch occurs
+# a stage: (kind, num_key_groups); kinds chosen so that every fusable branch occurs
 _KINDS = ["count_plain", "count_quoted", "count_expr", "count_rekey", "total", "same_key_total"]
 
 
@@ -77,7 +78,7 @@ def _old_or_error(pipe: Pipeline, fuse: bool = True):
         return ("error", str(exc))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(spec=_chains, rates=st.lists(st.floats(0.001, 1e6), min_size=6, max_size=6), fuse=st.booleans())
 def test_planner_gives_the_old_rules_groups_on_random_chains_for_any_rates(spec, rates, fuse):
     pipe = _pipeline(spec)
@@ -116,10 +117,8 @@ def test_no_fusion_conflict_in_a_chain_of_one_key_per_stage():
     assert plan_chain([{"page"}, {"page", "user"}, {"user"}], [1.0, 5.0]) == [(0,), (1, 2)]
     assert plan_chain([{"page"}, {"page", "user"}, {"user"}], [5.0, 1.0]) == [(0, 1), (2,)]
     # and the pipeline's view of a chain has one attribute per stage, shared along fusable links only
-    from dataflow_kafka.keygroups.plan import _chain_links
-
     pipe = _pipeline([("count", 3, None), ("count_plain", 3, None), ("total", 3, None), ("same_key_total", 3, None)])
-    attributes, links = _chain_links(pipe._links, [7.0, 8.0, 9.0])
+    attributes, links = chain_links(pipe.chain.links, [7.0, 8.0, 9.0])
     assert all(len(a) == 1 for a in attributes)
     assert links == [7.0, None, 9.0]
     assert [attributes[i] == attributes[i + 1] for i in range(3)] == [True, False, True]
@@ -128,7 +127,7 @@ def test_no_fusion_conflict_in_a_chain_of_one_key_per_stage():
                                                   ["running_total", "same_key_total"]]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(keys=st.lists(st.integers(0, 2), min_size=1, max_size=8), data=st.data())
 def test_single_key_chains_plan_the_same_for_any_rates(keys, data):
     """The claim above on random chains of keys and random links (some refused: None)."""

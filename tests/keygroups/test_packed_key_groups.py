@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pyarrow as pa
-import pytest
 
 from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, pack_batches, pack_key_groups, unpack_key_group
 
@@ -38,8 +37,6 @@ def test_pack_then_unpack_gives_each_groups_rows_sorted_by_position():
     pd.testing.assert_frame_equal(unpack_key_group(g1_split[::-1]), g1)
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path):
     """One query reads the topic twice: a pipeline on packed source rows and the same pipeline on
     unpacked rows give every micro-batch the same output (same rows, same watermarks)."""
@@ -57,7 +54,7 @@ def test_packed_and_unpacked_source_give_the_same_batches(spark, kafka, tmp_path
     pipe = Pipeline([TumblingCount(key="CAST(key AS STRING)",
                                    value="CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)",
                                    size_ms=300, num_key_groups=3)])
-    packed, unpacked = pipe.apply(src, pack_source=True), pipe.apply(src, pack_source=False)
+    packed, unpacked = pipe.apply(src, pack_source=True), pipe.apply(src, pack_source=False, metrics="unpacked")
     assert packed.columns == unpacked.columns
     both = packed.selectExpr("'packed' AS path", "*").unionByName(unpacked.selectExpr("'unpacked' AS path", "*"))
     out = BatchCollector()
@@ -82,7 +79,8 @@ def test_ingest_packing_routes_like_the_local_runner():
     """The Python-routed first operator's one-step ingest (route, fan out markers, pack) gives each
     key group exactly the rows the local runner routes to it."""
     from dataflow_kafka.keygroups.contract import control_frame
-    from dataflow_kafka.keygroups.frames import _by_key_group, _ingest_columns, _ingest_frame, _pack_frame
+    from dataflow_kafka.keygroups.frames import by_key_group, ingest_frame, pack_frame
+    from dataflow_kafka.keygroups.plan import ingest_columns
     from dataflow_kafka.optimistic.stage import OptimisticStage
     from dataflow_kafka.optimistic.stages import StatefulMap
 
@@ -101,11 +99,11 @@ def test_ingest_packing_routes_like_the_local_runner():
                                 "processing_time_ms": 100},
                                {"kind": "error", "topic": "t", "partition": 0, "offset": 9, "error": "bad",
                                 "processing_time_ms": 100}])
-    frame = _ingest_frame(pd.concat([data, control], ignore_index=True), stage)
-    columns = [c for c in _ingest_columns(stage) if c[0] != "key_group"]
-    packed = _pack_frame(frame, columns, 3)
+    frame = ingest_frame(pd.concat([data, control], ignore_index=True), stage)
+    columns = [c for c in ingest_columns(stage) if c[0] != "key_group"]
+    packed = pack_frame(frame, columns, 3)
     got = {int(g): unpack_key_group([p]) for g, p in zip(packed["key_group"], packed[PAYLOAD_COLUMN])}
-    want = {kg: rows for kg, rows in _by_key_group(frame, frame["key_group"].to_numpy(dtype=float, na_value=-1), 3)}
+    want = {kg: rows for kg, rows in by_key_group(frame, frame["key_group"].to_numpy(dtype=float, na_value=-1), 3)}
     assert sorted(got) == sorted(want) == [0, 1, 2]
     for kg in want:
         cols = ["kind", "topic", "partition", "offset", "punctuation_ms", "control_offset", "error", "item"]

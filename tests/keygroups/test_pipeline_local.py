@@ -15,6 +15,7 @@ from dataflow_kafka.keygroups import Pipeline, key_group_of
 from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.keygroups.operator import FusionError
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
+from tests.suite import examples
 
 PARTS = 3
 
@@ -84,7 +85,7 @@ def _data(outs, cols):
     return [data_rows(o, *cols) for o in outs]
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(seed=st.integers(0, 10_000), n1=st.integers(1, 4), with_mods=st.booleans())
 def test_key_groups_and_fusion_do_not_change_results(seed, n1, with_mods):
     """Data-trace types Thm 4.3 for our operators: a keyed stage gives the same rows whatever the

@@ -7,13 +7,11 @@ import json
 import random
 
 import pandas as pd
-import pytest
 
 from dataflow_kafka.keygroups import Pipeline
 from tests.keygroups.toy_stages import RunningTotal, TumblingCount
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 3
 KEY = "CAST(key AS STRING)"

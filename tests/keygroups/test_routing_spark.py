@@ -2,8 +2,6 @@
 
 import pytest
 
-pytestmark = pytest.mark.spark
-
 
 def test_key_groups_route_data_and_replicate_markers(spark):
     from dataflow_kafka.keygroups import with_key_groups

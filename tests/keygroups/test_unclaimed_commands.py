@@ -1,4 +1,4 @@
-"""Control commands that no stage of the query takes become ``error`` rows (issue 13): an unknown
+"""Control commands that no stage of the query takes become ``error`` rows: an unknown
 op, a command naming a stage that is not in the query, an op its stage does not take. The query
 goes on, the commands a stage takes still apply, and a replayed batch reports the same."""
 
@@ -69,8 +69,6 @@ def test_local_run_reports_each_unclaimed_command_once_and_applies_the_others():
     assert set(data["query_id"]) == {"1s", "2s"}          # the add_window took effect
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_unclaimed_commands_are_error_rows_on_spark_and_on_replay(spark, kafka, tmp_path):
     topic, control = kafka.topic(1), kafka.topic(1, prefix="ctl")
     t = now_ms() - 10_000

@@ -57,8 +57,6 @@ def topics(bootstrap):
     return names, ev
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 @pytest.mark.parametrize("name", NAMES)
 def test_on_spark_equals_the_reference_and_the_local_run(spark, bootstrap, topics, tmp_path, name):
     names, ev = topics

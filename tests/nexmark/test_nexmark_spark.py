@@ -1,4 +1,4 @@
-"""NEXMark on Spark (issue 22): every registered query, every variant, over
+"""NEXMark on Spark: every registered query, every variant, over
 ``format("dataflow-kafka")`` with 10% of the events delayed up to 5 s, equals the brute-force
 reference; and the same query run without Spark (``run_local``) on the micro-batches the Spark run
 read gives the same final rows. One topic for the module, the session's broker and SparkSession."""
@@ -11,7 +11,6 @@ from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
 from bench.nexmark.queries import REGISTRY
 from bench.nexmark.runs import replayed_batches, run_ours
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 CONFIG = NexmarkConfig(events=4000, seed=22, events_per_s=100, delayed=0.1, partitions=2)
 PER_BATCH = 1200

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.optimistic import Barrier, Item, Meta
 
+from tests.suite import examples
+
 
 def item(t: int, offset: int, payload="x", path=()) -> Item:
     return Item(Meta(t, 0, offset, path), payload)
@@ -32,7 +34,7 @@ def signed_stream(draw):
     return valid, draw(st.permutations(events))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(stream=signed_stream(), bounds=st.lists(st.integers(0, 12), max_size=4))
 def test_releases_valid_items_in_order_whatever_the_interleaving(stream, bounds):
     valid, events = stream

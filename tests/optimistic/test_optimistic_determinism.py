@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from dataflow_kafka.optimistic import Grouping, Map, StatefulMap, run_buffered, run_local, safe_punctuations
 from dataflow_kafka.optimistic.workload import document_arrivals, generate_documents, inverted_index_stages
 
+from tests.suite import examples
+
 
 # -- user functions (module level, so stages pickle) -----------------------------------------
 
@@ -96,7 +98,7 @@ def workload_st(draw):
     return arrivals, safe_punctuations(arrivals, every)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     stages=st.lists(stage_st, min_size=1, max_size=3),
     work=workload_st(),

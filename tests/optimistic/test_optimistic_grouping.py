@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.optimistic import Grouping, Item, Meta, run_local, safe_punctuations
 
+from tests.suite import examples
+
 # The paper, section V.B: inputs 1, 2, ..., key = parity, window = 3.
 PAPER_GROUPS = [(1,), (2,), (1, 3), (2, 4), (1, 3, 5), (2, 4, 6), (3, 5, 7), (4, 6, 8)]
 
@@ -43,7 +45,7 @@ def test_paper_example_every_permutation_of_the_first_six():
         assert payloads(run_local([g], arrivals, safe_punctuations(arrivals, 2))) == PAPER_GROUPS[:6], perm
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(perm=st.permutations(range(1, 9)), every=st.integers(1, 8), batch=st.integers(1, 4), seed=st.integers(0, 99))
 def test_paper_example_under_reordering(perm, every, batch, seed):
     arrivals = arrivals_of(perm)

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.optimistic import Item, Meta
 
+from tests.suite import examples
+
 meta_st = st.builds(
     Meta,
     st.integers(-(2**63), 2**63 - 1),
@@ -20,7 +22,7 @@ small_meta_st = st.builds(Meta, st.integers(0, 3), st.integers(0, 2), st.integer
                           st.lists(st.integers(0, 2), max_size=3).map(tuple))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(a=st.one_of(meta_st, small_meta_st), b=st.one_of(meta_st, small_meta_st))
 def test_sort_key_orders_like_the_meta_and_round_trips(a, b):
     assert (a.sort_key() < b.sort_key()) == (a < b)

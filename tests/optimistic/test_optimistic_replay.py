@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.optimistic import Item, KeyedState, Meta, StatefulMap
 
+from tests.suite import examples
+
 
 def key(p: tuple) -> str:
     return p[0]
@@ -54,7 +56,7 @@ def interleaving(draw):
     return valid, draw(st.permutations(events))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=interleaving(), cut=st.integers(0, 40))
 def test_net_output_equals_in_order_run_for_any_interleaving(case, cut):
     valid, events = case

@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import random
 
-import pytest
-
 from dataflow_kafka.optimistic import run_local
 from dataflow_kafka.optimistic.spark import build_pipeline, encode_json, read_metrics
 from dataflow_kafka.optimistic.workload import generate_documents, inverted_index_stages
 from tests.support import forget_batches_from, now_ms
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 GRACE_MS = 30
 PARTITIONS = 4

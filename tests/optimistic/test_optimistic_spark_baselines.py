@@ -13,8 +13,6 @@ from dataflow_kafka.optimistic.spark import build_pipeline, encode_json
 from dataflow_kafka.optimistic.workload import inverted_index_same_key, inverted_index_stages
 from tests.optimistic.test_optimistic_spark import GRACE_MS, PARTITIONS, _check_output, _expected, _records, decode_doc
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
 
 def _run(spark, kafka, topic, out_topic, ck, stages, mode, key_groups=(3, 2), **kw):
     from bench.native_baseline import build_native

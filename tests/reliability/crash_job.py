@@ -19,7 +19,6 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 MAX_OFFSETS = 40
 

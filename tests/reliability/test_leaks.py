@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-JOB = Path(__file__).with_name("leak_job.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_nothing_of_ours_runs_after_query_stop_and_spark_stop():
-    done = subprocess.run([sys.executable, str(JOB)], capture_output=True, text=True, timeout=600)
+    # as a module from the root: the job imports tests.support (python -m puts the root on sys.path)
+    done = subprocess.run([sys.executable, "-m", "tests.reliability.leak_job"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("REPORT ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     report = json.loads(lines[-1][len("REPORT "):])

@@ -1,5 +1,5 @@
 """A window query added at runtime reports the same windows whatever the number of key groups or
-the batch split (issue 22, item 6): the keyed table decides coverage per key, with a bound every
+the batch split: the keyed table decides coverage per key, with a bound every
 key group computes alike (:mod:`slicer.keyed`); one engine per key (a ``Median()``) did already."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.windowing import Count, Median, Sum, TumblingWindow
 from dataflow_kafka.windowing.final import current_windows
+
+from tests.suite import examples
 
 PARTS = 2
 
@@ -93,7 +95,7 @@ def _rows(out) -> list:
     return [sorted(map(tuple, o[o["kind"] == "data"][cols].astype(object).values.tolist())) for o in out]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scripts(), st.integers(2, 4), st.sampled_from([0, 60]), st.booleans())
 def test_output_does_not_depend_on_key_groups_or_batch_splits(script, n, lateness, per_key):
     aggs = [Sum(), Count(), Median()] if per_key else [Sum(), Count()]   # per-key engines / the keyed table

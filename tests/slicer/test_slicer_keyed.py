@@ -14,6 +14,8 @@ from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
+from tests.suite import examples
+
 _AGGS = [Sum, Count, Min, Max, Mean, M4]
 
 
@@ -27,8 +29,9 @@ def _template(windows, aggs, lateness) -> SlicingWindowOperator:
     return op
 
 
-def _reference_batch(engines: dict, template, records, prev_wm, wm):
-    """One micro-batch through per-key operators, as SlicerStage.process does."""
+def per_key_batch(engines: dict, template, records, prev_wm, wm) -> tuple[dict, dict]:
+    """One micro-batch through per-key operators, as SlicerStage.process does: ``({key: the
+    engine's WindowResult rows}, {key: late drops})``."""
     touched: dict = {}
     for key in dict.fromkeys(k for k, _, _ in records):
         op = engines.get(key)
@@ -41,34 +44,47 @@ def _reference_batch(engines: dict, template, records, prev_wm, wm):
         before = op.dropped_late
         op.process_elements(v, t)
         touched[key] = op.dropped_late - before
-    rows = []
+    rows = {}
     if wm is not None:
         advanced = prev_wm is None or wm > prev_wm
         for key in (list(engines) if advanced else list(touched)):
-            for r in engines[key].process_watermark(wm):
-                rows.append((key, r.query_id, r.start, r.end, r.update, _flat(r.values)))
-    return sorted(rows, key=repr), {k: d for k, d in touched.items() if d}
+            got = engines[key].process_watermark(wm)
+            if got:
+                rows[key] = got
+    return rows, {k: d for k, d in touched.items() if d}
 
 
-def _keyed_batch(op: KeyedSlicingOperator, records, wm):
+def _reference_batch(engines: dict, template, records, prev_wm, wm):
+    rows, drops = per_key_batch(engines, template, records, prev_wm, wm)
+    flat_rows = [(key, r.query_id, r.start, r.end, r.update, flat(r.values)) for key, rs in rows.items() for r in rs]
+    return sorted(flat_rows, key=repr), drops
+
+
+def feed(op, records) -> dict:
+    """``(key, value, time)`` records into a keyed table (by key code, as the stage feeds it);
+    returns the late drops per key."""
     keys = [k for k, _, _ in records]
     uniq = list(dict.fromkeys(keys))
     codes = op.codes_of(uniq)
     per_row = codes[[uniq.index(k) for k in keys]] if keys else np.zeros(0, np.int64)
     dropped = op.process_elements(per_row, np.array([r[1] for r in records], np.float64),
                                   np.array([r[2] for r in records], np.int64))
-    drops = {k: int(dropped[c]) for k, c in zip(uniq, codes.tolist()) if dropped[c]}
+    return {k: int(dropped[c]) for k, c in zip(uniq, codes.tolist()) if dropped[c]}
+
+
+def _keyed_batch(op: KeyedSlicingOperator, records, wm):
+    drops = feed(op, records)
     rows = []
     if wm is not None:
         ks, res = op.process_watermark(wm)
         cols = [np.asarray(v, np.float64) for v in res.values]
         for i in range(len(res)):
             rows.append((ks[i], str(res.query_id[i]), int(res.start[i]), int(res.end[i]), bool(res.update[i]),
-                         _flat(tuple(c[i] for c in cols))))
+                         flat(tuple(c[i] for c in cols))))
     return sorted(rows, key=repr), drops
 
 
-def _flat(values) -> tuple:
+def flat(values) -> tuple:
     """Aggregate values as one flat tuple of floats (M4 gives four)."""
     return tuple(float(x) for v in values for x in np.atleast_1d(np.asarray(v, np.float64)))
 
@@ -96,7 +112,7 @@ _record = st.tuples(st.sampled_from(["a", "b", "c", 7, ("x", 1)]), st.integers(-
 _batch = st.tuples(st.lists(_record, max_size=25), st.one_of(st.none(), st.integers(0, 320)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_window, min_size=1, max_size=4), st.lists(st.sampled_from(_AGGS), min_size=1, max_size=3),
        st.integers(0, 60), st.lists(_batch, min_size=1, max_size=8), st.booleans())
 def test_keyed_equals_one_operator_per_key(windows, aggs, lateness, batches, roundtrip):
@@ -117,7 +133,7 @@ def test_keyed_equals_one_operator_per_key(windows, aggs, lateness, batches, rou
             keyed = KeyedSlicingOperator.from_bytes(keyed.to_bytes(), template)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(_window, min_size=1, max_size=3), st.integers(0, 30),
        st.lists(st.tuples(st.lists(st.tuples(st.sampled_from("abcd"), st.floats(-1e6, 1e6), st.integers(0, 300)),
                                    max_size=25), st.one_of(st.none(), st.integers(0, 320))), min_size=1, max_size=6))
@@ -195,7 +211,7 @@ def test_stage_refuses_a_state_of_the_other_path():
     from dataflow_kafka.slicer.stage import SlicerStage
 
     keyed = SlicerStage(key="k", value="v", windows=[TumblingWindow(10)], aggregations=[Sum()], name="w")
-    per_key = SlicerStage(key="k", value="v", windows=[SessionWindow(10)], aggregations=[Sum()], name="w")
+    per_key = SlicerStage(key="k", value="v", windows=[SessionWindow(10)], aggregations=[Median()], name="w")
     assert keyed.keyed and not per_key.keyed
     with pytest.raises(ValueError, match="holds the per-key slicing state, this configuration needs the other"):
         keyed.load_state(per_key.dump_state(per_key.new_state()))

@@ -6,8 +6,6 @@ order, the streams moved to start at 0 or later) and the compact one (the Spark 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
@@ -16,14 +14,14 @@ from hypothesis import strategies as st
 from dataflow_kafka.slicer import FixedBandWindow, PunctuationWindow, SlideByTupleWindow, SlicingWindowOperator, ThresholdFrame
 from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, Quantile, SessionWindow, SlidingWindow, Sum, TumblingWindow
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helper importable
-from slicer_reference import row_order, Concat, Reference, is_seven, rows_of, same_rows  # noqa: E402
+from tests.slicer.slicer_reference import row_order, Concat, Reference, is_seven, rows_of, same_rows
+from tests.suite import examples
 
 settings.register_profile("slicer-noshrink", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 if os.environ.get("SLICER_NO_SHRINK"):  # debugging aid: fail fast without shrinking
     settings.load_profile("slicer-noshrink")
 SCALE = int(os.environ.get("SLICER_EXAMPLES_SCALE", "1"))  # raise for a longer hunt
-SETTINGS = settings(max_examples=45 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(45) * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -163,7 +161,7 @@ def test_count_windows_match_reference(cwindows, twindows, names, lateness, stor
     check_against_reference(cwindows + twindows, names, lateness, store, events, emission)
 
 
-@settings(max_examples=30 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30) * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(time_windows(), count_windows()), min_size=2, max_size=4), AGGS,
        st.sampled_from([0, 100]), streams(), EMISSIONS)
 def test_shared_operator_equals_one_operator_per_query(windows, names, lateness, events, emission):
@@ -179,7 +177,7 @@ def test_shared_operator_equals_one_operator_per_query(windows, names, lateness,
         assert same_rows(rows, merged)
 
 
-@settings(max_examples=30 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30) * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(time_windows(), count_windows()), min_size=1, max_size=3), AGGS,
        st.sampled_from([0, 100]), streams(), st.integers(0, 20), st.booleans(), EMISSIONS)
 def test_serialisation_round_trip_mid_stream(windows, names, lateness, events, cut, with_config, emission):

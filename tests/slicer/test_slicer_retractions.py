@@ -1,4 +1,4 @@
-"""Slicer windows that change after they were emitted say so (issue 22, items 1 and 2).
+"""Slicer windows that change after they were emitted say so.
 
 A late record within the allowed lateness that extends or fuses a session (or cuts a punctuation
 window, shifts slide-by-tuple windows, splits a threshold frame, ...) retracts the emitted rows
@@ -12,8 +12,6 @@ key groups or on how records are split into micro-batches.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,13 +27,13 @@ from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.slicer.windows import COUNT, PeriodicWindow, measure_of
 from dataflow_kafka.windowing.final import current_windows
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
-from slicer_reference import Reference, close, ref_aggregate, ref_windows  # noqa: E402
-from test_slicer_properties import (  # noqa: E402
+from tests.slicer.slicer_reference import Reference, close, ref_aggregate, ref_windows
+from tests.slicer.test_slicer_properties import (
     AGGS, EMISSIONS, at_origin, count_windows, make_aggs, operator, streams, time_windows,
 )
+from tests.suite import examples
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def fold(batches) -> dict:
@@ -208,7 +206,7 @@ def _run_stage(batches, n, split) -> pd.DataFrame:
     return current_windows(Pipeline([stage]).run_local(frames), stage)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(keyed_stream(), st.integers(1, 3), st.booleans())
 def test_stage_result_does_not_depend_on_key_groups_or_batch_splits(batches, n, split):
     got = _run_stage(batches, n, split)

@@ -9,9 +9,6 @@ anywhere changes nothing. Unit tests pin where the coverage starts.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -25,13 +22,13 @@ from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
 from dataflow_kafka.windowing import AddWindow, Count, Max, Mean, Min, RemoveWindow, parse_command
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
-from slicer_reference import row_order, Reference, rows_of, same_rows  # noqa: E402
-from test_slicer_properties import (  # noqa: E402
+from tests.slicer.slicer_reference import row_order, Reference, rows_of, same_rows
+from tests.slicer.test_slicer_properties import (
     AGGS, EMISSIONS, at_origin, count_windows, make_aggs, streams, time_windows,
 )
+from tests.suite import examples
 
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("RQ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(int(__import__("os").environ.get("RQ_EXAMPLES", "150"))), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -271,7 +268,7 @@ def keyed_scripts(draw):
     return steps
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(_KEYED_WINDOW, min_size=1, max_size=3), _KEYED_AGGS, st.integers(0, 60), keyed_scripts())
 def test_keyed_added_and_removed_queries_match_the_reference_per_key(windows, names, lateness, steps):
     """All keys at once; one reference per key (created when the key first shows up, at the

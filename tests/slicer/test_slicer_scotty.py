@@ -1,13 +1,10 @@
-"""Scotty's rules, one small scenario each, the expected windows written from the rule (issue 12).
+"""Scotty's rules, one small scenario each, the expected windows written from the rule.
 
 Each test states the rule it checks (``docs/semantics.md``, Scotty column); the property tests
 (test_slicer_properties.py) check the same rules at random against the brute-force reference.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,9 +15,9 @@ from dataflow_kafka.slicer import ForwardContextFreeWindow, PunctuationWindow, S
 from dataflow_kafka.windowing import M4, Count, Measure, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
-from slicer_reference import Reference, same_rows  # noqa: E402
-from test_slicer_properties import AGGS, make_aggs, streams  # noqa: E402
+from tests.slicer.slicer_reference import Reference, same_rows
+from tests.slicer.test_slicer_properties import AGGS, make_aggs, streams
+from tests.suite import examples
 
 
 def windows_of(op, values, ts, wm, query=None):
@@ -195,7 +192,7 @@ def test_the_keyed_table_emits_compactly_whatever_the_template_says():
     assert [g[1:] for g in got] == [(-10, 10, 1.0), (0, 20, 1.0), (20, 40, 2.0), (30, 50, 2.0)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from([TumblingWindow(30), TumblingWindow(7, 3), SlidingWindow(40, 15), SessionWindow(20),
                                  PunctuationWindow(7), SlidingWindow(3, 2, measure="count")]),
                 min_size=1, max_size=3, unique=True), AGGS, st.sampled_from([0, 60]), streams())

@@ -20,7 +20,6 @@ from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from tests.slicer.slicer_reference import same_rows
 from tests.support import BatchCollector, forget_batches_from, now_ms, offset_log
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS, KEYS, LATENESS = 3, 7, 1_500
 WINDOWS = [SlidingWindow(2_000, 500), TumblingWindow(1_000), SessionWindow(300),
@@ -193,7 +192,7 @@ def test_slice_windows_equals_engine_across_restart_and_replay(spark, kafka, tmp
     windows = [r for b in batches for r in got[b] if r[0] == "window"]
     drops = [r for b in batches for r in got[b] if r[0] == "dropped"]
     assert any(r[5] for r in windows)                                      # updates from late records
-    # late records within the lateness extend and fuse emitted sessions: retracted (issue 22)
+    # late records within the lateness extend and fuse emitted sessions: retracted
     assert any(r[6] for r in windows) == (config == "per_key")
     assert {r[2] for r in windows} == {str(i) for i in range(len(CONFIGS[config][0]))}   # query ids: the index
     late = sum(r[3] for r in drops if r[2] == "late")

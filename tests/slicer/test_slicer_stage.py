@@ -16,6 +16,7 @@ from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.slicer.slicer_reference import same_rows
+from tests.suite import examples
 from dataflow_kafka.windowing import (
     M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command,
 )
@@ -119,7 +120,7 @@ def _rows(outs, config: str) -> list[list[tuple]]:
     return got
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3), config=st.sampled_from(sorted(CONFIGS)))
 def test_stage_equals_one_engine_per_key_with_a_query_added_halfway(seed, n, config):
     assert _stage(config, n).keyed == (config == "keyed")

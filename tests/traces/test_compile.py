@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from tests.traces.frames import source_frames
 from tests.traces.library import AddOne, Diff, DropEven, Rekey, Seq, SumPerKey
 from tests.traces.test_engine import Heartbeat
+from tests.suite import examples
 from dataflow_kafka.traces import Dag, TraceTypeError
 from dataflow_kafka.traces.examples.iot import build
 from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
@@ -104,7 +105,7 @@ def _linear_dag(rng: random.Random, ordering: str, library=None, most: int = 4) 
     return dag
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), ordering=st.sampled_from(["sort", "optimistic"]), groups=st.integers(1, 4))
 def test_random_linear_dags_compiled_equal_run_local(seed, ordering, groups):
     rng = random.Random(seed)
@@ -158,7 +159,7 @@ def _compiled(pipe) -> tuple[list[str], list[list[str]]]:
     return [v.name for v in ops[0][0].prefix], [[v.name for s in op for v in s.vertices] for op in ops]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(seed=st.integers(0, 10 ** 6))
 def test_planner_stages_equal_the_old_rule_on_random_linear_dags_for_any_rates(seed):
     rng = random.Random(seed)
@@ -186,7 +187,7 @@ def test_the_random_fusion_dags_fuse_and_split():
     assert canonical_rows(rows, ordered=True) == canonical_blocks(ref.outputs["out"], ordered=True) != {}
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), groups=st.integers(1, 3))
 def test_planner_compiled_random_dags_equal_run_local(seed, groups):
     rng = random.Random(seed)

@@ -1,4 +1,4 @@
-"""DAGs with fan-out, fan-in and several sources compiled to the stage layer (issue 23 B), run by
+"""DAGs with fan-out, fan-in and several sources compiled to the stage layer, run by
 its local runner (the per-key-group code Spark runs): every sink's blocks equal Dag.run_local's on
 the same micro-batches, for 1-4 key groups, both strategies and random batch splits; a stalled
 source holds the output back and loses nothing."""
@@ -14,6 +14,7 @@ from tests.traces.frames import source_frames
 from tests.traces.library import AddOne, Seq, SumPerKey, Total
 from tests.traces.test_engine import _random_dag
 from tests.traces.test_multi_source import _random_multi_source_dag
+from tests.suite import examples
 from dataflow_kafka.traces import Blocker, Dag, Marker, TraceTypeError
 from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames
 
@@ -76,7 +77,7 @@ def _source_batches(rng: random.Random, n_batches: int, start: int = 0, stall: r
     return out
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), ordering=st.sampled_from(["sort", "optimistic"]), groups=st.integers(1, 4))
 def test_random_fan_out_fan_in_dags_compiled_equal_run_local(seed, ordering, groups):
     rng = random.Random(seed)
@@ -86,7 +87,7 @@ def test_random_fan_out_fan_in_dags_compiled_equal_run_local(seed, ordering, gro
     _assert_sinks_equal(dag, rows, messages_from_frames(frames))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), ordering=st.sampled_from(["sort", "optimistic"]), groups=st.integers(1, 4))
 def test_random_multi_source_dags_compiled_equal_run_local(seed, ordering, groups):
     rng = random.Random(seed)

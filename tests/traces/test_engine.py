@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.traces.library import (INT_OUTPUT, AddOne, Diff, Rekey, Seq, SumPerKey, assert_parallel_equals_local,
                                    fan_out_and_in, random_input)
+from tests.suite import examples
 from dataflow_kafka.traces import (Dag, Event, Marker, O, OpKeyedOrdered, OpStateless, Punctuation, Record, TraceError,
                     TraceTypeError, U)
 from dataflow_kafka.traces.examples.iot import LinearInterpolation, build
@@ -251,7 +252,7 @@ def _random_dag(rng: random.Random, ordering: str) -> Dag:
     return dag
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), ordering=st.sampled_from(["sort", "optimistic"]))
 def test_random_pipelines_parallel_equals_run_local(seed, ordering):
     rng = random.Random(seed)

@@ -1,4 +1,4 @@
-"""Several sources merged into one vertex (issue 23 A): MRG aligns inputs whose first markers
+"""Several sources merged into one vertex: MRG aligns inputs whose first markers
 differ, and the parallel deployment equals the sequential reference on random multi-source DAGs."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.traces.library import (INT_OUTPUT, AddOne, Seq, SumPerKey, Total, assert_parallel_equals_local,
                                    fan_out_and_in, random_input, shifted)
+from tests.suite import examples
 from dataflow_kafka.traces import Blocker, Dag, Marker, Punctuation, Record, TraceTypeError
 
 
@@ -106,7 +107,7 @@ def _random_multi_source_dag(rng: random.Random, ordering: str) -> Dag:
     return dag
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(seed=st.integers(0, 10 ** 6), ordering=st.sampled_from(["sort", "optimistic"]))
 def test_random_multi_source_dags_parallel_equals_run_local(seed, ordering):
     rng = random.Random(seed)
@@ -145,7 +146,7 @@ def _brute_force_totals(inputs: dict[str, list], period: int) -> list[tuple[int,
     return out
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(seed=st.integers(0, 10 ** 6))
 def test_multi_source_sum_equals_a_brute_force_sum_per_marker(seed):
     rng = random.Random(seed)

@@ -15,7 +15,6 @@ from tests.support import BatchCollector, forget_batches_from, now_ms, source_ba
 from dataflow_kafka.traces.examples.iot import build
 from dataflow_kafka.traces.spark import canonical_blocks, canonical_rows, compile_dag, messages_from_frames, to_spark
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 2
 

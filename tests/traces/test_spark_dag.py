@@ -1,4 +1,4 @@
-"""A typed DAG with two sources, fan-in and fan-out on Spark over Kafka (issue 23 B), one query:
+"""A typed DAG with two sources, fan-in and fan-out on Spark over Kafka, one query:
 every block both sources closed equals Dag.run_local's on the same micro-batches, across a
 restart from the checkpoint and a replayed batch; one source stalled for several batches holds
 the output back and loses nothing (the other ran ahead: none of its records is late)."""
@@ -16,7 +16,6 @@ from tests.traces.test_compile_dag import _assert_sinks_equal
 from dataflow_kafka.traces import Dag, OpStateless
 from dataflow_kafka.traces.spark import compile_dag, messages_from_frames, to_spark
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PARTITIONS = 2
 PERIOD_MS = 1_000

@@ -15,7 +15,7 @@ from dataflow_kafka.windowing import Max, Mean, SessionWindow, SlidingWindow, Su
 from dataflow_kafka.watermarks.transcript import run_transcript
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 EARLY_LATE = AfterWatermark(early=AfterCount(1), late=AfterCount(1))
 
@@ -65,7 +65,7 @@ def test_session_merge_retracts_every_merged_windows_last_pane():
         (0, 10, 1, "EARLY", 0, "FR"), (0, 18, 5, "EARLY", 1, ""),  # [8,18) grew [0,10)
         (0, 18, 5, "EARLY", 1, "R"), (20, 30, 2, "EARLY", 0, "FR"), (0, 30, 15, "EARLY", 2, ""),
     ]
-    # Issue 22: the other modes retract a merged-away window's last pane too (discarding: with the
+    # the other modes retract a merged-away window's last pane too (discarding: with the
     # window's total), and a discarding pane of a window that changed extent holds all of it.
     for mode in ("accumulating", "discarding"):
         d = make(Repeatedly(AfterCount(1)), mode, SessionWindow(10))

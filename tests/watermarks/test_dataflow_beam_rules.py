@@ -1,4 +1,4 @@
-"""Beam's rules in the Dataflow driver (issue 12): bundles, output timestamps, the lateness warning.
+"""Beam's rules in the Dataflow driver: bundles, output timestamps, the lateness warning.
 
 Expected panes are written from Beam's documented behaviour:
 
@@ -14,10 +14,8 @@ Rows are ``Pane.brief()``: ``(start, end, value, timing, index, flags)``.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -34,11 +32,10 @@ from dataflow_kafka.watermarks.running_example import EXAMPLES
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.windows import compile_window_fn
-from dataflow_kafka.windowing import Sum
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
-from test_dataflow_triggers import _per_step as per_step  # noqa: E402
-from test_dataflow_triggers import driver  # noqa: E402(TumblingWindow(10), sums, warnings at construction off)
+from tests.watermarks.test_dataflow_triggers import _per_step as per_step
+from tests.watermarks.test_dataflow_triggers import driver  # TumblingWindow(10), sums, warnings at construction off
+from tests.suite import examples
 
 
 def stamps(d, steps):
@@ -119,7 +116,7 @@ def _bundle_reference(bundles, size, n):
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 59)), min_size=1, max_size=6),
                 min_size=1, max_size=8),
        st.integers(1, 3))
@@ -258,8 +255,8 @@ def _expected_stamps(window_fn, combiner, lateness, steps, panes_per_step):
     return out
 
 
-@pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
-@settings(max_examples=150, deadline=None)
+@pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.one_of(
            st.tuples(st.just("add"), st.lists(st.tuples(st.just(1), st.integers(0, 59)), min_size=1, max_size=4),
                      st.sampled_from(["a", "b"])),

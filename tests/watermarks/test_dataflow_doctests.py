@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 
 @pytest.mark.parametrize("name", ["dataflow_kafka.watermarks.driver", "dataflow_kafka.watermarks.windows", "dataflow_kafka.watermarks.transcript",

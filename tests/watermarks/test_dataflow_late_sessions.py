@@ -1,4 +1,4 @@
-"""A late element that would change an emitted session (issue 22, item 2).
+"""A late element that would change an emitted session.
 
 It is applied with the retraction of the session(s) it replaces and the merged session as the
 next pane, in every accumulation mode, or dropped and counted as late when the session's state is
@@ -25,7 +25,9 @@ from dataflow_kafka.watermarks.windows import windows_of
 from dataflow_kafka.windowing import Count
 from dataflow_kafka.windowing.final import current_windows
 
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+from tests.suite import examples
+
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 MODES = ["discarding", "accumulating", "accumulating_and_retracting"]
 TRIGGERS = [DefaultTrigger(), AfterWatermark(late=AfterCount(1)), AfterWatermark(early=AfterCount(1),
@@ -100,7 +102,7 @@ def late_streams(draw):
     return steps + [("watermark", now + 10_000)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(late_streams(), st.sampled_from(MODES), st.sampled_from([0, 10, 40]), st.sampled_from(TRIGGERS))
 def test_folded_panes_are_the_sessions_of_the_accepted_elements(steps, mode, lateness, trigger):
     """The fold of the panes (latest per window, retractions deleting; discarding: summed) equals

@@ -10,9 +10,7 @@ compared per (query, key) in emission order; a round trip through bytes anywhere
 
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,11 +24,11 @@ from dataflow_kafka.windowing import (
     AddWindow, GlobalWindow, RemoveWindow, SessionWindow, Sum, TumblingWindow, parse_command,
 )
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: make the helpers importable
-from test_dataflow_properties import OPEN_TRIGGERS, WINDOW_FNS  # noqa: E402
+from tests.watermarks.test_dataflow_properties import OPEN_TRIGGERS, WINDOW_FNS
+from tests.suite import examples
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 MODES = ["discarding", "accumulating", "accumulating_and_retracting"]
 
@@ -104,7 +102,7 @@ def _by_query_and_key(pairs):
     return out
 
 
-@settings(max_examples=int(__import__("os").environ.get("MQ_EXAMPLES", "200")), deadline=None,
+@settings(max_examples=examples(int(__import__("os").environ.get("MQ_EXAMPLES", "200"))), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(WINDOW_FNS), min_size=1, max_size=3), st.sampled_from(OPEN_TRIGGERS),
        st.sampled_from(MODES), st.sampled_from([0, 25, 10**6]), st.sampled_from([None, 0, 30, 500]), scripts())
@@ -151,7 +149,7 @@ def test_added_and_removed_queries_match_fresh_drivers(windows, trigger, mode, l
         assert _by_query_and_key([(p.query_id, p) for p in got]) == _by_query_and_key(want)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.sampled_from(WINDOW_FNS), min_size=1, max_size=3), st.sampled_from(OPEN_TRIGGERS), scripts())
 def test_same_commands_same_bytes(windows, trigger, steps):
     """Every key group applies a command at the same point: the same state, byte for byte."""

@@ -23,8 +23,10 @@ from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindo
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.windows import compile_window_fn, windows_of
 
+from tests.suite import examples
+
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 WINDOW_FNS = [TumblingWindow(20), TumblingWindow(15, 5), SlidingWindow(30, 10), SessionWindow(12)]
 #: Triggers that never finish, so no element is dropped because its window closed.
@@ -135,7 +137,7 @@ def fold_sum(panes_):
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(elements, advances, st.sampled_from(WINDOW_FNS), st.sampled_from(OPEN_TRIGGERS),
        st.sampled_from([0, 25, NO_DROPS]))
 def test_modes_agree_discarding_and_retractions_sum_to_the_final_pane(elems, adv, window_fn, trigger, lateness):
@@ -156,7 +158,7 @@ def test_modes_agree_discarding_and_retractions_sum_to_the_final_pane(elems, adv
         assert signed_total == total(f)
     for p in dis:  # every delta belongs to exactly one final pane
         assert not p.value or sum(attributed(p, f) for f in fin) == 1
-    # issue 22: folding per window gives the final panes in every mode (no window left behind)
+    # folding per window gives the final panes in every mode (no window left behind)
     want = {(f.key, f.window): total(f) for f in fin}
     assert fold_latest(ret) == fold_latest(acc) == fold_sum(dis) == want
     if lateness == NO_DROPS:
@@ -164,7 +166,7 @@ def test_modes_agree_discarding_and_retractions_sum_to_the_final_pane(elems, adv
         assert {(f.key, f.window): sorted(ids(f)) for f in fin} == reference(window_fn, elems)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(elements, advances, st.sampled_from(WINDOW_FNS), st.sampled_from(OPEN_TRIGGERS), st.randoms())
 def test_final_panes_do_not_depend_on_arrival_order(elems, adv, window_fn, trigger, rnd):
     shuffled = list(enumerate(elems))
@@ -182,7 +184,7 @@ def test_final_panes_do_not_depend_on_arrival_order(elems, adv, window_fn, trigg
     assert {k: v[0] for k, v in results[0].items()} == reference(window_fn, elems)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(elements, advances, st.sampled_from(WINDOW_FNS), st.sampled_from(OPEN_TRIGGERS + [AfterCount(2)]),
        st.sampled_from(["discarding", "accumulating", "accumulating_and_retracting"]),
        st.sampled_from([0, 25]), st.integers(0, 10**6))

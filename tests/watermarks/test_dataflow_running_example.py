@@ -17,7 +17,7 @@ from dataflow_kafka.watermarks.running_example import ELEMENTS, EXAMPLES, MINUTE
 from dataflow_kafka.watermarks.transcript import run_transcript
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 S = 1000
 G0, G1 = GLOBAL_WINDOW

@@ -27,7 +27,7 @@ from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcess
 from dataflow_kafka.windowing import SessionWindow, Sum, TumblingWindow
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 
 T0 = 1_700_000_040_000  # a minute boundary; event times live in the JSON field "ts"
@@ -102,8 +102,6 @@ def observed(collector: BatchCollector, query: str) -> list[dict]:
     return out
 
 
-@pytest.mark.spark
-@pytest.mark.kafka
 def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_replay(spark, kafka, tmp_path):
     from dataflow_kafka.watermarks.spark import apply_windowing
 

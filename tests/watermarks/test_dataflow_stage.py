@@ -18,8 +18,10 @@ from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWate
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
 
+from tests.suite import examples
+
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 PARTS = 2
 ADD = {"op": "add_window", "id": "slide", "window": {"type": "sliding", "size_ms": 2000, "slide_ms": 1000}}
@@ -88,7 +90,7 @@ def _panes(outs) -> list[list[tuple]]:
     return [sorted(tuple(r) for r in o.loc[o["kind"] == "data", cols].itertuples(index=False)) for o in outs]
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3))
 def test_stage_equals_one_driver_with_a_query_added_halfway(seed, n):
     batches = _batches(seed)

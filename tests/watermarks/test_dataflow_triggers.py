@@ -20,7 +20,7 @@ from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.triggers import finishes
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
-pytestmark = pytest.mark.filterwarnings("ignore::watermarks.LateDataDropped")
+pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 G0, G1 = GLOBAL_WINDOW
 

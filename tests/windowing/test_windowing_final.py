@@ -1,4 +1,4 @@
-"""windowing.final: the current result per window from a stage's rows (issue 22, item 5).
+"""windowing.final: the current result per window from a stage's rows.
 
 The fold (the latest row per window, a retraction deleting it) against a row-by-row reference on
 random histories, its idempotence (a replayed batch), the stages it reads, and the Spark
@@ -15,6 +15,8 @@ from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, Sum, TumblingWindow
 from dataflow_kafka.windowing.final import UpsertWindows, WindowFold, current_windows
+
+from tests.suite import examples
 
 COLS = ["k", "query_id", "window_start_ms", "window_end_ms"]
 
@@ -44,7 +46,7 @@ def test_latest_row_per_window_and_retractions_delete():
     assert as_dict(fold.apply(t, rows())) == as_dict(t)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from([0, 10, 20]), st.integers(0, 9),
                                    st.booleans()), max_size=8), max_size=6))
 def test_the_fold_equals_applying_rows_one_by_one_and_a_replayed_batch_changes_nothing(batches):
@@ -98,7 +100,6 @@ def test_discarding_panes_are_refused():
     assert WindowFold.of(acc).window_columns == COLS
 
 
-@pytest.mark.spark
 def test_upsert_windows_keeps_a_table_keyed_by_window(spark, tmp_path):
     path = str(tmp_path / "windows")
     stage = SlicerStage(key="k", value="v", windows=[TumblingWindow(10)], aggregations=[Sum()], name="w")

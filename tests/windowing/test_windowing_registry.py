@@ -234,3 +234,31 @@ def test_a_component_registered_in_one_place_runs_in_both_kernels(store):
     keys, res = keyed.process_watermark(1_000)
     table = {(str(q), int(s), int(e)): float(v) for q, s, e, v in zip(res.query_id, res.start, res.end, res.values[0])}
     assert table.keys() == reference.keys() and all(np.isclose(table[k], reference[k]) for k in reference)
+
+
+def test_a_registered_reduced_component_runs_in_the_keyed_session_table():
+    """The session table of all keys (``KeyedSessionOperator``) reads the same registry: the new
+    component runs there with no edit of it, equal to lift / combine / lower per key; a picked
+    component (M4's first and last) is not one a session row keeps."""
+    from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
+
+    rng = np.random.default_rng(4)
+    keys, values, times = rng.integers(0, 3, 300), rng.integers(-9, 9, 300).astype(float), rng.integers(0, 3_000, 300)
+
+    def template(fn):
+        return SlicingWindowOperator([SessionWindow(20)], [fn], allowed_lateness_ms=5_000, emission="compact",
+                                     drop_before_watermark=False)
+
+    reference = {}
+    for k in range(3):
+        op = template(PerRecordRms())
+        op.process_elements(values[keys == k], times[keys == k])
+        reference.update({(k, r.start, r.end): r.value for r in op.process_watermark(5_000)})
+
+    assert KeyedSessionOperator.supports(template(RootMeanSquare())) and not KeyedSessionOperator.supports(template(M4()))
+    table = KeyedSessionOperator(template(RootMeanSquare()))
+    table.process_elements(table.codes_of([0, 1, 2])[keys], values, times)
+    got_keys, res = table.process_watermark(5_000)
+    got = {(int(k), int(s), int(e)): float(v) for k, s, e, v in zip(got_keys, res.start, res.end, res.values[0])}
+    assert got.keys() == reference.keys() and len(reference) > 10
+    assert all(np.isclose(got[k], reference[k]) for k in reference)

@@ -24,6 +24,8 @@ from dataflow_kafka.windowing import (
 )
 from dataflow_kafka.windowing.aggregations import combine_fn
 
+from tests.suite import examples
+
 
 @pytest.mark.parametrize("name", ["dataflow_kafka.windowing", "dataflow_kafka.windowing.windows", "dataflow_kafka.windowing.aggregations", "dataflow_kafka.windowing.commands"])
 def test_docstring_examples(name):
@@ -236,7 +238,7 @@ def _same(a, b) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(WINDOWS, st.lists(st.tuples(st.integers(-20, 20), st.integers(0, 300)), min_size=1, max_size=40))
 def test_both_engines_give_the_same_windows_for_the_same_definition(window, records):
     """Any arrival order; one final watermark (the engines' lateness rules differ in between).

@@ -3,7 +3,7 @@ session's start (its first bid) and end (its last bid + the gap), as the Flink n
 states it (``GROUP BY bidder, SESSION(dateTime, INTERVAL '10' SECOND)``).
 
 One stage, keyed by bidder: the slicer (Scotty's sessions: a bid exactly the gap after the
-session's last one joins it, as in Flink) or the Dataflow stage (Beam's ``Sessions``: exactly
+session's last one joins it, as in Flink) or the Dataflow stage (Beam's session rule: exactly
 the gap apart starts a new session; ``docs/semantics.md``), accumulating, a late pane per late
 bid. A late bid can extend or fuse sessions already emitted: both engines then retract the old
 sessions before the new one, so the folded rows (:func:`windowing.final.current_windows`) are
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dataflow_kafka.keygroups import Pipeline
+from dataflow_kafka.keygroups import Pipeline, json_field
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, SessionWindow
 
-from bench.nexmark.query import Query, Settings, field, window_rows
+from bench.nexmark.query import Query, Settings, window_rows
 
 __all__ = ["Q11", "sessions"]
 
@@ -60,7 +60,7 @@ class Q11(Query):
 
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
-        kw = dict(key={"bidder": field("bidder")}, value="offset", allowed_lateness_ms=settings.lateness_ms,
+        kw = dict(key={"bidder": json_field("bidder")}, value="offset", allowed_lateness_ms=settings.lateness_ms,
                   num_key_groups=settings.key_groups, name="q11_sessions")
         if variant == "slicer":
             return Pipeline([SlicerStage(windows={"session": SessionWindow(GAP_MS)}, aggregations=[Count()], **kw)])

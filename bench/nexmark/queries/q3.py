@@ -17,7 +17,7 @@ This module also holds what the persons-auctions joins (:mod:`~bench.nexmark.que
 share, since the suite's runners read bids only: :class:`PersonAuctionJoin` (a
 :class:`~bench.nexmark.query.Query` of two event kinds), :func:`join_batches` (micro-batches of
 the two topics without Kafka), :func:`run_ours`/:func:`run_native`/:func:`replayed_batches` on
-Spark, and the benchmark, ``python -m bench.nexmark.queries.q3`` (throughput and latency beside
+Spark; the joins' benchmark is ``python -m bench.nexmark.queries.q8`` (throughput and latency beside
 Spark's native stream-stream join, checked against the reference; ``--help``).
 """
 
@@ -352,9 +352,4 @@ def native_dropped(progress: Sequence[dict]) -> int:
     """Rows Spark's join dropped as later than its watermark (its progress reports)."""
     return sum(int(op.get("numRowsDroppedByWatermark", 0)) for p in progress for op in p.get("stateOperators", []))
 
-
-if __name__ == "__main__":                     # pragma: no cover - the benchmark, by hand
-    from bench.nexmark.queries.q8 import main
-
-    main()
 

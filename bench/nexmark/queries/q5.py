@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-from dataflow_kafka.keygroups import Pipeline, json_object
+from dataflow_kafka.keygroups import Pipeline, json_field, json_object
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, SlidingWindow, TumblingWindow
 
 from bench.nexmark.aggregations import ArgMax
-from bench.nexmark.query import Query, Settings, field, window_rows
+from bench.nexmark.query import Query, Settings, window_rows
 
 __all__ = ["Q5"]
 
@@ -51,7 +51,7 @@ class Q5(Query):
 
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
-        key, n, late = {"auction": field("auction")}, settings.key_groups, settings.lateness_ms
+        key, n, late = {"auction": json_field("auction")}, settings.key_groups, settings.lateness_ms
         if variant == "slicer":
             counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
                                  aggregations=[Count()], allowed_lateness_ms=late, num_key_groups=n, name="q5_counts")

@@ -20,14 +20,14 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from dataflow_kafka.keygroups import Pipeline, json_object
+from dataflow_kafka.keygroups import Pipeline, json_field, json_object
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Max, TumblingWindow
 
 from bench.nexmark.aggregations import ArgMax
-from bench.nexmark.query import Query, Settings, field, raw_value, window_rows
+from bench.nexmark.query import Query, Settings, raw_value, window_rows
 
 __all__ = ["Q7"]
 
@@ -59,12 +59,12 @@ class Q7(Query):
         self._check(variant)
         n, late = settings.key_groups, settings.lateness_ms
         if variant == "slicer":
-            first = SlicerStage(key={"auction": field("auction"), "bidder": field("bidder")},
-                                value=field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
+            first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
+                                value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
                                 aggregations=[Max()], allowed_lateness_ms=late, num_key_groups=n, name="q7_max")
             value, top = json_object("auction", "bidder", "max"), ArgMax("max", key=("auction", "bidder"))
         else:
-            first = WindowingStage(key={"auction": field("auction")}, value=raw_value, windows=TumblingWindow(SIZE_MS),
+            first = WindowingStage(key={"auction": json_field("auction")}, value=raw_value, windows=TumblingWindow(SIZE_MS),
                                    aggregations=[ArgMax("price", name="bids")], trigger=AfterWatermark(late=AfterCount(1)),
                                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
                                    name="q7_max")

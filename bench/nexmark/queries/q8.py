@@ -36,6 +36,7 @@ import pandas as pd
 from bench.nexmark.generator import NexmarkConfig, generate, produce
 from bench.nexmark.queries.q3 import Q3, PersonAuctionJoin, native_dropped, parse_auctions, parse_persons
 from bench.nexmark.queries.q3 import produce_in_order, run_native, run_ours
+from bench.nexmark.stats import load1, multiset_diff as _diff, percentile as _pct
 from dataflow_kafka.joins.stage import JoinInput, WindowJoinStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.windowing import TumblingWindow
@@ -93,24 +94,6 @@ NATIVE_DELAYS = ("5 seconds", "0 seconds")
 FIELDS = ["date", "phase", "delayed", "query", "side", "variant", "connector", "events", "seconds", "rows_per_s",
           "batches", "expected", "missing", "extra", "dropped", "correct", "p50_ms", "p99_ms", "latency_n",
           "load_before", "load_after"]
-
-
-def load1() -> float:
-    from bench.nexmark.__main__ import load1 as suite_load1     # the suite's (imported late: it imports us)
-
-    return suite_load1()
-
-
-def _diff(expected, got) -> tuple[int, int]:
-    from bench.nexmark.__main__ import _diff as suite_diff
-
-    return suite_diff(expected, got)
-
-
-def _pct(xs: list[int], q: float) -> float | None:
-    from bench.nexmark.__main__ import _pct as suite_pct
-
-    return suite_pct(xs, q)
 
 
 class _Bench:

@@ -1,0 +1,131 @@
+"""``python -m bench.nexmark.engine_cpu``: CPU seconds of the NEXMark queries' stages without Spark,
+this tree against another commit of the project, alternated in one run.
+
+What is timed is ``Query.local`` (``keygroups.Pipeline.run_local``: key-group routing, every
+stage's ``process`` and state codec per key group and micro-batch, as the Spark operator runs
+them, minus Spark) on the bids of ``--events`` generated NEXMark events (10% delayed up to 5 s,
+10,000 events per second of event time, as ``bench.nexmark.throughput``) cut into micro-batches of
+``--batch`` records, CPU time of the process (``time.process_time``), the events generated before
+the clock starts. Each arm runs in a child process whose ``dataflow_kafka`` is the tree's:
+``--before REV`` (and ``--after REV``, by default this working tree) is extracted with ``git archive`` and imported through a package of links to its
+folders (the layout of ``pyproject.toml``'s ``package-dir``); the queries' code (``bench/nexmark``)
+is this tree's in both arms. Arms alternate (the order swapped every other repeat); each arm's
+result is checked against the brute-force reference. Prints per query and variant the best CPU
+seconds of each arm and after / before, with the load average; ``--csv`` writes every run.
+
+Run: ``.venv/bin/python -m bench.nexmark.engine_cpu --before main --queries q5,q11 [--events 200000]
+[--batch 50000] [--repeats 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def extract(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` under ``into/tree`` and an importable ``dataflow_kafka`` for it under
+    ``into/pkg`` (links to the tree's folders, as ``package-dir`` maps them); returns ``into/pkg``."""
+    tree, pkg = into / "tree", into / "pkg"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    with tempfile.TemporaryFile() as f:
+        f.write(archive)
+        f.seek(0)
+        with tarfile.open(fileobj=f) as tar:
+            tar.extractall(tree, filter="data")
+    dirs = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    (pkg / "dataflow_kafka").mkdir(parents=True)
+    for name, folder in dirs.items():
+        parts = name.split(".")
+        if len(parts) == 1:
+            for f in (tree / folder).iterdir():
+                (pkg / "dataflow_kafka" / f.name).symlink_to(f)
+        else:
+            (pkg / "dataflow_kafka" / parts[1]).symlink_to(tree / folder)
+    return pkg
+
+
+def child(query: str, variant: str, events: int, batch: int) -> dict:
+    """One timed ``Query.local`` run (in this process); what the parent reads."""
+    import dataflow_kafka
+    from bench.nexmark.generator import NexmarkConfig, bids, generate
+    from bench.nexmark.queries import REGISTRY
+    from bench.nexmark.runs import local_batches
+
+    ev = generate(NexmarkConfig(events=events, seed=1, events_per_s=10_000, delayed=0.1))
+    batches = local_batches(ev, batch)
+    q = REGISTRY[query]
+    t0 = time.process_time()
+    out = q.local(variant, batches)
+    cpu = time.process_time() - t0
+    return {"cpu_s": cpu, "correct": q.results(variant, out) == q.reference(bids(ev), variant),
+            "package": str(Path(dataflow_kafka.__file__).resolve().parent)}
+
+
+def run_arm(pkg: Path | None, query: str, variant: str, events: int, batch: int) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(([str(pkg)] if pkg else []) + [str(ROOT)])
+    code = ("import json, sys; from bench.nexmark.engine_cpu import child; "
+            f"print(json.dumps(child({query!r}, {variant!r}, {events}, {batch})))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,
+                         capture_output=True, text=True, timeout=1800)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", default="main", help="the commit to compare with (git rev)")
+    p.add_argument("--after", default=None, help="a commit for the other arm (default: this working tree)")
+    p.add_argument("--queries", default="q5,q11")
+    p.add_argument("--variants", default="slicer,dataflow")
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--batch", type=int, default=50_000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--csv", default=None)
+    args = p.parse_args(argv)
+    from bench.nexmark.queries import REGISTRY
+    from bench.nexmark.stats import write_rows
+
+    with tempfile.TemporaryDirectory(prefix="engine-cpu-") as tmp:
+        before = extract(args.before, Path(tmp) / "before")
+        after = extract(args.after, Path(tmp) / "after") if args.after else None
+        arms = {"before": before, "after": after}
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.before], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        print(f"before: {args.before} ({rev}); after: {args.after or 'this tree'}; {args.events} events, batches of {args.batch}; "
+              f"load avg {os.getloadavg()[0]:.1f}", flush=True)
+        rows = []
+        for name in args.queries.split(","):
+            for variant in [v for v in args.variants.split(",") if v in REGISTRY[name].variants]:
+                runs: dict = {a: [] for a in arms}
+                for r in range(args.repeats):
+                    for arm in (("before", "after") if r % 2 == 0 else ("after", "before")):
+                        load = os.getloadavg()[0]
+                        got = run_arm(arms[arm], name, variant, args.events, args.batch)
+                        assert got["correct"], f"{name} {variant} {arm}: result differs from the reference"
+                        runs[arm].append(got["cpu_s"])
+                        rows.append({"query": name, "variant": variant, "arm": arm, "repeat": r,
+                                     "cpu_s": round(got["cpu_s"], 3), "load": round(load, 1),
+                                     "package": got["package"]})
+                b, a = min(runs["before"]), min(runs["after"])
+                print(f"{name:4s} {variant:9s} before {b:6.2f} s  after {a:6.2f} s  after/before {a / b:5.2f}  "
+                      f"(runs before {' '.join(f'{x:.2f}' for x in runs['before'])}; "
+                      f"after {' '.join(f'{x:.2f}' for x in runs['after'])})", flush=True)
+        print(f"load avg at the end {os.getloadavg()[0]:.1f}")
+        if args.csv:
+            print(f"wrote {write_rows(args.csv, list(rows[0]), rows)}")
+
+
+if __name__ == "__main__":
+    main()

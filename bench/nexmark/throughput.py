@@ -1,0 +1,487 @@
+"""``python -m bench.nexmark.throughput``: steady-state NEXMark throughput, this project against
+Spark's native queries, in one run ([docs/nexmark.md](../../docs/nexmark.md#steady-state-throughput)).
+
+What it does, once per run:
+
+* generates ``--events`` NEXMark events (default 1,000,000: 920,000 bids), 10% delayed up to 5 s,
+  and writes the bids to one Kafka topic **once** (every arm reads the same records);
+* per micro-batch size (``--batch-sizes``, default 10k, 50k and 200k records,
+  ``maxOffsetsPerTrigger``) and query, runs every **arm** with Trigger.AvailableNow, the arms
+  alternated (the order swapped every other query and repeat): our variants (``slicer``,
+  ``dataflow``, ``sql``) over ``format("dataflow-kafka")`` and Spark's native form over
+  ``format("kafka")`` (Spark's JVM connector; :mod:`bench.spark_kafka`) with ``withWatermark``
+  5 s;
+* times the **steady state**: the first micro-batch (query start, Python workers' start, the
+  first state store) is left out: rows/s = the bids of batches 1.. over the sum of their
+  ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
+  process from the end of batch 0 to the end of the run (``/proc``, sampled: :class:`ProcessCpu`;
+  the broker is not counted);
+* ``--floor``: a third arm per windowed query, the evidence for a gap: Spark's connector, the
+  bids parsed in the JVM, hashed by the first stage's key into 4 key groups and passed through one
+  ``transformWithStateInPandas`` processor that only counts its rows in its state
+  (:class:`bench._stream.FloorProcessor`): what any Python stateful operator costs on Spark's own
+  connector, with no stage code (checked by the row count);
+* checks every arm's final result: ours against the brute-force reference (every row), Spark's
+  against the reference on the windows its final watermark closed (a bounded append-mode run never
+  emits the rest, counted as ``open``); projections Q0/Q1 by a checksum per batch (count and
+  column sums, computed by Spark in the sink), so no arm pays for collecting 920,000 rows;
+* prints the whole table: rows/s, ours / Spark's per query and batch size, and NEXMark events
+  per CPU-second (bids / 0.92, the events a NEXMark source would have produced for them) beside
+  Flink's published per-core rates (nexmark/nexmark README, Flink 1.13, 8 workers x 8 cores,
+  100M events, throughput / cores where cores is the CPU the workers used), and writes a CSV.
+
+``--quick`` (100,000 events, 10k and 50k batches) is the smoke form; ``--profile DIR`` records
+py-spy flame graphs of Spark's Python workers during each steady state of ours (one SVG per arm;
+:mod:`bench.nexmark.profile`). The load average is recorded before and after every arm: on a
+shared machine read CPU per record rather than wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
+from bench.nexmark.queries import REGISTRY, get
+from bench.nexmark.query import Projection, Query, parse_bids
+from bench.nexmark.runs import final_watermark_ms, run_available_now, source_options
+from bench.nexmark.stats import load1, multiset_diff, write_rows
+
+__all__ = ["FLINK_PER_CORE", "BID_SHARE", "ProcessCpu", "Steady", "run_arm", "Harness", "main"]
+
+#: Flink 1.13's NEXMark throughput per core (events per CPU-second), nexmark/nexmark README.
+FLINK_PER_CORE = {"q0": 155_020, "q1": 157_940, "q2": 175_210, "q3": 152_120, "q5": 22_140, "q7": 12_330,
+                  "q8": 146_140, "q11": 39_700}
+#: Bids among NEXMark's events (46 of every 50): bids / BID_SHARE = the events behind them.
+BID_SHARE = 0.92
+NATIVE_DELAY = "5 seconds"
+#: The key of each windowed query's first stage: the floor arm groups by it (module docstring).
+FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder"}
+FLOOR_LABEL = "no-op transformWithStateInPandas"
+FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
+          "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
+          "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
+          "load_before", "load_after", "profile"]
+
+
+class ProcessCpu:
+    """CPU seconds used by Spark's JVM and its descendants (the Python daemons and workers) and
+    by this process (not its other children: the broker), between :meth:`start` and :meth:`stop`.
+
+    pyspark's daemon ignores ``SIGCHLD``, so the kernel reaps a worker that exits and its CPU
+    reaches no parent's ``cutime``: a background thread reads every process's own CPU every
+    ``interval_s`` and keeps the last value seen per process (by pid and start time), so a worker
+    that exits during the run loses at most its last interval. The thread's own CPU is left out of
+    the driver's."""
+
+    def __init__(self, jvm_pid: int, interval_s: float = 0.2) -> None:
+        self.jvm_pid, self.interval_s = jvm_pid, interval_s
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self._first: dict[tuple[int, int], int] = {}
+        self._last: dict[tuple[int, int], tuple[int, bool]] = {}     # (ticks, is Python)
+        self._own0 = self._meter_s = 0.0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _stat(pid: int) -> list[str] | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            return None
+        return text[text.rindex(")") + 2:].split()     # fields from 3 on (state, ppid, ...)
+
+    def _tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                st = self._stat(int(entry))
+                if st is not None:
+                    children.setdefault(int(st[1]), []).append(int(entry))
+        out, todo = [], [self.jvm_pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo += children.get(pid, [])
+        return out
+
+    def _sample(self, first: bool = False) -> None:
+        for pid in self._tree():
+            st = self._stat(pid)
+            if st is None:
+                continue
+            key = (pid, int(st[19]))                         # pid and start time: a reused pid is new
+            ticks = int(st[11]) + int(st[12])               # utime, stime
+            if key not in self._last:
+                self._first[key] = ticks if first else 0    # a process started during the run counts whole
+                self._last[key] = (ticks, self._comm(pid).startswith("python"))
+            else:
+                self._last[key] = (ticks, self._last[key][1])
+
+    def _run(self) -> None:
+        t0 = time.thread_time()
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+        self._meter_s = time.thread_time() - t0      # the meter's own CPU, left out of the driver's
+
+    def start(self) -> None:
+        """Start counting (at the end of batch 0)."""
+        self._first, self._last = {}, {}
+        self._sample(first=True)
+        own = os.times()
+        self._own0 = own.user + own.system
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> tuple[float, float, float]:
+        """``(JVM, Python workers, this driver process)`` CPU seconds since :meth:`start`."""
+        if self._thread is None:
+            return 0.0, 0.0, 0.0
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()
+        jvm = py = 0
+        for key, (ticks, is_python) in self._last.items():
+            used = ticks - self._first[key]
+            if is_python:
+                py += used
+            else:
+                jvm += used
+        own = os.times()
+        return jvm / self.tick, py / self.tick, own.user + own.system - self._own0 - self._meter_s
+
+    @staticmethod
+    def _comm(pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def python_pids(self) -> list[int]:
+        """Spark's Python processes now (the daemons and their workers)."""
+        return [pid for pid in self._tree() if self._comm(pid).startswith("python")]
+
+
+@dataclass
+class Steady:
+    """One arm's run: output frames (or per-batch checksums), the steady state's measures."""
+
+    frames: list = field(default_factory=list)
+    progress: list[dict] = field(default_factory=list)
+    batches: int = 0
+    steady_rows: int = 0
+    steady_s: float = 0.0
+    first_batch_s: float = 0.0
+    cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)     # JVM, Python workers, driver
+    profile: str = ""
+
+
+class _Collector:
+    """``foreachBatch``: keeps each batch's output (or ``summarise(df)``), and at the end of batch 0
+    starts the CPU meter and ``on_steady`` (a profiler)."""
+
+    def __init__(self, cpu: ProcessCpu, summarise: Callable | None, on_steady: Callable | None) -> None:
+        self.cpu, self.summarise, self.on_steady = cpu, summarise, on_steady
+        self.out: dict[int, object] = {}
+        self.steady = False
+
+    def __call__(self, df, batch_id: int) -> None:
+        self.out[batch_id] = self.summarise(df) if self.summarise is not None else df.toPandas()
+        if not self.steady:
+            self.steady = True
+            self.cpu.start()
+            if self.on_steady is not None:
+                self.on_steady()
+
+
+def run_arm(out_df, checkpoint: str, cpu: ProcessCpu, summarise: Callable | None = None,
+            profiler=None, timeout_s: float = 3600) -> Steady:
+    """Run ``out_df`` with Trigger.AvailableNow into the collecting sink; the steady state is
+    batches 1.. (see the module docstring)."""
+    got = _Collector(cpu, summarise, profiler.start if profiler is not None else None)
+    try:
+        q = run_available_now(out_df, checkpoint, got, timeout_s,
+                              on_end=profiler.stop if profiler is not None else None)
+    finally:
+        cpu_s = cpu.stop()
+    progress = sorted((dict(p) for p in q.recentProgress), key=lambda p: p["batchId"])
+    if progress and progress[0]["batchId"] != 0:
+        raise RuntimeError("Spark kept too few progress reports to time batch 0 apart "
+                           "(spark.sql.streaming.numRecentProgressUpdates)")
+    steady = [p for p in progress if p["batchId"] >= 1]
+    return Steady(frames=[got.out[b] for b in sorted(got.out)], progress=progress, batches=len(progress),
+                  steady_rows=sum(int(p["numInputRows"]) for p in steady),
+                  steady_s=sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000,
+                  first_batch_s=progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0,
+                  cpu_s=cpu_s,
+                  profile=getattr(profiler, "path", "") if profiler is not None else "")
+
+
+# -- projections: a checksum per batch instead of every row --------------------------------------
+_SUMS = ("auction", "bidder", "price", "dateTime")
+
+
+def _checksum(df) -> tuple:
+    """Spark: ``(count, sum per column, total length of extra)`` of a projection's batch."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c in _SUMS if c in df.columns]
+    aggs = [F.count(F.lit(1))] + [F.sum(c) for c in cols]
+    if "extra" in df.columns:
+        aggs.append(F.sum(F.length("extra")))
+    row = df.agg(*aggs).collect()[0]
+    return tuple(0 if v is None else float(v) for v in row)
+
+
+def _checksum_reference(q: Projection, records: list[dict]) -> tuple:
+    rows = q.reference(records)
+    cols = list(q.columns)
+    sums = [sum(r[cols.index(c)] for r in rows) for c in _SUMS if c in cols]
+    extra = [sum(len(r[cols.index("extra")]) for r in rows)] if "extra" in cols else []
+    return tuple(float(v) for v in [len(rows), *sums, *extra])
+
+
+def _same_checksum(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= 1e-9 * max(1.0, abs(y)) for x, y in zip(a, b))
+
+
+def _count(df) -> tuple:
+    return (df.count(),)
+
+
+def _uses_checksum(q: Query) -> bool:
+    return isinstance(q, Projection) and "extra" in q.columns     # Q0, Q1: one output row per bid
+
+
+class Harness:
+    """One run of the harness: a Spark session, a broker, the bids produced once, the rows."""
+
+    def __init__(self, spark, bootstrap: str, connector: str, events: int, partitions: int = 4, seed: int = 1,
+                 delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
+        self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
+        self.tmp = Path(tempfile.mkdtemp(prefix="nexmark-steady-"))
+        self.rows: list[dict] = []
+        self.cpu = ProcessCpu(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
+        cfg = NexmarkConfig(events=events, seed=seed, events_per_s=rate, delayed=delayed, partitions=partitions)
+        t0 = time.monotonic()
+        evs = generate(cfg)
+        prefix = f"nexmark-steady-{uuid.uuid4().hex[:8]}"
+        self.topic = produce(bootstrap, prefix, evs, partitions, kinds=("bid",))["bid"]
+        self.records = bids(evs)
+        self._references: dict = {}
+        log(f"{events} events, {len(self.records)} bids in {self.topic} ({partitions} partitions, {delayed:.0%} "
+            f"delayed, {rate} events/s of event time), generated and produced in {time.monotonic() - t0:.0f} s")
+
+    def _reference(self, q: Query, variant: str | None):
+        key = (q.name, variant)
+        if key not in self._references:
+            self._references[key] = (_checksum_reference(q, self.records) if _uses_checksum(q)
+                                     else q.reference(self.records, variant))
+        return self._references[key]
+
+    def _profiler(self, label: str):
+        if not self.profile_dir:
+            return None
+        from bench.nexmark.profile import WorkerProfiler
+
+        return WorkerProfiler(self.cpu, Path(self.profile_dir) / f"{label}.txt")
+
+    def _native_source(self, batch_size: int):
+        opts = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": self.topic, "startingOffsets": "earliest",
+                "maxOffsetsPerTrigger": str(batch_size)}
+        if self.connector == "dataflow-kafka":
+            opts["eventTimeField"] = "dateTime"
+        src = self.spark.readStream.format(self.connector).options(**opts).load()
+        return parse_bids(src, with_kind=self.connector == "dataflow-kafka")
+
+    def arm(self, q: Query, side: str, variant: str, batch_size: int, repeat: int) -> dict:
+        before = load1()
+        ck = str(self.tmp / uuid.uuid4().hex[:10])
+        summarise = _checksum if _uses_checksum(q) else None
+        if side == "floor":
+            from bench._stream import FloorProcessor
+
+            key = FLOOR_KEYS[q.name]
+            keyed = self._native_source(batch_size).selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group",
+                                                               key, "ts_ms")
+            out = keyed.groupBy("key_group").transformWithStateInPandas(
+                FloorProcessor(), f"key_group int, {key} bigint, ts_ms bigint", "Append", "None")
+            connector = self.connector
+            run = run_arm(out, ck, self.cpu, _count)
+            steady_bids = run.steady_rows
+        elif side == "ours":
+            reader = self.spark.readStream.format("dataflow-kafka").options(
+                **source_options(self.bootstrap, self.topic, batch_size))
+            out, connector = q.spark(variant, reader.load()), "dataflow-kafka"
+            label = f"{q.name}-{variant}-{batch_size}-r{repeat}"
+            run = run_arm(out, ck, self.cpu, summarise, self._profiler(label))
+            steady_bids = run.steady_rows - self.partitions * (run.batches - 1)    # one punctuation row per partition
+        else:
+            out = q.native(self._native_source(batch_size), NATIVE_DELAY)
+            connector = self.connector
+            run = run_arm(out, ck, self.cpu, summarise)
+            steady_bids = run.steady_rows
+        check = self._check(q, side, variant, run)
+        rate = steady_bids / run.steady_s if run.steady_s > 0 else None
+        jvm_s, py_s, driver_s = run.cpu_s
+        cpu_s = jvm_s + py_s + driver_s
+        events_per_cpu = steady_bids / BID_SHARE / cpu_s if cpu_s > 0 else None
+        row = {"date": dt.datetime.now().isoformat(timespec="seconds"), "batch_size": batch_size, "repeat": repeat,
+               "query": q.name, "side": side,
+               "variant": variant if side == "ours" else FLOOR_LABEL if side == "floor" else _native_label(q),
+               "connector": connector, "bids": len(self.records), "batches": run.batches, "steady_bids": steady_bids,
+               "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
+               "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "python_cpu_s": round(py_s, 2),
+               "driver_cpu_s": round(driver_s, 2),
+               "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
+               "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
+               "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
+               "load_before": before, "load_after": load1(), "profile": run.profile, **check}
+        self.rows.append(row)
+        self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
+                                                            "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s",
+                                                            "events_per_cpu_s", "correct",
+                                                            "missing", "extra", "open", "load_after")))
+        return row
+
+    def _check(self, q: Query, side: str, variant: str, run: Steady) -> dict:
+        if side == "floor":
+            ok = sum(n for n, in run.frames) == len(self.records)
+            return {"correct": ok, "expected": len(self.records), "missing": 0 if ok else None,
+                    "extra": 0 if ok else None, "open": 0}
+        if _uses_checksum(q):
+            got = tuple(map(sum, zip(*run.frames))) if run.frames else ()
+            ok = _same_checksum(got, self._reference(q, None))
+            return {"correct": ok, "expected": len(self.records), "missing": 0 if ok else None,
+                    "extra": 0 if ok else None, "open": 0}
+        frames = [f for f in run.frames if len(f)]
+        if side == "ours":
+            expected = self._reference(q, variant)
+            got = q.results(variant, frames)
+            missing, extra = multiset_diff(expected, got)
+            return {"correct": missing == extra == 0, "expected": len(expected), "missing": missing, "extra": extra,
+                    "open": 0}
+        expected = self._reference(q, None)
+        got = q.native_results(pd.concat(frames)) if frames else []
+        wm = final_watermark_ms(run.progress)
+        closed = [r for r in expected if q.ready_column == "" or (wm is not None and q.ready_ms(r, {}) <= wm)]
+        missing, extra = multiset_diff(closed, got)
+        return {"correct": missing == extra == 0, "expected": len(closed), "missing": missing, "extra": extra,
+                "open": len(expected) - len(closed)}
+
+    def run(self, queries: list[Query], batch_sizes: list[int], repeats: int = 1, floor: bool = False) -> None:
+        k = 0
+        for batch_size in batch_sizes:
+            for repeat in range(repeats):
+                for q in queries:
+                    arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
+                    if floor and q.name in FLOOR_KEYS:
+                        arms.append(("floor", FLOOR_LABEL))
+                    for side, variant in arms if k % 2 == 0 else arms[::-1]:
+                        self.arm(q, side, variant, batch_size, repeat)
+                    k += 1
+
+    # -- the table -------------------------------------------------------------------------------
+    def table(self) -> str:
+        """Per query and batch size: rows/s of each arm, ours / Spark's (medians over repeats), our
+        events per CPU-second, Spark's, Flink's per core."""
+        if not self.rows:
+            return "(no runs)"
+        df = pd.DataFrame(self.rows)
+        lines = ["| query | variant | batch | ours rows/s | Spark rows/s | ours / Spark | ours ev/CPU-s | "
+                 "Spark ev/CPU-s | Flink ev/core-s | floor / Spark, rows/s; ev/CPU-s | correct (ours, Spark) |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for (query, batch), g in df.groupby(["query", "batch_size"], sort=False):
+            spark_rows, floor_rows = g[g["side"] == "spark"], g[g["side"] == "floor"]
+            floor = "-"
+            if len(floor_rows) and len(spark_rows):
+                floor = (f"{floor_rows['rows_per_s'].median() / spark_rows['rows_per_s'].median():.2f}; "
+                         f"{floor_rows['events_per_cpu_s'].median() / spark_rows['events_per_cpu_s'].median():.2f}")
+            s_rate = spark_rows["rows_per_s"].median() if len(spark_rows) else None
+            s_cpu = spark_rows["events_per_cpu_s"].median() if len(spark_rows) else None
+            s_ok = bool(spark_rows["correct"].all()) if len(spark_rows) else None
+            for variant, o in g[g["side"] == "ours"].groupby("variant", sort=False):
+                o_rate, o_cpu = o["rows_per_s"].median(), o["events_per_cpu_s"].median()
+                ratio = f"**{o_rate / s_rate:.2f}**" if s_rate else "-"
+                lines.append(f"| {query} | {variant} | {batch:,} | {o_rate:,.0f} | "
+                             f"{'-' if s_rate is None else f'{s_rate:,.0f}'} | {ratio} | {o_cpu:,.0f} | "
+                             f"{'-' if s_cpu is None else f'{s_cpu:,.0f}'} | "
+                             f"{FLINK_PER_CORE.get(query, 0):,} | {floor} | {bool(o['correct'].all())}, {s_ok} |")
+        return "\n".join(lines)
+
+    def write_csv(self, path: str) -> None:
+        self.log(f"wrote {write_rows(path, FIELDS, self.rows)}")
+
+
+def _native_label(q: Query) -> str:
+    return "sql" if isinstance(q, Projection) else f"withWatermark {NATIVE_DELAY}"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.nexmark.throughput", description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000, help="events generated (46 of 50 are bids)")
+    p.add_argument("--batch-sizes", default="10000,50000,200000", help="maxOffsetsPerTrigger values")
+    p.add_argument("--queries", default=",".join(REGISTRY), help="comma-separated, e.g. q5,q11")
+    p.add_argument("--repeats", type=int, default=1, help="runs of every arm per batch size")
+    p.add_argument("--delayed", type=float, default=0.1, help="share of events delayed up to 5 s")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--floor", action="store_true", help="also a no-op Python stateful operator on Spark's connector")
+    p.add_argument("--profile", metavar="DIR", help="py-spy flame graphs of the Python workers, ours' steady states")
+    p.add_argument("--csv", default="bench/out/nexmark_throughput.csv")
+    p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.events, a.batch_sizes = min(a.events, 100_000), "10000,50000"
+    queries = [get(n) for n in a.queries.split(",") if n]
+    sizes = [int(x) for x in a.batch_sizes.split(",") if x]
+
+    from bench import spark_kafka
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
+
+    extra = spark_kafka.session_extra()
+    connector = "kafka" if extra else "dataflow-kafka"
+    if not extra:
+        print(f"{spark_kafka.missing_message()}; Spark's native queries read format('dataflow-kafka') data rows")
+    extra["spark.sql.streaming.numRecentProgressUpdates"] = "1000"    # every batch's progress, for the timing
+    with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-steady-broker-")) as broker:
+        spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
+        started = dt.datetime.now()
+        print(f"{started:%Y-%m-%d %H:%M}: broker {broker.kind} at {broker.bootstrap_servers}; Spark {spark.version} "
+              f"local[2], {a.shuffle_partitions} shuffle partitions; native on format({connector!r}); "
+              f"load {load1()}", flush=True)
+        h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
+                    profile_dir=a.profile, log=lambda s: print(s, flush=True))
+        try:
+            h.run(queries, sizes, a.repeats, a.floor)
+        finally:
+            print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "
+                  f"load {min((r['load_before'] for r in h.rows), default=0):.1f}-"
+                  f"{max((r['load_after'] for r in h.rows), default=0):.1f}; events/CPU-s = bids / {BID_SHARE} "
+                  f"per CPU-second of Spark's JVM, Python workers and driver:\n")
+            print(h.table())
+            if h.rows:
+                h.write_csv(a.csv)
+            spark.stop()
+
+
+if __name__ == "__main__":
+    main()
