@@ -96,7 +96,7 @@ class WindowingStage(Stage):
     output_watermark: str = "complete"
     name: str | None = None
     key_types: dict = field(default_factory=dict)
-    integral_values: bool = False
+    integral_values: bool | None = None           # set by bind: None, not bound (read_state's specs)
 
     def __post_init__(self) -> None:
         if self.windows is None:
