@@ -589,6 +589,15 @@ def summarise(res: list[dict], ratios: list[tuple[str, str, str]], load_start: s
         log(f"  {name:48s} {statistics.median(per):5.2f} (cycles: {' '.join(f'{x:.2f}' for x in per)})")
     for arm in dict.fromkeys(a for _, a in med):
         log(f"  {arm:48s} median batch {statistics.median(med[(c, arm)] for c in cycles):5.0f} ms")
+    log("where a batch goes: median ms over every measured batch of an arm")
+    log(f"  {'arm':48s} " + " ".join(f"{d[:13]:>13s}" for d in DURATIONS))
+    for arm in dict.fromkeys(r["arm"] for r in res):
+        every = [p for r in res if r["arm"] == arm for p in r["progress"]]
+        parts = {d: median_of(every, d) for d in DURATIONS}
+        rows.append({"date": date, "cycle": "all", "arm": arm, "batches": len(every),
+                     **{f"median_{d}_ms": parts[d] for d in DURATIONS},
+                     "loadavg_start": load_start, "loadavg_end": load_end})
+        log(f"  {arm:48s} " + " ".join(f"{parts[d]:13.0f}" for d in DURATIONS))
     return rows
 
 

@@ -132,9 +132,11 @@ class MultiQueryDriver(WindowQueries):
     history_ms : int, optional
         How much event time of elements to keep for queries added later (default: the allowed
         lateness plus the longest configured window).
-    integral_values : bool
+    integral_values : bool or None
         The values are integers: queries with Sum, Min, Max or Mean can run vectorised (module
-        docstring).
+        docstring). ``None``: not known (a stage not bound to its input types, as
+        :func:`keygroups.state_view.read_state` builds them): new queries run per element, and a
+        state written by the vectorised driver loads into it.
     """
 
     def __init__(
@@ -147,9 +149,9 @@ class MultiQueryDriver(WindowQueries):
         combiner: AggregateFunction | None = None,
         on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
         history_ms: int | None = None,
-        integral_values: bool = False,
+        integral_values: bool | None = False,
     ) -> None:
-        self.integral_values = bool(integral_values)
+        self.integral_values = None if integral_values is None else bool(integral_values)
         # validates the shared configuration and warns once about lossy triggers
         probe = TriggerDriver(GlobalWindowFn(), trigger, accumulation_mode, allowed_lateness_ms,
                               timestamp_combiner, combiner, on_time_behavior)
@@ -178,15 +180,17 @@ class MultiQueryDriver(WindowQueries):
 
     # -- queries ------------------------------------------------------------------------------
 
-    def _driver(self, window_fn: WindowFn) -> TriggerDriver | ColumnarDriver:
-        """The vectorised driver where it runs this query (module docstring), else the per-element one."""
+    def _driver(self, window_fn: WindowFn, integral_values: bool | None = None) -> TriggerDriver | ColumnarDriver:
+        """The vectorised driver where it runs this query (module docstring), else the per-element one;
+        ``integral_values``: instead of this driver's setting."""
         trigger, mode, _, tc, combiner, _ = self._shared
+        integral = bool(self.integral_values if integral_values is None else integral_values)
         inner, from_ms = (window_fn.window_fn, window_fn.from_ms) if isinstance(window_fn, CoveredWindowFn) \
             else (window_fn, BEGINNING_OF_TIME_MS)
         with warnings.catch_warnings():  # the constructor warned once already
             warnings.simplefilter("ignore")
-            if ColumnarDriver.supports(inner, trigger, mode, tc, combiner, self.integral_values):
-                return ColumnarDriver(inner, *self._shared, from_ms=from_ms, integral_values=self.integral_values)
+            if ColumnarDriver.supports(inner, trigger, mode, tc, combiner, integral):
+                return ColumnarDriver(inner, *self._shared, from_ms=from_ms, integral_values=integral)
             return TriggerDriver(window_fn, *self._shared)
 
     @property
@@ -462,6 +466,8 @@ class MultiQueryDriver(WindowQueries):
             if coverage != BEGINNING_OF_TIME_MS:
                 fn = CoveredWindowFn(fn, coverage)
             q = self._queries[qid] = _Query(window, coverage, report_from, self._driver(fn))
+            if isinstance(q.driver, TriggerDriver) and blob[:4] == b"DFC1" and self.integral_values is None:
+                q.driver = self._driver(fn, integral_values=True)      # the value type is not known here
             if isinstance(q.driver, TriggerDriver) and blob[:4] == b"DFC1":
                 raise InvalidArgumentError(f"query {qid!r}: its state was written by the vectorised driver, this "
                                            "configuration runs the per-element one (aggregation or value type changed?)")

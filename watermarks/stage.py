@@ -99,7 +99,7 @@ class WindowingStage(Stage):
     output_watermark: str = "complete"
     name: str | None = None
     key_types: dict = field(default_factory=dict)
-    integral_values: bool = False
+    integral_values: bool | None = None           # set by bind: None, not bound (read_state's specs)
     #: Deprecated: one aggregation; ``aggregations=[...]`` replaces it.
     aggregation: Any = field(default=None, repr=False, compare=False)
 

@@ -191,3 +191,22 @@ def test_state_of_the_per_element_driver_loads_into_the_vectorised_one():
     assert new.advance_watermark(100) == old.advance_watermark(100)
     with pytest.raises(ValueError, match="written by the vectorised driver"):
         MultiQueryDriver.from_bytes(new.to_bytes(), *args, combiner=Sum())
+
+
+def test_a_driver_without_a_value_type_loads_a_vectorised_state():
+    """``integral_values=None`` (a stage not bound to its input types, as ``read_state`` builds
+    them) takes a vectorised query's state into the vectorised driver; a per-element state stays
+    per element, and ``False`` (bound to a non-integer type) still refuses it."""
+    args = ([SlidingWindow(20, 10)], AfterWatermark(late=AfterCount(1)), "accumulating", 50)
+    vec = MultiQueryDriver(*args, combiner=Sum(), integral_values=True)
+    vec.add([(2, 5), (3, 14)], key="k")
+    vec.advance_watermark(20)
+    seen = MultiQueryDriver.from_bytes(vec.to_bytes(), *args, combiner=Sum(), integral_values=None)
+    assert isinstance(seen._queries["0"].driver, ColumnarDriver)
+    assert seen.to_bytes() == vec.to_bytes()
+    per = MultiQueryDriver(*args, combiner=Sum())
+    per.add([(2, 5)], key="k")
+    assert isinstance(MultiQueryDriver.from_bytes(per.to_bytes(), *args, combiner=Sum(), integral_values=None)
+                      ._queries["0"].driver, TriggerDriver)
+    with pytest.raises(ValueError, match="written by the vectorised driver"):
+        MultiQueryDriver.from_bytes(vec.to_bytes(), *args, combiner=Sum(), integral_values=False)
