@@ -47,7 +47,7 @@ from typing import Hashable
 import numpy as np
 
 from dataflow_kafka.slicer.key_codes import KeyCodes
-from dataflow_kafka.slicer.results import WindowResults, object_array
+from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME
 from dataflow_kafka.windowing.components import Reduced, table_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id
@@ -236,12 +236,17 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         is_r = np.concatenate([np.ones(n_r, bool), np.zeros(n, bool)])
         order = np.lexsort((both["start"], both["end"], ~is_r, both["kc"]))
         both = {c: a[order] for c, a in both.items()}
-        values = [a.from_components({name: both[name] for name in self.components}) for a in self.aggregations]
+        values = self._values(both)
         total = n_r + n
         res = WindowResults(names, np.full(total, self.query_ids[0], object), np.full(total, TIME.value, object),
                             both["start"], both["end"], np.concatenate([np.ones(n_r, bool), upd])[order], values,
                             np.zeros(total, np.int64), is_r[order])
         return both["kc"], res
+
+    def _values(self, rows: dict) -> list:
+        """Each aggregation's results for the rows' component columns."""
+        parts = {name: rows[name] for name in self.components}
+        return [a.from_components(parts) for a in self.aggregations]
 
     def _evict(self, horizon: int) -> None:
         """Drop final sessions (ending before ``horizon``) and what was emitted or retracted before
@@ -258,6 +263,40 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         self._emitted = {n: a[keep] for n, a in em.items()}
         keep = rt["end"] > first_open[rt["kc"]]
         self._retracted = {n: a[keep] for n, a in rt.items()}
+
+    # ------------------------------------------------------------------ reading the state
+    def slices(self) -> Slices:
+        """The table's partials: one per (key, session), which is all the table keeps (a session
+        is one slice, Scotty §6.2: slices are split only in the gaps between records). ``start``
+        and ``oldest``: its first record time, ``newest`` its last, ``end`` the start of the key's
+        next session (``None`` for the key's last: open to later records), the bounds the per-key
+        engine gives the same slice; ``keys`` the key of each. Read only."""
+        s = self._sessions
+        kc, first = s["kc"], s["first"]
+        last_of_key = np.ones(kc.size, bool)
+        last_of_key[:-1] = kc[1:] != kc[:-1]
+        nxt = np.append(first[1:], 0)
+        end = [None if closed else int(e) for e, closed in zip(nxt.tolist(), last_of_key.tolist())]
+        return Slices(TIME.value, first.copy(), end, s["count"].copy(), first.copy(), s["last"].copy(),
+                      object_array(self.keys)[kc])
+
+    def open_windows(self) -> OpenWindows:
+        """Every (key, session) of the table: each can still be emitted or updated (a session
+        ending before ``watermark - allowed_lateness_ms`` is dropped at the watermark), with its
+        record count and aggregates; ``pending``: its end is at or after the watermark (not
+        emitted yet; sessions are emitted once the watermark passes their end). Rows by key code,
+        then start (sessions of a key are disjoint). Read only."""
+        names = [a.name for a in self.aggregations]
+        s = self._sessions
+        n = s["kc"].size
+        if n == 0 or not self.query_ids:
+            return OpenWindows(WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool),
+                               np.zeros(0, object))
+        end = s["last"] + self.gap
+        res = WindowResults(names, np.full(n, self.query_ids[0], object), np.full(n, TIME.value, object),
+                            s["first"].copy(), end, np.zeros(n, bool), self._values(s), np.zeros(n, np.int64))
+        pending = np.ones(n, bool) if self.watermark is None else end >= self.watermark
+        return OpenWindows(res, s["count"].copy(), pending, object_array(self.keys)[s["kc"]])
 
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
-from dataflow_kafka.slicer.describe import describe_engines, describe_keyed
+from dataflow_kafka.slicer.describe import describe_engines, describe_keyed, describe_sessions
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
@@ -74,6 +74,8 @@ _VALUE = "slicer_value"
 #: The tables that run every key of a key group at once, by the tag of their state (tried in order);
 #: a configuration neither supports runs one engine per key (state tag ``E``).
 _TABLES = {b"K": KeyedSlicingOperator, b"S": KeyedSessionOperator}
+#: How each table's state reads as rows (:mod:`slicer.describe`), by the same tag.
+_DESCRIBE = {b"K": describe_keyed, b"S": describe_sessions}
 
 
 @dataclass
@@ -174,7 +176,7 @@ class SlicerStage(Stage):
     def describe_state(self, state: Any) -> pd.DataFrame:
         """The queries, and per key its slices and open windows (:mod:`slicer.describe`)."""
         if self.keyed:
-            return describe_keyed(state)
+            return _DESCRIBE[self.state_kind](state)
         return describe_engines(state["template"], {k: self._engine(state, k, None) for k in list(state["engines"])})
 
     @staticmethod

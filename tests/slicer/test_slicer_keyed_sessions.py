@@ -9,14 +9,17 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
 
 from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.slicer.describe import describe_engines, describe_sessions
 from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, SessionWindow, Sum, TumblingWindow
 from dataflow_kafka.windowing import AddWindow, RemoveWindow
 from tests.slicer.test_slicer_keyed import feed, flat, per_key_batch
+from tests.suite import examples
 
 _AGGS = [Sum, Count, Min, Max, Mean]
 
@@ -217,3 +220,45 @@ def test_a_state_written_before_the_component_registry_still_loads(aggs):
     assert k1.tolist() == k2.tolist() and len(k1) > 3
     assert (r1.start.tolist(), r1.end.tolist()) == (r2.start.tolist(), r2.end.tolist())
     assert all(np.allclose(np.asarray(a, float), np.asarray(b, float)) for a, b in zip(r1.values, r2.values))
+
+
+def _described(frame, item: str, keep=None):
+    """The rows of one item (``keep``: those of them it says), without the fields none has."""
+    rows = frame[frame["item"] == item]
+    if keep is not None and len(rows):
+        rows = rows[keep(rows)]
+    rows = rows.dropna(axis=1, how="all")
+    rows = rows[sorted(rows.columns)]                  # the order of concatenation is no part of the state
+    keys = [c for c in ("key", "start_ms", "end_ms") if c in rows]
+    return rows.sort_values(keys, key=lambda c: c.map(repr) if c.dtype == object else c).reset_index(drop=True)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(st.integers(1, 40), st.lists(st.sampled_from(_AGGS), min_size=1, max_size=3, unique=True), st.integers(0, 60),
+       st.lists(_batch, min_size=1, max_size=8), st.booleans())
+@example(10, [Sum], 5, [([("k", 1, 10)], 20)], False)            # a session ending at the watermark: pending
+@example(10, [Count], 50, [([("k", 1, 10), ("k", 1, 30)], 60), ([("k", 1, 20)], 60)], True)    # fused late
+def test_table_describes_as_one_operator_per_key(gap, aggs, lateness, batches, roundtrip):
+    """:func:`slicer.describe.describe_sessions` of the table equals :func:`describe_engines` of one
+    operator per key fed alike (small times: sessions often end exactly at the watermark): the
+    query, every open session as a window row (pending or emitted, count, aggregates), a slice
+    per session; the per-key operators may also hold slices of final sessions, which the table
+    has dropped."""
+    template = _template(gap, aggs, lateness)
+    table, engines, prev = KeyedSessionOperator(template), {}, None
+    for records, wm in batches:
+        wm = prev if wm is None else (wm if prev is None else max(wm, prev))
+        per_key_batch(engines, template, records, prev, wm)
+        _table_batch(table, records, wm)
+        if wm is not None:
+            prev = wm
+        if roundtrip:
+            table = KeyedSessionOperator.from_bytes(table.to_bytes(), template)
+    got, want = describe_sessions(table), describe_engines(template, engines)
+    horizon = -math.inf if prev is None else prev - lateness
+    held = _described(want, "slice", keep=lambda rows: rows["newest_ms"] + gap >= horizon)
+    for item, expected in (("query", _described(want, "query")), ("window", _described(want, "window")),
+                           ("slice", held)):
+        shown = _described(got, item)
+        if len(shown) or len(expected):
+            assert_frame_equal(shown, expected, check_exact=False, rtol=1e-9, check_dtype=False)   # Int64 or float

@@ -1,6 +1,6 @@
 """The vectorised driver (ColumnarDriver) against the per-element driver (TriggerDriver) as the
 reference, with hypothesis: the same panes (window, value, timing, index, first / last flags,
-timestamp, in the same order), the same drops, live windows and key order, across state round
+timestamp, in the same order), the same drops, live windows, window states and key order, across state round
 trips and from a state the per-element driver wrote; and MultiQueryDriver's column batches against
 its one ``add`` per key."""
 
@@ -91,6 +91,7 @@ def test_columnar_equals_per_element(window, trigger, mode, lateness, combiner, 
         assert (col.dropped_late, col.dropped_closed) == (ref.dropped_late, ref.dropped_closed)
         assert col.keys() == ref.keys()
         assert all(col.windows(k) == ref.windows(k) for k in ref.keys())
+        assert col.window_states() == ref.window_states()
 
 
 @pytest.mark.parametrize("config", [
