@@ -1,7 +1,7 @@
 """Where our per-micro-batch fixed cost goes at a trickle, outside Spark: the calls Spark makes
 into ``format("dataflow-kafka")`` for one small batch, each timed, in one process.
 
-    python -m bench.trickle_phases [--batches 40] [--per-batch 10] [--partitions 2]
+    python -m bench.trickle_phases [--batches 40] [--per-batch 10] [--partitions 2] [--profile N]
 
 A 2-partition topic on the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``) gets ``--per-batch``
 JSON records before every batch; then, as Spark's micro-batch does:
@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import functools
 import json
 import os
+import pstats
 import statistics
 import time
 from collections import defaultdict
@@ -88,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--per-batch", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also profile the tasks' reads (cProfile) and print the top N functions by own time")
     args = ap.parse_args(argv)
+    prof = cProfile.Profile()
     with kafka_broker() as broker:
         bs = broker.bootstrap_servers
         topic, out = f"phases-in-{os.getpid()}", f"phases-out-{os.getpid()}"
@@ -120,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for p in parts:
                 with _phase(times, "task: read one range"):
+                    if args.profile and b >= 3:
+                        prof.enable()
                     batches = list(reader.read(p))
+                    prof.disable()
                 rows += [bt.filter(pa.compute.equal(bt.column("kind"), "data")).select(["key", "value"])
                          for bt in batches]
             data = pa.Table.from_batches([r for r in rows if r.num_rows]).combine_chunks().to_batches()
@@ -138,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         xs = sorted(xs)
         print(f"{name:40s} {statistics.median(xs):8.2f} {xs[int(0.9 * (len(xs) - 1))]:8.2f} "
               f"{len(xs) / args.batches:12.1f}")
+    if args.profile:
+        print(f"the tasks' reads under cProfile (with its overhead), top {args.profile} by own time:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
     return 0
 
 
