@@ -35,14 +35,14 @@ import time
 import warnings
 
 from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
-from dataflow_kafka.windowing import FixedWindows, Sessions, SlidingWindows, SumCombiner
+from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow
 
 KEYS, BATCH, LAG_MS, LATENESS_MS = 100, 1000, 5_000, 60_000
 TRIGGER = AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1))
 CASES = {
-    "fixed 60s": (FixedWindows(60_000), "window(ts, '60 seconds')"),
-    "sliding 60s/20s": (SlidingWindows(60_000, 20_000), "window(ts, '60 seconds', '20 seconds')"),
-    "sessions gap 2s": (Sessions(2_000), "session_window(ts, '2 seconds')"),
+    "fixed 60s": (TumblingWindow(60_000), "window(ts, '60 seconds')"),
+    "sliding 60s/20s": (SlidingWindow(60_000, 20_000), "window(ts, '60 seconds', '20 seconds')"),
+    "sessions gap 2s": (SessionWindow(2_000), "session_window(ts, '2 seconds')"),
 }
 
 
@@ -64,7 +64,7 @@ def run_engine(window_fn, elements, state_bytes: bool = False) -> tuple[float, d
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         make = lambda: TriggerDriver(window_fn, TRIGGER, AccumulationMode.ACCUMULATING,  # noqa: E731
-                                     allowed_lateness_ms=LATENESS_MS, combiner=SumCombiner())
+                                     allowed_lateness_ms=LATENESS_MS, combiner=Sum())
         driver = make()
     final: dict = {}
     panes = 0
@@ -81,7 +81,7 @@ def run_engine(window_fn, elements, state_bytes: bool = False) -> tuple[float, d
         out += driver.advance_watermark(max_t - LAG_MS)
         if state_bytes:
             driver = TriggerDriver.from_bytes(driver.to_bytes(), window_fn, TRIGGER, AccumulationMode.ACCUMULATING,
-                                              allowed_lateness_ms=LATENESS_MS, combiner=SumCombiner())
+                                              allowed_lateness_ms=LATENESS_MS, combiner=Sum())
         panes += len(out)
         for p in out:
             final[(p.key, p.window.start_ms, p.window.end_ms)] = p.value

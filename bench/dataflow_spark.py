@@ -55,13 +55,13 @@ VALUE = "CAST(get_json_object(CAST(value AS STRING), '$.score') AS LONG)"
 
 def operator_query(src):
     from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark
-    from dataflow_kafka.windowing import FixedWindows, SumCombiner
+    from dataflow_kafka.windowing import Sum, TumblingWindow
     from dataflow_kafka.watermarks.spark import apply_windowing
 
-    return apply_windowing(src, "CAST(key AS STRING)", VALUE, FixedWindows(60_000),
+    return apply_windowing(src, "CAST(key AS STRING)", VALUE, TumblingWindow(60_000),
                            AfterWatermark(early=AfterProcessingTime(10_000), late=AfterCount(1)),
                            AccumulationMode.ACCUMULATING, allowed_lateness_ms=60_000,
-                           aggregation=SumCombiner(), num_key_groups=2)
+                           aggregations=[Sum()], num_key_groups=2)
 
 
 def spark_query(src):

@@ -30,7 +30,7 @@ def pipeline(key_groups: int):
     from dataflow_kafka.slicer.stage import SlicerStage
     from dataflow_kafka.watermarks import AfterCount, AfterWatermark
     from dataflow_kafka.watermarks.stage import WindowingStage
-    from dataflow_kafka.windowing import FixedWindows, Max, SlidingWindow, Sum, TumblingWindow
+    from dataflow_kafka.windowing import Max, SlidingWindow, Sum, TumblingWindow
 
     return Pipeline([
         SlicerStage(key="CAST(key AS STRING)", value="CAST(get_json_object(CAST(value AS STRING), '$.v') AS DOUBLE)",
@@ -38,9 +38,9 @@ def pipeline(key_groups: int):
                     num_key_groups=key_groups, name="per_second"),
         SlicerStage(key="key", value="sum", windows={"10s": SlidingWindow(10_000, 2_000)}, aggregations=[Max()],
                     allowed_lateness_ms=0, num_key_groups=key_groups, name="sliding"),
-        WindowingStage(key="key", value="max", windows=FixedWindows(30_000),
+        WindowingStage(key="key", value="max", windows=TumblingWindow(30_000),
                        trigger=AfterWatermark(early=AfterCount(1)), accumulation_mode="accumulating",
-                       aggregation=Max(), num_key_groups=key_groups, name="panes"),
+                       aggregations=[Max()], num_key_groups=key_groups, name="panes"),
     ])
 
 

@@ -8,13 +8,17 @@ One import for users::
     events = spark.readStream.format("dataflow-kafka").option(...).load()
     per_second = dk.SlicerStage(key="key", value="amount", windows={"1s": dk.TumblingWindow(1_000)},
                                 aggregations=[dk.Sum()])
-    panes = dk.WindowingStage(key="key", value="sum", windows=dk.FixedWindows(60_000), aggregation=dk.Max(),
+    panes = dk.WindowingStage(key="key", value="sum", windows=dk.TumblingWindow(60_000), aggregations=[dk.Max()],
                               trigger=dk.AfterWatermark(early=dk.AfterCount(1)))
     out = per_second.then(panes).apply(events)
+    table = dk.current_results(local_frames, panes)      # the current result per window, any stage
 
-The names below are the public API; each lives in one subpackage (``dataflow_kafka.windowing``,
-``dataflow_kafka.slicer``, ...), where the rest of that subpackage's API is. They are loaded on
-first use, so ``import dataflow_kafka`` imports neither pyspark nor an engine.
+The names below are the public API, one name per concept (docs/ARCHITECTURE.md, "Vocabulary"),
+with what a new stage, window or aggregation extends; each lives in one subpackage
+(``dataflow_kafka.windowing``, ``dataflow_kafka.slicer``, ...), where the rest of that
+subpackage's API is. They are loaded on first use, so ``import dataflow_kafka`` imports neither
+pyspark nor an engine. Other systems' names (Beam's ``FixedWindows``, Scotty's ``WindowMeasure``,
+the Dataflow paper's ``AtWatermark``) are in :mod:`dataflow_kafka.compat`.
 """
 
 from __future__ import annotations
@@ -26,10 +30,14 @@ _EXPORTS = {
     # Spark: the data source and a session with it registered
     "register": "dataflow_kafka.datasource",
     "spark_session": "dataflow_kafka.datasource.session",
-    # composing stages
+    # composing stages, and what a new stage extends
     "Pipeline": "dataflow_kafka.keygroups.pipeline",
     "Stage": "dataflow_kafka.keygroups.pipeline",
+    "StageInput": "dataflow_kafka.keygroups.stage",
+    "StageOutput": "dataflow_kafka.keygroups.stage",
+    "Dropped": "dataflow_kafka.keygroups.stage",
     "Input": "dataflow_kafka.keygroups.stage",
+    "PythonRouter": "dataflow_kafka.keygroups.stage",
     "Computed": "dataflow_kafka.keygroups.computed",
     # a stopped query's state: per stage and key its windows, slices, held records, watermarks
     "read_state": "dataflow_kafka.keygroups.state_view",
@@ -41,15 +49,18 @@ _EXPORTS = {
     "WindowJoinStage": "dataflow_kafka.joins.stage",
     "IntervalJoinStage": "dataflow_kafka.joins.stage",
     "JoinInput": "dataflow_kafka.joins.stage",
-    # windows (Beam's names are the same classes)
+    # windows, what they count, and what a new window type extends
+    "Window": "dataflow_kafka.windowing.windows",
+    "WindowShape": "dataflow_kafka.windowing.windows",
+    "Measure": "dataflow_kafka.windowing.windows",
     "TumblingWindow": "dataflow_kafka.windowing.windows",
     "SlidingWindow": "dataflow_kafka.windowing.windows",
     "SessionWindow": "dataflow_kafka.windowing.windows",
     "GlobalWindow": "dataflow_kafka.windowing.windows",
-    "FixedWindows": "dataflow_kafka.windowing.windows",
-    "SlidingWindows": "dataflow_kafka.windowing.windows",
-    "Sessions": "dataflow_kafka.windowing.windows",
-    # aggregations
+    # aggregations, and what a new aggregation extends
+    "AggregateFunction": "dataflow_kafka.windowing.aggregations",
+    "Combiner": "dataflow_kafka.windowing.aggregations",
+    "Vectorised": "dataflow_kafka.windowing.aggregations",
     "Sum": "dataflow_kafka.windowing.aggregations",
     "Count": "dataflow_kafka.windowing.aggregations",
     "Mean": "dataflow_kafka.windowing.aggregations",
@@ -59,15 +70,21 @@ _EXPORTS = {
     "Quantile": "dataflow_kafka.windowing.aggregations",
     "M4": "dataflow_kafka.windowing.aggregations",
     "ToList": "dataflow_kafka.windowing.aggregations",
-    # triggers (the Dataflow Model, Beam's names)
+    # triggers (the Dataflow Model, Beam's names) and their base
+    "Trigger": "dataflow_kafka.watermarks.triggers",
     "AfterWatermark": "dataflow_kafka.watermarks.triggers",
     "AfterCount": "dataflow_kafka.watermarks.triggers",
     "AfterProcessingTime": "dataflow_kafka.watermarks.triggers",
     "Repeatedly": "dataflow_kafka.watermarks.triggers",
+    "AfterEach": "dataflow_kafka.watermarks.triggers",
+    "AfterAny": "dataflow_kafka.watermarks.triggers",
+    "AfterAll": "dataflow_kafka.watermarks.triggers",
+    "OrFinally": "dataflow_kafka.watermarks.triggers",
+    "DefaultTrigger": "dataflow_kafka.watermarks.triggers",
+    # final results, of every stage
+    "current_results": "dataflow_kafka.windowing.final",
     # metrics of a running query (StreamingQueryProgress)
     "progress_metrics": "dataflow_kafka.keygroups.metrics",
-    # final results
-    "current_windows": "dataflow_kafka.windowing.final",
     "UpsertWindows": "dataflow_kafka.windowing.final",
     # typed pipelines
     "Dag": "dataflow_kafka.traces.dag",
@@ -78,12 +95,25 @@ _EXPORTS = {
     "DataflowKafkaError": "dataflow_kafka.errors",
 }
 
+#: Names the root exported before, served with a DeprecationWarning from their one home.
+_MOVED = {
+    "FixedWindows": ("dataflow_kafka.compat.beam", "FixedWindows", "it is Beam's name for TumblingWindow"),
+    "SlidingWindows": ("dataflow_kafka.compat.beam", "SlidingWindows", "it is Beam's name for SlidingWindow"),
+    "Sessions": ("dataflow_kafka.compat.beam", "Sessions", "it is Beam's name for SessionWindow"),
+    "current_windows": ("dataflow_kafka.windowing.final", "current_windows",
+                        "dk.current_results is the final-results helper of every stage, joins included"),
+}
+
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
+        if name in _MOVED:
+            from dataflow_kafka.deprecation import Moved, moved_names
+
+            return moved_names(__name__, {name: Moved(*_MOVED[name])}, stacklevel=3)(name)
         raise AttributeError(f"module 'dataflow_kafka' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -1,9 +1,18 @@
-"""Parse the ``dataflow-kafka`` options once, at the edge, into typed values.
+"""The ``dataflow-kafka`` options, written once: one table of descriptors, parsed once at the edge.
 
-Option names and meanings follow Spark's Kafka source and sink
-(https://spark.apache.org/docs/latest/structured-streaming-kafka-integration.html); the options
-this project adds are listed in ``OWN_OPTIONS``. Every error names the option, the value and
-what is allowed. Keys are case-insensitive, as in Spark.
+Every option of ``format("dataflow-kafka")`` is an :class:`Option` in :data:`SOURCE_OPTIONS` or
+:data:`SINK_OPTIONS`: its name as users write it (keys are case-insensitive, as in Spark), the
+parser that turns the string into a typed value (or refuses it, naming the option, the value and
+what is allowed), the default, the queries it is for (streaming, batch or both), the field of
+:class:`SourceOptions` / :class:`SinkOptions` it fills, and a one-line meaning. The parsing
+(:func:`parse_source_options`, :func:`parse_sink_options`), the error texts, an unknown option's
+error and the options table of docs/source.md (:func:`options_table`; a test compares them) all
+come from the table; rules between options (one subscription, minimum below maximum, what a batch
+query refuses) are the few named checks after it.
+
+Spark's Kafka options keep Spark's names and meanings
+(https://spark.apache.org/docs/latest/structured-streaming-kafka-integration.html); ``kafka.*``
+settings go to librdkafka (:mod:`datasource.kafka_security` translates Spark's security names).
 """
 
 from __future__ import annotations
@@ -11,56 +20,21 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping
 
 from dataflow_kafka.datasource.kafka_security import librdkafka_conf
 from dataflow_kafka.errors import OptionError
 
-__all__ = ["SourceOptions", "SinkOptions", "parse_source_options", "parse_sink_options", "GROUP_ID_CAUTION",
-           "DEFAULT_MAX_EVENT_TIME_AHEAD_MS"]
+__all__ = ["Option", "SOURCE_OPTIONS", "SINK_OPTIONS", "SourceOptions", "SinkOptions", "parse_source_options",
+           "parse_sink_options", "options_table", "GROUP_ID_CAUTION", "DEFAULT_MAX_EVENT_TIME_AHEAD_MS",
+           "DEFAULT_MAX_TRIGGER_DELAY_MS"]
 
+#: Which queries an option is for.
+STREAM, BATCH, BOTH = "stream", "batch", "both"
+#: Which side of the format reads it.
+SOURCE, SINK = "source", "sink"
 
-SPARK_SOURCE_OPTIONS = {
-    "subscribe", "subscribepattern", "assign", "startingoffsets", "startingtimestamp",
-    "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "endingoffsets",
-    "endingtimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger", "minoffsetspertrigger",
-    "minpartitions", "failondataloss", "includeheaders", "kafkaconsumer.polltimeoutms",
-    "maxtriggerdelay", "maxrecordsperpartition", "groupidprefix", "fetchoffset.numretries",
-    "fetchoffset.retryintervalms",
-}
-#: Options of this project (not in Spark's Kafka source).
-OWN_OPTIONS = {
-    "eventtimefield": "JSON field of the value holding the event time in epoch ms (default: the Kafka record timestamp)",
-    "watermarkdelayms": "punctuation = newest event time read from the partition minus this: the watermark's "
-                        "delay, like withWatermark's delayThreshold, not an operator's allowed lateness (default 0)",
-    "controltopic": "topic of modification commands (JSON objects); default: none",
-    "heartbeatintervalms": "run a punctuation-only micro-batch after this long without data (default: off)",
-    "maxpartitions": "at most this many Spark tasks per micro-batch or batch read: offset ranges are packed "
-                     "into tasks by record count, each task reads its ranges one after another (default: one "
-                     "task per topic-partition, as Spark's Kafka source)",
-    "maxeventtimeaheadms": "a data record whose event time is more than this ahead of the batch's processing "
-                           "time is an error row and does not move the punctuation (default 86400000, one "
-                           "day; -1: off)",
-    "endofinput": "'punctuate': at the end of a bounded run (Trigger.AvailableNow, or a batch read) every "
-                  "partition's last punctuation closes every window (9999-12-31), recorded in the offset log; "
-                  "'none' (default): punctuations follow the event times, the last windows stay open",
-    "rangestatstopic": "topic where streaming tasks leave each offset range's newest event time for the driver "
-                       "(default 'dataflow-kafka-range-stats', created if missing; empty: the driver reads "
-                       "every range a second time instead)",
-}
-#: Options of this project that were renamed: old name -> new name (the old name is an error).
-RENAMED_OPTIONS = {"graceperiodms": ("gracePeriodMs", "watermarkDelayMs")}
-_SINK_OPTIONS = {"topic", "includeheaders", "exactlyonce", "exactlyoncecommittopic"}
-# Options Spark itself passes to a sink (writeStream.queryName, checkpointLocation, save(path)).
-_SPARK_PASSED_SINK_OPTIONS = {"path", "checkpointlocation", "queryname"}
-# Spark's Kafka source rejects these kafka.* options because the source manages them itself.
-_FORBIDDEN_KAFKA = {
-    "kafka.auto.offset.reset": "use startingOffsets",
-    "kafka.enable.auto.commit": "offsets live in Spark's checkpoint",
-    "kafka.key.deserializer": "keys are returned as binary",
-    "kafka.value.deserializer": "values are returned as binary",
-}
 #: Spark's caution when ``kafka.group.id`` is set (Spark 3+ accepts it).
 GROUP_ID_CAUTION = ("option 'kafka.group.id' is set: as in Spark, use it with caution: concurrently running "
                     "queries (or sources) with the same group id may interfere with each other, and "
@@ -70,17 +44,334 @@ GROUP_ID_CAUTION = ("option 'kafka.group.id' is set: as in Spark, use it with ca
 DEFAULT_MAX_EVENT_TIME_AHEAD_MS = 86_400_000
 #: Default of ``maxTriggerDelay`` (Spark's): 15 minutes.
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+#: Default of ``exactlyOnceCommitTopic`` (also when given empty).
+DEFAULT_COMMIT_TOPIC = "dataflow-kafka-sink-commits"
+
+Parser = Callable[[str, str], Any]          # (raw value, option name) -> typed value, or OptionError
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
+@dataclass(frozen=True)
+class ByQuery:
+    """A default that depends on the query: ``stream`` for ``readStream`` (and ``load()``,
+    before Spark says which), ``batch`` for ``read``."""
+
+    stream: Any
+    batch: Any
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: ``name`` as users write it; ``parse(raw, name)`` its value (``None``: the text as
+    given); ``field`` the options field it fills (``None``: checked only); ``default`` when absent
+    (a :class:`ByQuery` when it depends on the query; ``default_doc``: as the docs table shows it);
+    ``mode`` the queries it is for; ``sides`` the source, the sink or both; ``spark``: one of
+    Spark's Kafka options (same name and meaning); ``doc``: one line for the docs table."""
+
+    name: str
+    doc: str
+    parse: Parser | None = None
+    field: str | None = None
+    default: Any = None
+    default_doc: str | None = None
+    mode: str = BOTH
+    sides: tuple[str, ...] = (SOURCE,)
+    spark: bool = False
+
+    @property
+    def key(self) -> str:
+        """The case-insensitive key (Spark lower-cases option keys)."""
+        return self.name.lower()
+
+    def default_for(self, streaming: bool | None) -> Any:
+        if isinstance(self.default, ByQuery):
+            return self.default.batch if streaming is False else self.default.stream
+        return self.default
+
+    def value(self, raw: str | None, streaming: bool | None) -> Any:
+        """The option's value: parsed when given, else its default; refused for the wrong query."""
+        if raw is None:
+            return self.default_for(streaming)
+        if self.mode == STREAM and streaming is False:
+            raise OptionError(f"option '{self.name}' is for streaming queries only")
+        if self.mode == BATCH and streaming:
+            raise OptionError(f"option '{self.name}' is for batch queries (spark.read) only")
+        return raw if self.parse is None else self.parse(raw, self.name)
+
+
+# -- parsers: each error names the option, the value and what is allowed -----------------------------
+
+def integer(minimum: int | None = None, off: int | None = None) -> Parser:
+    """An integer ``>= minimum``; ``off`` (e.g. -1) means "no limit" and gives ``None``."""
+    def parse(raw: str, name: str) -> int | None:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise OptionError(f"option '{name}' must be an integer, got {raw!r}") from None
+        if minimum is not None and value < minimum:
+            raise OptionError(f"option '{name}' must be >= {minimum}, got {value}")
+        return None if off is not None and value == off else value
+    return parse
+
+
+def boolean(raw: str, name: str) -> bool:
+    """``true`` or ``false`` (any case)."""
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise OptionError(f"option '{name}' must be 'true' or 'false', got {raw!r}")
+
+
+def choice(*allowed: str) -> Parser:
+    """One of ``allowed`` (any case), lower-cased."""
+    def parse(raw: str, name: str) -> str:
+        value = raw.strip().lower()
+        if value not in allowed:
+            raise OptionError(f"option '{name}' must be {' or '.join(repr(a) for a in allowed)}, got {raw!r}")
+        return value
+    return parse
+
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(raw: str, name: str) -> int:
+    """A duration like Spark's time strings: ``"15m"``, ``"30s"``, ``"500ms"``, ``"2h"``, or plain ms."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if not m or m.group(2) not in {"", *_DURATION_UNITS}:
+        raise OptionError(f"option '{name}' must be a duration like '15m', '30s', '500ms' or '2h', got {raw!r}")
+    return int(m.group(1)) * _DURATION_UNITS.get(m.group(2), 1)
+
+
+def text(empty: Any = None, required: bool = False) -> Parser:
+    """The text, stripped; empty text gives ``empty`` (or is refused when ``required``)."""
+    def parse(raw: str, name: str) -> Any:
+        value = raw.strip()
+        if not value and required:
+            raise OptionError(f"option '{name}' must not be empty")
+        return value or empty
+    return parse
+
+
+def topic_list(raw: str, name: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not topics:
+        raise OptionError(f"option '{name}' needs a comma-separated topic list, got {raw!r}")
+    return topics
+
+
+def regex(raw: str, name: str) -> str:
+    try:
+        re.compile(raw)
+    except re.error as e:
+        raise OptionError(f"option '{name}' is not a valid regex {raw!r}: {e}") from None
+    return raw
+
+
+def partitions_json(raw: str, name: str) -> dict[str, tuple[int, ...]]:
+    try:
+        return {str(t): tuple(int(p) for p in ps) for t, ps in json.loads(raw).items()}
+    except (ValueError, AttributeError, TypeError):
+        raise OptionError(f"option '{name}' must be JSON like {{\"topicA\":[0,1]}}, got {raw!r}") from None
+
+
+def offsets_json(raw: str, name: str) -> dict[str, dict[int, int]]:
+    """``{"topic": {"partition": offset}}`` with offsets >= 0, -2 (earliest) or -1 (latest)."""
+    try:
+        out = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in json.loads(raw).items()}
+    except (ValueError, AttributeError, TypeError):
+        raise OptionError(f"option '{name}' must be 'earliest', 'latest' or JSON like "
+                          f"{{\"topicA\":{{\"0\":23,\"1\":-2}}}}, got {raw!r}") from None
+    for t, parts in out.items():
+        for p, o in parts.items():
+            if o < -2:
+                raise OptionError(f"option '{name}': offset {o} for {t}-{p} is invalid (>= 0, or -2 earliest, -1 latest)")
+    return out
+
+
+def offsets(raw: str, name: str) -> str | dict[str, dict[int, int]]:
+    """``earliest``, ``latest`` or :func:`offsets_json`."""
+    value = raw.strip()
+    return value.lower() if value.lower() in ("earliest", "latest") else offsets_json(value, name)
+
+
+def refused(why: str) -> Parser:
+    """An option the format does not take, and why."""
+    def parse(raw: str, name: str) -> Any:
+        raise OptionError(f"option '{name}' is not supported: {why}")
+    return parse
+
+
+def not_yet(raw: str, name: str) -> Any:
+    raise OptionError(f"option '{name}' is not supported by dataflow-kafka yet")
+
+
+def renamed(new: str, meaning: str) -> Parser:
+    """An option of this project that was renamed: an error naming the new name."""
+    def parse(raw: str, name: str) -> Any:
+        raise OptionError(f"option '{name}' was renamed to '{new}' (same meaning: {meaning}); use "
+                          f".option('{new}', {raw!r})")
+    return parse
+
+
+def punctuate(raw: str, name: str) -> bool:
+    return choice("none", "punctuate")(raw, name) == "punctuate"
+
+
+# -- the table ------------------------------------------------------------------------------------------
+
+#: Options both sides take (one descriptor, in both tables).
+INCLUDE_HEADERS = Option("includeHeaders", "the `headers` column: read (source), written (sink)", boolean,
+                         "include_headers", False, sides=(SOURCE, SINK), spark=True)
+PATH = Option("path", "passed by Spark (`load(path)`, `save(path)`); ignored", sides=(SOURCE, SINK))
+
+_SPARK_SUBSCRIPTION = "one of `subscribe`, `subscribePattern`, `assign`"
+SOURCE_OPTIONS: tuple[Option, ...] = (
+    Option("subscribe", f"comma-separated topics ({_SPARK_SUBSCRIPTION})", topic_list, "subscribe", spark=True),
+    Option("subscribePattern", "a regex of topic names, matched when the query plans each batch",
+           regex, "subscribe_pattern", spark=True),
+    Option("assign", 'JSON `{"topicA":[0,1]}`: these partitions only', partitions_json, "assign", spark=True),
+    Option("startingOffsets", '`earliest`, `latest` (not in batch queries) or JSON `{"t":{"0":23,"1":-2}}` '
+           "(-2 earliest, -1 latest); where a new query starts", offsets, "starting",
+           ByQuery("latest", "earliest"), "`latest` (batch: `earliest`)", spark=True),
+    Option("startingTimestamp", "start at the first record at or after this epoch-ms timestamp, every partition",
+           integer(0), "starting_timestamp_ms", spark=True),
+    Option("startingOffsetsByTimestamp", 'JSON `{"t":{"0":ts}}`: start each partition at its timestamp',
+           offsets_json, "starting_by_timestamp", spark=True),
+    Option("startingOffsetsByTimestampStrategy", "`error` or `latest`: when no record is at or after the timestamp",
+           choice("error", "latest"), "by_timestamp_strategy", "error", spark=True),
+    Option("endingOffsets", "`latest` or JSON as `startingOffsets` (not `earliest`): where a batch read ends",
+           offsets, "ending", "latest", mode=BATCH, spark=True),
+    Option("endingTimestamp", "not supported yet", not_yet, spark=True),
+    Option("endingOffsetsByTimestamp", "not supported yet", not_yet, spark=True),
+    Option("maxOffsetsPerTrigger", "at most this many offsets per micro-batch (admission control)",
+           integer(1), "max_offsets_per_trigger", mode=STREAM, spark=True),
+    Option("minOffsetsPerTrigger", "a micro-batch waits for this many new offsets, unless `maxTriggerDelay` passed "
+           "since the previous one (its time is in the offset, so a restart keeps the schedule; ignored under "
+           "`Trigger.AvailableNow`)", integer(1), "min_offsets_per_trigger", mode=STREAM, spark=True),
+    Option("maxTriggerDelay", "a duration (`15m`, `30s`, `500ms`): how long `minOffsetsPerTrigger` may hold a batch",
+           duration_ms, "max_trigger_delay_ms", DEFAULT_MAX_TRIGGER_DELAY_MS, "`15m`", mode=STREAM, spark=True),
+    Option("maxRecordsPerPartition", "a range is split into tasks of at most this many offsets",
+           integer(1), "max_records_per_partition", spark=True),
+    Option("minPartitions", "at least this many Spark tasks: ranges are split", integer(1), "min_partitions",
+           spark=True),
+    Option("failOnDataLoss", "`true`: offsets gone from the broker fail the query; `false`: an `error` row says "
+           "which were skipped", boolean, "fail_on_data_loss", True, spark=True),
+    INCLUDE_HEADERS,
+    Option("kafkaConsumer.pollTimeoutMs", "how long a task waits for Kafka to deliver a range",
+           integer(1), "poll_timeout_ms", 120_000, spark=True),
+    Option("fetchOffset.numRetries", "planning a batch on the driver is tried again this many times when Kafka is "
+           "unavailable", integer(0), "fetch_offset_retries", 3, spark=True),
+    Option("fetchOffset.retryIntervalMs", "milliseconds between those tries", integer(0), "fetch_offset_retry_interval_ms", 10,
+           spark=True),
+    Option("groupIdPrefix", "prefix of the consumers' random group ids (ignored when `kafka.group.id` is set)",
+           text(required=True), "group_id_prefix", "dataflow-kafka", spark=True),
+    Option("kafka.auto.offset.reset", "not supported, as in Spark: use `startingOffsets`",
+           refused("use startingOffsets"), spark=True),
+    Option("kafka.enable.auto.commit", "not supported, as in Spark: offsets live in Spark's checkpoint",
+           refused("offsets live in Spark's checkpoint"), spark=True),
+    Option("kafka.key.deserializer", "not supported, as in Spark: keys are returned as binary",
+           refused("keys are returned as binary"), spark=True),
+    Option("kafka.value.deserializer", "not supported, as in Spark: values are returned as binary",
+           refused("values are returned as binary"), spark=True),
+    Option("eventTimeField", "integer epoch-ms field of a JSON-object value: the event time", text(),
+           "event_time_field", None, "Kafka timestamp"),
+    Option("watermarkDelayMs", "punctuation = newest event time read from the partition minus this: the "
+           "watermark's delay (as `withWatermark`'s delay threshold), not an operator's allowed lateness",
+           integer(0), "watermark_delay_ms", 0),
+    Option("gracePeriodMs", "renamed to `watermarkDelayMs`: an error saying so",
+           renamed("watermarkDelayMs", "punctuation = newest event time read from the partition minus this delay")),
+    Option("maxEventTimeAheadMs", "a data record whose event time is more than this ahead of the batch's processing "
+           "time (recorded in the offset) is an `error` row and does not move the punctuation (one year-2100 typo "
+           "would otherwise make every later record late); one day lets clocks hours off through; -1: off",
+           integer(-1, off=-1), "max_event_time_ahead_ms", DEFAULT_MAX_EVENT_TIME_AHEAD_MS, "86400000 (1 day)"),
+    Option("controlTopic", "topic of modification commands (JSON objects), read from the query's start on; it "
+           "must have exactly one partition (commands need a total order), else the query fails when it starts",
+           text(), "control_topic", None, "none"),
+    Option("heartbeatIntervalMs", "when no data arrives, run a punctuation-only batch this often (moves "
+           "processing time)", integer(1), "heartbeat_interval_ms", None, "off"),
+    Option("maxPartitions", "at most this many Spark tasks per micro-batch or batch read: ranges are packed into "
+           "tasks by record count, a task reads its ranges one after another (each range still emits its own "
+           "rows and punctuation)", integer(1), "max_partitions", None, "one task per topic-partition"),
+    Option("rangeStatsTopic", "topic where streaming tasks leave each range's newest event time for the driver "
+           "(created if missing; empty: the driver reads each range a second time)", text(),
+           "range_stats_topic", "dataflow-kafka-range-stats"),
+    Option("endOfInput", "`punctuate`: a bounded run (`Trigger.AvailableNow`, or a batch read) ends by closing "
+           "every window: every partition's last punctuation is 9999-12-31, recorded in the offset log; `none`: "
+           "the last windows stay open", punctuate, "end_of_input", False, "`none`"),
+    PATH,
+)
+
+SINK_OPTIONS: tuple[Option, ...] = (
+    Option("topic", "the topic of every row (else each row's `topic` column)", None, "topic", None, "none",
+           sides=(SINK,), spark=True),
+    INCLUDE_HEADERS,
+    Option("kafka.key.serializer", "not supported, as in Spark: key and value are written as bytes",
+           refused("key and value are written as bytes"), sides=(SINK,), spark=True),
+    Option("kafka.value.serializer", "not supported, as in Spark: key and value are written as bytes",
+           refused("key and value are written as bytes"), sides=(SINK,), spark=True),
+    Option("exactlyOnce", "`true`: each task writes its rows and a marker in one Kafka transaction; consumers "
+           "reading `read_committed` see every row once (`writeStream` only)", boolean, "exactly_once", False,
+           sides=(SINK,)),
+    Option("exactlyOnceCommitTopic", "where the markers go (one partition, created when the query starts)",
+           text(empty=DEFAULT_COMMIT_TOPIC), "commit_topic", DEFAULT_COMMIT_TOPIC, sides=(SINK,)),
+    PATH,
+    Option("checkpointLocation", "passed by Spark; ignored", sides=(SINK,)),
+    Option("queryName", "passed by Spark; ignored", sides=(SINK,)),
+)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's options, parsed (each field filled from :data:`SOURCE_OPTIONS`, defaults there)."""
+
+    kafka: dict[str, str]
+    subscribe: tuple[str, ...] | None
+    subscribe_pattern: str | None
+    assign: dict[str, tuple[int, ...]] | None
+    starting: str | dict[str, dict[int, int]]
+    starting_timestamp_ms: int | None
+    starting_by_timestamp: dict[str, dict[int, int]] | None
+    by_timestamp_strategy: str
+    ending: str | dict[str, dict[int, int]]
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    max_records_per_partition: int | None
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    poll_timeout_ms: int
+    fetch_offset_retries: int             # Spark's fetchOffset.numRetries
+    fetch_offset_retry_interval_ms: int   # Spark's fetchOffset.retryIntervalMs
+    group_id_prefix: str
+    event_time_field: str | None
+    watermark_delay_ms: int
+    max_event_time_ahead_ms: int | None  # None: off
+    control_topic: str | None
+    heartbeat_interval_ms: int | None
+    max_partitions: int | None
+    range_stats_topic: str | None
+    end_of_input: bool                   # endOfInput=punctuate
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The sink's options, parsed (each field filled from :data:`SINK_OPTIONS`, defaults there)."""
+
+    kafka: dict[str, str]
+    topic: str | None
+    include_headers: bool
+    exactly_once: bool                  # Kafka transactions, see datasource.sink
+    commit_topic: str
+
+
+# -- parsing ------------------------------------------------------------------------------------------
+
+def _given(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
 
-def _kafka_conf(opts: dict[str, str], original: Mapping[str, str]) -> dict[str, str]:
-    conf = {}
-    for k, v in original.items():
-        if str(k).lower().startswith("kafka."):
-            conf[str(k)[len("kafka."):]] = str(v)
+def _kafka_conf(options: Mapping[str, str]) -> dict[str, str]:
+    conf = {str(k)[len("kafka."):]: str(v) for k, v in options.items() if str(k).lower().startswith("kafka.")}
     if "bootstrap.servers" not in {k.lower() for k in conf}:
         raise OptionError("option 'kafka.bootstrap.servers' is required (e.g. 'host1:9092,host2:9092')")
     try:
@@ -89,221 +380,88 @@ def _kafka_conf(opts: dict[str, str], original: Mapping[str, str]) -> dict[str, 
         raise OptionError(str(e)) from None
 
 
-def _int(opts: dict[str, str], name: str, default: int | None, minimum: int | None = None) -> int | None:
-    if name not in opts:
-        return default
-    raw = opts[name]
-    try:
-        value = int(raw)
-    except ValueError:
-        raise OptionError(f"option '{name}' must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise OptionError(f"option '{name}' must be >= {minimum}, got {value}")
-    return value
+def _parse(table: tuple[Option, ...], options: Mapping[str, str], streaming: bool | None, what: str) -> dict:
+    """``{field: value}`` of every option of ``table``; an unknown key (other than ``kafka.*``) is
+    refused, listing the known ones."""
+    given = _given(options)
+    known = {o.key: o for o in table}
+    unknown = sorted(k for k in given if k not in known and not k.startswith("kafka."))
+    if unknown:
+        raise OptionError(f"unknown option(s) {unknown} for {what}; known: "
+                          f"{sorted(o.name for o in table if not o.key.startswith('kafka.'))} and kafka.*")
+    return {o.field if o.field else o.key: o.value(given.get(o.key), streaming) for o in table}
 
 
-def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    if raw.strip().lower() in ("true", "false"):
-        return raw.strip().lower() == "true"
-    raise OptionError(f"option '{name}' must be 'true' or 'false', got {raw!r}")
+def _one_subscription(v: dict, streaming: bool | None) -> None:
+    given = [n for n, f in (("subscribe", "subscribe"), ("subscribePattern", "subscribe_pattern"), ("assign", "assign"))
+             if v[f] is not None]
+    if len(given) != 1:
+        raise OptionError("exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set, got "
+                          + (", ".join(repr(s) for s in given) or "none"))
 
 
-def _offsets_json(name: str, raw: str, allow_latest: bool = True) -> dict[str, dict[int, int]]:
-    try:
-        parsed = json.loads(raw)
-        out = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
-    except (ValueError, AttributeError, TypeError):
-        raise OptionError(f"option '{name}' must be 'earliest', 'latest' or JSON like "
-                          f"{{\"topicA\":{{\"0\":23,\"1\":-2}}}}, got {raw!r}") from None
-    for t, parts in out.items():
-        for p, o in parts.items():
-            if o < -2:
-                raise OptionError(f"option '{name}': offset {o} for {t}-{p} is invalid "
-                                  f"(>= 0, or -2 earliest, -1 latest)")
-    return out
+def _ordered(low: tuple[str, str], high: tuple[str, str]) -> Callable[[dict, bool | None], None]:
+    """A check that option ``low`` (name, field) does not exceed ``high``."""
+    def check(v: dict, streaming: bool | None) -> None:
+        lo, hi = v[low[1]], v[high[1]]
+        if lo and hi and lo > hi:
+            raise OptionError(f"options '{low[0]}' ({lo}) and '{high[0]}' ({hi}) conflict: {low[0]} must not exceed "
+                              f"{high[0]}")
+    return check
 
 
-_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+def _batch_bounds(v: dict, streaming: bool | None) -> None:
+    if streaming is False and v["starting"] == "latest":
+        raise OptionError("option 'startingOffsets' cannot be 'latest' for batch queries")
+    if streaming is False and v["ending"] == "earliest":
+        raise OptionError("option 'endingOffsets' cannot be 'earliest' for batch queries")
 
 
-def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
-    """A duration like Spark's time strings: ``"15m"``, ``"30s"``, ``"500ms"``, ``"2h"``, or plain ms."""
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
-    if not m or m.group(2) not in {"", *_DURATION_UNITS}:
-        raise OptionError(f"option '{name}' must be a duration like '15m', '30s', '500ms' or '2h', got {raw!r}")
-    return int(m.group(1)) * _DURATION_UNITS.get(m.group(2), 1)
+#: Rules between source options, after each option is parsed.
+SOURCE_CHECKS = (_one_subscription, _batch_bounds,
+                 _ordered(("minOffsetsPerTrigger", "min_offsets_per_trigger"),
+                          ("maxOffsetsPerTrigger", "max_offsets_per_trigger")),
+                 _ordered(("minPartitions", "min_partitions"), ("maxPartitions", "max_partitions")))
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    kafka: dict[str, str]
-    subscribe: tuple[str, ...] | None = None
-    subscribe_pattern: str | None = None
-    assign: dict[str, tuple[int, ...]] | None = None
-    starting: str | dict[str, dict[int, int]] = "latest"
-    starting_timestamp_ms: int | None = None
-    starting_by_timestamp: dict[str, dict[int, int]] | None = None
-    by_timestamp_strategy: str = "error"
-    ending: str | dict[str, dict[int, int]] = "latest"
-    max_offsets_per_trigger: int | None = None
-    min_offsets_per_trigger: int | None = None
-    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
-    max_records_per_partition: int | None = None
-    max_event_time_ahead_ms: int | None = DEFAULT_MAX_EVENT_TIME_AHEAD_MS
-    group_id_prefix: str = "dataflow-kafka"
-    min_partitions: int | None = None
-    max_partitions: int | None = None
-    fail_on_data_loss: bool = True
-    include_headers: bool = False
-    poll_timeout_ms: int = 120_000
-    fetch_offset_retries: int = 3          # Spark's fetchOffset.numRetries
-    fetch_offset_retry_interval_ms: int = 10   # Spark's fetchOffset.retryIntervalMs
-    event_time_field: str | None = None
-    watermark_delay_ms: int = 0
-    control_topic: str | None = None
-    heartbeat_interval_ms: int | None = None
-    range_stats_topic: str | None = "dataflow-kafka-range-stats"
-    end_of_input: bool = False             # endOfInput=punctuate
-    extra: dict = field(default_factory=dict)
+def _filled(cls: type, kafka: dict[str, str], values: dict) -> Any:
+    return cls(kafka=kafka, **{f.name: values[f.name] for f in fields(cls) if f.name != "kafka"})
 
 
 def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> SourceOptions:
     """Validate ``options`` for a streaming (``readStream``) or batch (``read``) query; with
     ``streaming=None`` (``load()``, before Spark says which) only the checks common to both."""
-    opts = _lower(options)
-    for key, (old, new) in RENAMED_OPTIONS.items():
-        if key in opts:
-            raise OptionError(f"option '{old}' was renamed to '{new}' (same meaning: punctuation = "
-                              f"newest event time read from the partition minus this delay); use "
-                              f".option('{new}', {opts[key]!r})")
-    unknown = sorted(k for k in opts if not k.startswith("kafka.")
-                     and k not in SPARK_SOURCE_OPTIONS and k not in OWN_OPTIONS and k != "path")
-    if unknown:
-        raise OptionError(f"unknown option(s) {unknown} for format 'dataflow-kafka'; known: "
-                          f"{sorted(SPARK_SOURCE_OPTIONS | set(OWN_OPTIONS))} and kafka.*")
-    for k, why in _FORBIDDEN_KAFKA.items():
-        if k in opts:
-            raise OptionError(f"option '{k}' is not supported: {why}")
-    kafka = _kafka_conf(opts, options)
-    if "kafka.group.id" in opts and streaming is not None:   # once per reader, not again at load()
+    values = _parse(SOURCE_OPTIONS, options, streaming, "format 'dataflow-kafka'")
+    for check in SOURCE_CHECKS:
+        check(values, streaming)
+    kafka = _kafka_conf(options)
+    if "kafka.group.id" in _given(options) and streaming is not None:   # once per reader, not again at load()
         logging.getLogger(__name__).warning("dataflow-kafka: %s", GROUP_ID_CAUTION)
-    prefix = opts.get("groupidprefix", "dataflow-kafka").strip()
-    if not prefix:
-        raise OptionError("option 'groupIdPrefix' must not be empty")
-
-    strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
-    if len(strategies) != 1:
-        raise OptionError("exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set, got "
-                          + (", ".join(repr(s) for s in strategies) or "none"))
-    subscribe = pattern = assign = None
-    if "subscribe" in opts:
-        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
-        if not subscribe:
-            raise OptionError(f"option 'subscribe' needs a comma-separated topic list, got {opts['subscribe']!r}")
-    elif "subscribepattern" in opts:
-        pattern = opts["subscribepattern"]
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise OptionError(f"option 'subscribePattern' is not a valid regex {pattern!r}: {e}") from None
-    else:
-        try:
-            parsed = json.loads(opts["assign"])
-            assign = {str(t): tuple(int(p) for p in ps) for t, ps in parsed.items()}
-        except (ValueError, AttributeError, TypeError):
-            raise OptionError(f"option 'assign' must be JSON like {{\"topicA\":[0,1]}}, got {opts['assign']!r}") from None
-
-    def offsets_option(name: str, default: str) -> str | dict[str, dict[int, int]]:
-        raw = opts.get(name, default).strip()
-        if raw.lower() in ("earliest", "latest"):
-            return raw.lower()
-        return _offsets_json(name, raw)
-
-    starting = offsets_option("startingoffsets", "earliest" if streaming is False else "latest")
-    ending = offsets_option("endingoffsets", "latest")
-    if streaming and "endingoffsets" in opts:
-        raise OptionError("option 'endingOffsets' is for batch queries (spark.read) only")
-    if streaming is False and starting == "latest":
-        raise OptionError("option 'startingOffsets' cannot be 'latest' for batch queries")
-    if streaming is False and ending == "earliest":
-        raise OptionError("option 'endingOffsets' cannot be 'earliest' for batch queries")
-    for only_streaming in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
-        if streaming is False and only_streaming.lower() in opts:
-            raise OptionError(f"option '{only_streaming}' is for streaming queries only")
-    max_per_trigger = _int(opts, "maxoffsetspertrigger", None, minimum=1)
-    min_per_trigger = _int(opts, "minoffsetspertrigger", None, minimum=1)
-    if max_per_trigger and min_per_trigger and min_per_trigger > max_per_trigger:
-        raise OptionError(f"options 'minOffsetsPerTrigger' ({min_per_trigger}) and 'maxOffsetsPerTrigger' "
-                          f"({max_per_trigger}) conflict: the minimum must not exceed the maximum")
-    ahead = _int(opts, "maxeventtimeaheadms", DEFAULT_MAX_EVENT_TIME_AHEAD_MS, minimum=-1)
-    for unsupported in ("endingtimestamp", "endingoffsetsbytimestamp"):
-        if unsupported in opts:
-            raise OptionError(f"option '{unsupported}' is not supported by dataflow-kafka yet")
-
-    by_ts = None
-    if "startingoffsetsbytimestamp" in opts:
-        by_ts = _offsets_json("startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"])
-    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
-    if strategy not in ("error", "latest"):
-        raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
-    delay = _int(opts, "watermarkdelayms", 0, minimum=0)
-    min_parts = _int(opts, "minpartitions", None, minimum=1)
-    max_parts = _int(opts, "maxpartitions", None, minimum=1)
-    if min_parts and max_parts and min_parts > max_parts:
-        raise OptionError(f"options 'minPartitions' ({min_parts}) and 'maxPartitions' ({max_parts}) conflict: "
-                          "minPartitions must not exceed maxPartitions")
-    heartbeat = _int(opts, "heartbeatintervalms", None, minimum=1)
-    end_of_input = opts.get("endofinput", "none").strip().lower()
-    if end_of_input not in ("none", "punctuate"):
-        raise OptionError(f"option 'endOfInput' must be 'none' or 'punctuate', got {opts['endofinput']!r}")
-    return SourceOptions(
-        kafka=kafka, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
-        starting=starting, starting_timestamp_ms=_int(opts, "startingtimestamp", None, minimum=0),
-        starting_by_timestamp=by_ts, by_timestamp_strategy=strategy, ending=ending,
-        max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
-        max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
-        max_records_per_partition=_int(opts, "maxrecordsperpartition", None, minimum=1),
-        max_event_time_ahead_ms=None if ahead == -1 else ahead, group_id_prefix=prefix,
-        min_partitions=min_parts, max_partitions=max_parts,
-        fail_on_data_loss=_bool(opts, "failondataloss", True),
-        include_headers=_bool(opts, "includeheaders", False),
-        poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", 120_000, minimum=1),
-        fetch_offset_retries=_int(opts, "fetchoffset.numretries", 3, minimum=0),
-        fetch_offset_retry_interval_ms=_int(opts, "fetchoffset.retryintervalms", 10, minimum=0),
-        event_time_field=opts.get("eventtimefield") or None,
-        watermark_delay_ms=delay, control_topic=opts.get("controltopic") or None,
-        heartbeat_interval_ms=heartbeat,
-        range_stats_topic=opts.get("rangestatstopic", "dataflow-kafka-range-stats").strip() or None,
-        end_of_input=end_of_input == "punctuate",
-    )
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    kafka: dict[str, str]
-    topic: str | None
-    include_headers: bool
-    exactly_once: bool = False      # Kafka transactions, see datasource.sink
-    commit_topic: str = "dataflow-kafka-sink-commits"
+    return _filled(SourceOptions, kafka, values)
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    opts = _lower(options)
-    unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in _SINK_OPTIONS
-                     and k not in _SPARK_PASSED_SINK_OPTIONS)
-    if unknown:
-        raise OptionError(f"unknown option(s) {unknown} for the 'dataflow-kafka' sink; known: "
-                          f"{sorted(_SINK_OPTIONS)} and kafka.*")
-    for k in ("kafka.key.serializer", "kafka.value.serializer"):
-        if k in opts:
-            raise OptionError(f"option '{k}' is not supported: key and value are written as bytes")
-    return SinkOptions(_kafka_conf(opts, options), opts.get("topic"), _bool(opts, "includeheaders", False),
-                       _bool(opts, "exactlyonce", False),
-                       opts.get("exactlyoncecommittopic", "dataflow-kafka-sink-commits").strip()
-                       or "dataflow-kafka-sink-commits")
+    """Validate the sink's ``options`` (the same for ``writeStream`` and ``write``)."""
+    values = _parse(SINK_OPTIONS, options, None, "the 'dataflow-kafka' sink")
+    return _filled(SinkOptions, _kafka_conf(options), values)
+
+
+# -- the docs table -------------------------------------------------------------------------------------
+
+def _default_doc(o: Option) -> str:
+    if o.default_doc is not None:
+        return o.default_doc
+    if o.field is None:
+        return ""
+    return "none" if o.default is None else f"`{str(o.default).lower() if isinstance(o.default, bool) else o.default}`"
+
+
+def options_table() -> str:
+    """The options of the source and the sink as the Markdown table of docs/source.md: option,
+    side (source, sink), queries, default, meaning; Spark's options marked."""
+    rows = ["| option | for | default | meaning |", "| --- | --- | --- | --- |"]
+    for o in dict.fromkeys(SOURCE_OPTIONS + SINK_OPTIONS):          # an option of both sides once
+        queries = {STREAM: " (streaming only)", BATCH: " (batch only)", BOTH: ""}[o.mode]
+        mark = " (Spark)" if o.spark else ""
+        rows.append(f"| `{o.name}`{mark} | {' and '.join(o.sides)}{queries} | {_default_doc(o)} | {o.doc} |")
+    return "\n".join(rows) + "\n"

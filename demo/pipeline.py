@@ -48,7 +48,7 @@ def pipeline(early_panes_ms: int | None = 2_000):
     from dataflow_kafka.slicer.stage import SlicerStage
     from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark
     from dataflow_kafka.watermarks.stage import WindowingStage
-    from dataflow_kafka.windowing import Count, FixedWindows, Mean, SlidingWindow, Sum, TumblingWindow
+    from dataflow_kafka.windowing import Count, Mean, SlidingWindow, Sum, TumblingWindow
 
     sessions = OptimisticStage(stage=StatefulMap(sessionise, key=user_of, initial=None), num_key_groups=2,
                                output=session_columns, output_key=("user",), name="sessions",
@@ -58,10 +58,10 @@ def pipeline(early_panes_ms: int | None = 2_000):
                           windows={"5s": TumblingWindow(5_000), "10s": SlidingWindow(10_000, 2_000),
                                    "30s": SlidingWindow(30_000, 5_000)},
                           num_key_groups=2, name="page_windows")
-    panes = WindowingStage(key="page", value="count", select={"query_id": "5s"}, windows=FixedWindows(15_000),
+    panes = WindowingStage(key="page", value="count", select={"query_id": "5s"}, windows=TumblingWindow(15_000),
                            trigger=AfterWatermark(early=None if early_panes_ms is None else
                                                   AfterProcessingTime(early_panes_ms), late=AfterCount(1)),
-                           accumulation_mode="accumulating", allowed_lateness_ms=5_000, aggregation=Sum(),
+                           accumulation_mode="accumulating", allowed_lateness_ms=5_000, aggregations=[Sum()],
                            num_key_groups=2, name="panes")
     return Pipeline([sessions, windows, panes]).emit("page_windows")
 

@@ -212,6 +212,25 @@ class _JoinStage(Stage):
     def _key_values(self, key: Any) -> tuple:
         return key if len(self._key_names()) > 1 else (key,)
 
+    # -- results --------------------------------------------------------------------------------------
+    def current_results(self, frames: Sequence[pd.DataFrame], kind: str = "data") -> pd.DataFrame:
+        """One row per current joined pair (``dataflow_kafka.current_results``), repeated when a pair
+        joined several times: the key column(s), a window join's ``window_start_ms`` and
+        ``window_end_ms`` (its panes folded per accumulation mode, :func:`current_joins`), each
+        input's columns and ``<input>_event_time_ms`` (``None`` for the side an outer join pads);
+        sorted by those columns."""
+        windows = [c for c, _ in self._fixed_columns()][:2]          # a window join's start and end
+        names = [*self._key_names(), *windows,
+                 *(c for inp in (self.left, self.right) for c in [*inp.columns, inp.time_column])]
+        rows = []
+        for ident, pairs in current_joins(frames, self, kind=kind).items():
+            key, window = ident if windows else (ident, ())
+            head = [*self._key_values(key), *window]
+            for (lt, rt), n in pairs.items():
+                rows += [head + self._side_values(self.left, lt) + self._side_values(self.right, rt)] * n
+        out = pd.DataFrame(rows, columns=names, dtype=object)        # a padded side's values stay None
+        return out.sort_values(names, kind="stable", na_position="first").reset_index(drop=True)
+
     # -- state: the engine of one key group ----------------------------------------------------------
     def new_state(self) -> WindowJoinEngine | IntervalJoinEngine:
         return self._join.engine()
@@ -395,17 +414,23 @@ def _column(col: pd.Series, ddl: str | None) -> list:
     return values
 
 
-def current_joins(frames: Iterable[pd.DataFrame], stage: WindowJoinStage | IntervalJoinStage) -> dict:
-    """The current joined rows from a join stage's output frames (in order): ``{(key, (start,
-    end)): Counter of ((left ts, left values) or None, (right ts, right values) or None)}`` for a
-    windowed join (its panes folded as :func:`joins.fold` does, per accumulation mode), ``{key:
-    Counter}`` for an interval join (every pair once)."""
+def current_joins(frames: Iterable[pd.DataFrame], stage: WindowJoinStage | IntervalJoinStage,
+                  kind: str = "data") -> dict:
+    """The current joined rows from a join stage's output frames (in order), in the engines' form
+    (the references of the tests compare with it; ``dataflow_kafka.current_results`` gives them
+    as a frame): ``{(key, (start, end)): Counter of ((left ts, left values) or None, (right ts,
+    right values) or None)}`` for a windowed join (its panes folded as :func:`joins.fold` does,
+    per accumulation mode), ``{key: Counter}`` for an interval join (every pair once).
+    ``kind="result"``: the rows of the stage kept with ``Pipeline.emit``."""
     windowed = isinstance(stage, WindowJoinStage)
     keys = stage._key_names()
     panes: list[Pane] = []
     joined: dict = {}
     for frame in frames:
-        data = frame[frame["kind"] == "data"]
+        mask = frame["kind"] == kind
+        if kind == "result" and "topic" in frame.columns:
+            mask &= frame["topic"] == stage.name
+        data = frame[mask.to_numpy(bool)]
         if not len(data):
             continue
         key_vals = _keys(data, keys)

@@ -68,7 +68,7 @@ class WindowJoin:
     Parameters
     ----------
     window : windowing.Window
-        ``TumblingWindow`` / ``FixedWindows``, ``SlidingWindow``, ``SessionWindow`` (across both
+        ``TumblingWindow``, ``SlidingWindow``, ``SessionWindow`` (across both
         sides), ``GlobalWindow``.
     how : str or JoinType
         ``"inner"``, ``"left_outer"``, ``"right_outer"``, ``"full_outer"`` (Spark's names).

@@ -264,6 +264,15 @@ class StageLogic(ABC):
         """One micro-batch of one key group: apply ``batch.modifications`` (those meant for this
         stage), then the data, then advance to ``batch.watermark_ms``; mutate ``state``."""
 
+    # -- results ----------------------------------------------------------------------------------
+    def current_results(self, frames: Sequence[pd.DataFrame], kind: str = "data") -> pd.DataFrame:
+        """The current results after this stage's output ``frames`` (one per batch, in order), one
+        row per result (``dataflow_kafka.current_results``): a windowing stage's one row per window,
+        a join's one row per joined pair. Default: refused, for a stage whose rows are no results
+        to fold (its data rows are the output as they are)."""
+        raise InvalidArgumentError(f"stage {self.name!r} ({type(self).__name__}) has no results to fold: its data "
+                                   "rows are its output as they come")
+
 
 # -- routing, as the layer reads it -----------------------------------------------------------------
 

@@ -17,7 +17,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Kernel", "ComponentKernel", "HolisticKernel", "PythonKernel", "segment_bounds"]
+from dataflow_kafka.windowing.components import Picked, Reduced, component
+
+__all__ = ["Kernel", "ComponentKernel", "HolisticKernel", "PythonKernel", "segment_bounds", "pick_records",
+           "combine_picks", "reduce_partials"]
 
 I64_MAX = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -50,11 +53,7 @@ class Kernel:
         return None
 
 
-# --------------------------------------------------------------------------- numeric components
-_IDENT = {"sum": 0.0, "count": 0, "min": np.inf, "max": -np.inf}
-_UFUNC = {"sum": np.add, "count": np.add, "min": np.minimum, "max": np.maximum}
-
-
+# --------------------------------------------------------------------------- components
 def _sparse_table(a: np.ndarray, ufunc) -> list[np.ndarray]:
     levels = [a]
     k = 1
@@ -65,73 +64,79 @@ def _sparse_table(a: np.ndarray, ufunc) -> list[np.ndarray]:
     return levels
 
 
-class ComponentKernel(Kernel):
-    """Distributive / algebraic aggregation built from components.
+def _no_pick(c: Picked) -> int:
+    """The order key of an empty slice for a pick: never chosen over a record."""
+    return I64_MIN if c.latest else I64_MAX
 
-    Components: ``sum``, ``count`` (invertible, prefix sums in the eager store), ``min``,
-    ``max`` (sparse tables in the eager store), ``first`` and ``last`` (value of the record
-    with the smallest / largest (event time, arrival) - commutative because it carries the
-    order key, so no records are needed).
+
+def pick_records(c: Picked, values, ts, seq, seg, n):
+    """The picked record of each of ``n`` segments: ``(value, event time, arrival)`` arrays, the
+    smallest (first) or largest (last) ``(ts, seq)``; empty segments get NaN and :func:`_no_pick`."""
+    ufunc, key = (np.maximum, I64_MIN) if c.latest else (np.minimum, I64_MAX)
+    kt = np.full(n, key, np.int64)
+    ufunc.at(kt, seg, ts)
+    cand = ts == kt[seg]
+    ks = np.full(n, key, np.int64)
+    ufunc.at(ks, seg[cand], seq[cand])
+    pick = cand & (seq == ks[seg])
+    kv = np.full(n, np.nan)
+    kv[seg[pick]] = values[pick]
+    return kv, kt, ks
+
+
+def combine_picks(c: Picked, left, right):
+    """Per position, the pick of ``left`` or ``right`` (each ``(value, ts, seq)``) that ``c`` chooses."""
+    (lv, lt, ls), (rv, rt, rs) = left, right
+    if c.latest:
+        take_r = (rt > lt) | ((rt == lt) & (rs > ls))
+    else:
+        take_r = (rt < lt) | ((rt == lt) & (rs < ls))
+    return tuple(np.where(take_r, r, l) for l, r in ((lv, rv), (lt, rt), (ls, rs)))
+
+
+def reduce_partials(c: Reduced, values, seg, n) -> np.ndarray:
+    """The partial of each of ``n`` segments of records (``seg``: segment ids)."""
+    if c.ufunc is np.add:
+        weights = None if c.lift is None else c.lifted(values)
+        return np.bincount(seg, weights=weights, minlength=n).astype(c.dtype, copy=False)
+    a = np.full(n, c.identity, c.dtype)
+    c.ufunc.at(a, seg, c.lifted(values))
+    return a
+
+
+class ComponentKernel(Kernel):
+    """Distributive / algebraic aggregation built from components (:mod:`windowing.components`),
+    by kind, never by name: :class:`~windowing.components.Reduced` ones as one array per slice
+    (eager store: prefix sums for invertible ones, sparse tables for idempotent ones),
+    :class:`~windowing.components.Picked` ones (``first``, ``last``) as the value, event time and
+    arrival of the picked record per slice (commutative: the pick carries its order key, so no
+    records are needed).
     """
 
     def __init__(self, components: tuple[str, ...], lower: Callable[[dict], Any]):
         self.components = components
+        self.defs = {name: component(name) for name in components}
         self.lower = lower
-        self.invertible = all(c in ("sum", "count") for c in components)
+        self.invertible = all(isinstance(c, Reduced) and c.inverse is not None for c in self.defs.values())
 
-    # state: dict name -> array; first/last -> (value, ts, seq) arrays
+    # state: dict name -> array (Reduced) or (value, ts, seq) arrays (Picked)
     def empty(self, n):
         st = {}
-        for c in self.components:
-            if c in _IDENT:
-                st[c] = np.full(n, _IDENT[c], np.int64 if c == "count" else np.float64)
+        for name, c in self.defs.items():
+            if isinstance(c, Reduced):
+                st[name] = np.full(n, c.identity, c.dtype)
             else:
-                key = I64_MAX if c == "first" else I64_MIN
-                st[c] = (np.full(n, np.nan), np.full(n, key, np.int64), np.full(n, key, np.int64))
+                st[name] = (np.full(n, np.nan), np.full(n, _no_pick(c), np.int64), np.full(n, _no_pick(c), np.int64))
         return st
 
     def partials(self, values, ts, seq, seg, n):
-        st = {}
         values = np.asarray(values, np.float64)
-        for c in self.components:
-            if c == "sum":
-                st[c] = np.bincount(seg, weights=values, minlength=n)
-            elif c == "count":
-                st[c] = np.bincount(seg, minlength=n).astype(np.int64)
-            elif c in ("min", "max"):
-                a = np.full(n, _IDENT[c])
-                _UFUNC[c].at(a, seg, values)
-                st[c] = a
-            else:
-                st[c] = self._edge(values, ts, seq, seg, n, c == "first")
-        return st
-
-    @staticmethod
-    def _edge(values, ts, seq, seg, n, first):
-        ufunc, key = (np.minimum, I64_MAX) if first else (np.maximum, I64_MIN)
-        kt = np.full(n, key, np.int64)
-        ufunc.at(kt, seg, ts)
-        cand = ts == kt[seg]
-        ks = np.full(n, key, np.int64)
-        ufunc.at(ks, seg[cand], seq[cand])
-        pick = cand & (seq == ks[seg])
-        kv = np.full(n, np.nan)
-        kv[seg[pick]] = values[pick]
-        return kv, kt, ks
+        return {name: reduce_partials(c, values, seg, n) if isinstance(c, Reduced)
+                else pick_records(c, values, ts, seq, seg, n) for name, c in self.defs.items()}
 
     def combine(self, left, right):
-        out = {}
-        for c in self.components:
-            if c in _UFUNC:
-                out[c] = _UFUNC[c](left[c], right[c])
-            else:
-                (lv, lt, ls), (rv, rt, rs) = left[c], right[c]
-                if c == "first":
-                    take_r = (rt < lt) | ((rt == lt) & (rs < ls))
-                else:
-                    take_r = (rt > lt) | ((rt == lt) & (rs > ls))
-                out[c] = tuple(np.where(take_r, r, l) for l, r in ((lv, rv), (lt, rt), (ls, rs)))
-        return out
+        return {name: c.ufunc(left[name], right[name]) if isinstance(c, Reduced)
+                else combine_picks(c, left[name], right[name]) for name, c in self.defs.items()}
 
     def take(self, state, idx):
         return {c: (tuple(a[idx] for a in v) if isinstance(v, tuple) else v[idx]) for c, v in state.items()}
@@ -157,63 +162,63 @@ class ComponentKernel(Kernel):
 
     def merge_groups(self, state, gstarts):
         out = {}
-        for c, v in state.items():
-            if c in _UFUNC:
-                out[c] = _UFUNC[c].reduceat(v, gstarts)
-            else:  # fold adjacent slices: combine pairwise through the group via positions
+        for name, v in state.items():
+            c = self.defs[name]
+            if isinstance(c, Reduced):
+                out[name] = c.ufunc.reduceat(v, gstarts)
+            else:  # fold adjacent slices: pick again among the slices' picks, per group
                 vals, ts, seq = v
                 grp = np.repeat(np.arange(gstarts.size), np.diff(np.append(gstarts, ts.size)))
-                out[c] = self._edge(vals, ts, seq, grp, gstarts.size, c == "first")
-                empty = out[c][1] == (I64_MAX if c == "first" else I64_MIN)
-                out[c][0][empty] = np.nan
+                out[name] = pick_records(c, vals, ts, seq, grp, gstarts.size)
+                out[name][0][out[name][1] == _no_pick(c)] = np.nan
         return out
 
     def build_index(self, state, eager):
         if not eager:
             return None
         idx = {}
-        for c, v in state.items():
-            if c in ("sum", "count"):
-                idx[c] = np.concatenate(([0], np.cumsum(v)))
-            elif c in ("min", "max"):
-                idx[c] = _sparse_table(v, _UFUNC[c])
+        for name, v in state.items():
+            c = self.defs[name]
+            if isinstance(c, Reduced) and c.inverse is not None:
+                idx[name] = np.concatenate(([c.identity], c.ufunc.accumulate(v))).astype(c.dtype, copy=False)
+            elif isinstance(c, Reduced) and c.idempotent:
+                idx[name] = _sparse_table(v, c.ufunc)
         return idx
 
     def query(self, state, lo, hi, index, nonempty=None):
         res = {}
-        for c, v in state.items():
-            if c in _UFUNC:
-                res[c] = self._range(c, v, lo, hi, None if index is None else index.get(c))
+        for name, v in state.items():
+            c = self.defs[name]
+            if isinstance(c, Reduced):
+                res[name] = self._range(c, v, lo, hi, None if index is None else index.get(name))
+            elif c.latest:
+                prv = _prev_nonempty(nonempty)
+                res[name] = v[0][np.maximum(prv[hi - 1], 0)]
             else:
-                vals = v[0]
-                if c == "first":
-                    nxt = _next_nonempty(nonempty)
-                    res[c] = vals[np.minimum(nxt[lo], vals.size - 1)]
-                else:
-                    prv = _prev_nonempty(nonempty)
-                    res[c] = vals[np.maximum(prv[hi - 1], 0)]
+                nxt = _next_nonempty(nonempty)
+                res[name] = v[0][np.minimum(nxt[lo], v[0].size - 1)]
         return self.lower(res)
 
     @staticmethod
-    def _range(c, v, lo, hi, index):
+    def _range(c: Reduced, v, lo, hi, index):
         if lo.size == 0:
             return np.zeros(0, v.dtype)
-        if index is not None and c in ("sum", "count"):
-            return index[hi] - index[lo]  # invert: prefix difference
-        if index is not None:  # sparse table lookup
+        if index is not None and c.inverse is not None:
+            return c.inverse(index[hi], index[lo])        # invert: prefix difference
+        if index is not None:  # sparse table lookup (idempotent)
             length = np.maximum(hi - lo, 1)
             k = np.floor(np.log2(length)).astype(np.int64)
             out = np.empty(lo.size, v.dtype)
             for lvl in np.unique(k):
                 m = k == lvl
                 t = index[lvl]
-                out[m] = _UFUNC[c](t[lo[m]], t[hi[m] - (1 << lvl)])
+                out[m] = c.ufunc(t[lo[m]], t[hi[m] - (1 << lvl)])
             return out
-        padded = np.append(v, np.array([_IDENT[c]], v.dtype))
+        padded = np.append(v, np.array([c.identity], v.dtype))
         inter = np.empty(2 * lo.size, np.int64)
         inter[0::2], inter[1::2] = lo, hi
-        out = _UFUNC[c].reduceat(padded, inter)[0::2]
-        return np.where(hi > lo, out, _IDENT[c])
+        out = c.ufunc.reduceat(padded, inter)[0::2]
+        return np.where(hi > lo, out, c.identity)
 
 
 def _next_nonempty(nonempty: np.ndarray) -> np.ndarray:

@@ -3,8 +3,8 @@
 :func:`compile_window` turns a :mod:`windowing` window into the runtime window the operator
 slices by (Scotty §5.4.2's window interface), by the window's ``shape`` (:data:`RUNTIMES`, one
 entry per :class:`~windowing.windows.WindowShape`), and passes the slicer-only extensions
-through; :func:`kernel_for` picks the vectorised kernel of an aggregation from the components it
-declares (§5.4.1).
+through; :func:`kernel_for` picks the kernel of an aggregation from its ``vectorised`` form
+(§5.4.1): its components' kinds (:mod:`windowing.components`), never its type.
 
 >>> from dataflow_kafka.windowing import SlidingWindow, SessionWindow
 >>> compile_window(SlidingWindow(1000, 250))
@@ -21,8 +21,8 @@ from dataflow_kafka.slicer._kernels import ComponentKernel, HolisticKernel, Kern
 from dataflow_kafka.slicer.context_windows import ContextAwareWindow, SessionGapWindow
 from dataflow_kafka.slicer.windows import ContextFreeWindow, FixedBandWindow, PeriodicWindow
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, AggregateFunction
-from dataflow_kafka.windowing.aggregations import declared_components
-from dataflow_kafka.windowing.windows import Window, WindowShape
+from dataflow_kafka.windowing.components import Holistic, component
+from dataflow_kafka.windowing.windows import Window, WindowShape, window_type_names
 from dataflow_kafka.errors import ArgumentTypeError
 
 __all__ = ["compile_window", "kernel_for", "is_builtin", "RUNTIMES"]
@@ -42,23 +42,35 @@ def compile_window(window: Any) -> ContextFreeWindow | ContextAwareWindow:
         return window
     build = RUNTIMES.get(getattr(window, "shape", None)) if isinstance(window, Window) else None
     if build is None:
-        raise ArgumentTypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
-                        "SessionWindow, GlobalWindow) or a slicer window (FixedBandWindow, PunctuationWindow, "
-                        "SlideByTupleWindow, ThresholdFrame, a ContextFreeWindow or ContextAwareWindow subclass)")
+        raise ArgumentTypeError(f"window {window!r}: expected a windowing window ({window_type_names()}) or a "
+                                f"slicer window ({', '.join(_slicer_window_names())})")
     return build(window)
+
+
+def _slicer_window_names() -> list[str]:
+    """The slicer's own window classes (public subclasses of the two bases defined in the slicer
+    package), then the bases, for messages."""
+    found, todo = [], [ContextFreeWindow, ContextAwareWindow]
+    while todo:
+        cls = todo.pop(0)
+        todo += cls.__subclasses__()
+        if (cls.__module__.startswith("dataflow_kafka.slicer.") and not cls.__name__.startswith(("_", "Forward"))
+                and cls not in (ContextFreeWindow, ContextAwareWindow) and cls.__name__ not in found):
+            found.append(cls.__name__)
+    return found + ["a ContextFreeWindow or ContextAwareWindow subclass"]
 
 
 def is_builtin(fn: AggregateFunction) -> bool:
     """Whether ``fn`` runs as a numpy kernel (else lift / combine / lower per record in Python):
-    its class declares ``components`` (:func:`~windowing.aggregations.declared_components`)."""
-    return bool(declared_components(fn))
+    it has a ``vectorised`` form."""
+    return fn.vectorised is not None
 
 
 def kernel_for(fn: AggregateFunction) -> Kernel:
     """The runtime that keeps ``fn``'s partial aggregates per slice."""
-    comps = declared_components(fn)
-    if comps == ("sorted_values",):
+    if fn.vectorised is None:
+        return PythonKernel(fn)
+    comps = fn.vectorised.components
+    if isinstance(component(comps[0]), Holistic):
         return HolisticKernel(fn.lower)
-    if comps:
-        return ComponentKernel(comps, fn.from_components)
-    return PythonKernel(fn)
+    return ComponentKernel(comps, fn.from_components)

@@ -1,8 +1,8 @@
 """The slicer's state for people: queries, slices and open windows (:func:`keygroups.state_view.read_state`).
 
-Rows (:func:`keygroups.state_view.state_item`) per key group, for both forms of
-:class:`~slicer.stage.SlicerStage`'s state (the keyed table, one engine per key) and for
-:class:`balancing.compute.PaneCompute`'s key groups:
+Rows (:func:`keygroups.state_view.state_item`) per key group, for every form of
+:class:`~slicer.stage.SlicerStage`'s state (the keyed table, the keyed session table, one engine
+per key) and for :class:`balancing.compute.PaneCompute`'s key groups:
 
 * ``query``: a running query (``query_id``), its window and ``start_ms`` its coverage start
   (windows starting before it are never reported: a query added while running, :mod:`slicer.coverage`);
@@ -19,6 +19,11 @@ Rows (:func:`keygroups.state_view.state_item`) per key group, for both forms of
   ``count`` is the records'). Windows already final are not listed, so a sliding window of many
   instances costs what its open ones do. A count window's bounds are ``positions``.
 
+The keyed session table (:func:`describe_sessions`) keeps one partial per (key, session) and
+nothing finer: its ``slice`` rows are those partials, one per session, bounded as the per-key
+engine bounds a session's slice (Scotty §6.2: a session is one slice), so both forms describe the
+same input alike.
+
 Built column-wise (a DataFrame per key group), so describing many keys costs numpy calls, not a
 Python call per window.
 """
@@ -32,11 +37,12 @@ import pandas as pd
 
 from dataflow_kafka.keygroups.state_view import ROW_COLUMNS, concat_rows, state_item
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
+from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import OpenWindows, Slices, object_array
 from dataflow_kafka.windowing.rows import aggregation_columns
 
-__all__ = ["describe_keyed", "describe_engines"]
+__all__ = ["describe_keyed", "describe_sessions", "describe_engines"]
 
 
 def describe_keyed(op: KeyedSlicingOperator, **extra: Any) -> pd.DataFrame:
@@ -48,6 +54,16 @@ def describe_keyed(op: KeyedSlicingOperator, **extra: Any) -> pd.DataFrame:
                                fresh=bool(op.fresh[i]) or None, **extra))
         for key in op.key_start[i]:
             rows.append(state_item("coverage", key=key, query_id=qid, start_ms=op.coverage_start(qid, key), **extra))
+    return _frame(rows, [_slices(op.slices())], [_windows(op.open_windows(), op.aggregations)], extra)
+
+
+def describe_sessions(op: KeyedSessionOperator, **extra: Any) -> pd.DataFrame:
+    """Rows of a :class:`~slicer.keyed_sessions.KeyedSessionOperator` (every key of a key group):
+    its query (run from the start: no coverage rows), and per key its sessions, each a ``window``
+    row and a ``slice`` row (the one partial the table keeps for it); ``extra``: fields added to
+    every row's detail."""
+    rows = [state_item("query", query_id=qid, start_ms=op.coverage_start(qid), window=spec, **extra)
+            for qid, spec in zip(op.query_ids, op.specs)]
     return _frame(rows, [_slices(op.slices())], [_windows(op.open_windows(), op.aggregations)], extra)
 
 

@@ -10,12 +10,13 @@ fixed number of numpy calls:
 * every window is a time ``TumblingWindow`` or ``SlidingWindow``: context free, so every
   slice edge is known a priori (Scotty section 4.4) and is the same for all keys: a slice is the
   span between consecutive edges of the queries' start and end progressions;
-* every aggregation is ``Sum``, ``Count``, ``Min``, ``Max``, ``Mean`` or ``M4`` (any whose class
-  declares ``components`` among :data:`_COMPONENTS`): distributive
-  or algebraic, so slices keep partial aggregates only, no records, in order or not (section 5.1,
-  Figure 6), and an out-of-order record just updates its slice (section 5.2: no split, no merge);
-  M4's first and last are the records with the smallest and largest (event time, arrival), kept
-  per slice with their time and arrival number, as the per-key kernel does;
+* every aggregation is vectorised over reduced or picked components (:mod:`windowing.components`:
+  ``Sum``, ``Count``, ``Min``, ``Max``, ``Mean``, ``M4``, or any with such a ``vectorised`` form):
+  distributive or algebraic, so slices keep partial aggregates only, no records, in order or not
+  (section 5.1, Figure 6), and an out-of-order record just updates its slice (section 5.2: no
+  split, no merge); the table keeps one column per component, read from the registry as the
+  per-key kernel does (a picked one, M4's first and last: the record with the smallest or largest
+  (event time, arrival), with its time and arrival number);
 * ``stream_order="out_of_order"`` and records not forced to be kept.
 
 The table holds one row per (key, slice) with records, sorted by (key, slice start). Window
@@ -70,24 +71,23 @@ from dataflow_kafka.slicer.compile import compile_window
 from dataflow_kafka.slicer.key_codes import KeyCodes
 from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME, progression_points
-from dataflow_kafka.windowing.aggregations import declared_components
+from dataflow_kafka.windowing.components import Picked, Reduced, table_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, next_query_id
 from dataflow_kafka.errors import CapacityError, InvalidArgumentError, NotFoundError
 
 __all__ = ["KeyedSlicingOperator"]
 
-_MAGIC = b"SLK2"
+_MAGIC = b"SLK3"
+_MAGIC_V2 = b"SLK2"         # fixed columns cnt, sum, min, max (+ fv ft fs lv lt ls): still read
 _NO_LIMIT = int(np.iinfo(np.int64).min)
-#: The partials the table keeps per (key, slice): an aggregation declaring only these runs here.
-_COMPONENTS = frozenset(("sum", "count", "min", "max", "first", "last"))
-_BASE = ("kc", "cell", "cnt", "sum", "min", "max", "tmax", "dirty")
-# M4 only: value, event time and arrival number of the first and of the last record of a slice
-_EDGES = ("fv", "ft", "fs", "lv", "lt", "ls")
+#: The table's own columns per (key, slice), besides one per component.
+_STRUCTURE = ("kc", "cell", "tmax", "dirty")
 _PAIRS_PER_CHUNK = 1 << 20
 
 
 class KeyedSlicingOperator(KeyCodes, WindowQueries):
-    """Tumbling and sliding time windows with Sum/Count/Min/Max/Mean/M4 for many keys at once.
+    """Tumbling and sliding time windows with aggregations vectorised over reduced or picked
+    components (Sum, Count, Min, Max, Mean, M4, ...) for many keys at once.
 
     ``template``: a configured :class:`~slicer.SlicingWindowOperator` (windows, aggregations,
     lateness) that :meth:`supports` accepts. Keys are any hashable values; a key's code is its
@@ -100,8 +100,9 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
 
     def __init__(self, template) -> None:
         if not self.supports(template):
-            raise InvalidArgumentError("KeyedSlicingOperator: needs time TumblingWindow/SlidingWindow queries, Sum/Count/"
-                             "Min/Max/Mean/M4 aggregations, stream_order='out_of_order' and no forced record keeping")
+            raise InvalidArgumentError("KeyedSlicingOperator: needs time TumblingWindow/SlidingWindow queries, "
+                                       "aggregations vectorised over reduced or picked components (Sum, Count, Min, "
+                                       "Max, Mean, M4, ...), stream_order='out_of_order' and no forced record keeping")
         self.allowed_lateness_ms = int(template.allowed_lateness_ms)
         self.aggregations = list(template.aggregations)
         qs = list(template.windows.queries.values())
@@ -121,8 +122,8 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         self._rebuild()
         self._reset_codes()
         self.watermark: int | None = None
-        self.edges = any({"first", "last"} & set(declared_components(a)) for a in self.aggregations)
-        self._columns = _BASE + (_EDGES if self.edges else ())
+        #: The components the table keeps (``count`` always: whether a slice holds records).
+        self.components = table_components(self.aggregations, (Reduced, Picked))
         self._seq = 0                            # arrival number of the next accepted record
         self._empty_table()
 
@@ -141,7 +142,7 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         return (bool(qs) and bool(template.aggregations)
                 and all(q.window.periodic and q.measure is TIME and q.context is None
                         and q.start_at == _NO_LIMIT and not q.fresh for q in qs)
-                and all(_vectorised(a) for a in template.aggregations)
+                and table_components(template.aggregations, (Reduced, Picked)) is not None
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
 
     # ------------------------------------------------------------------ queries at runtime
@@ -219,15 +220,17 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
     def _empty_table(self) -> None:
         self.kc = np.zeros(0, np.int64)          # key code
         self.cell = np.zeros(0, np.int64)        # slice start (ms)
-        self.cnt = np.zeros(0, np.int64)
-        self.sum = np.zeros(0, np.float64)
-        self.min = np.zeros(0, np.float64)
-        self.max = np.zeros(0, np.float64)
         self.tmax = np.zeros(0, np.int64)        # newest record time (a query added later cuts before it)
         self.dirty = np.zeros(0, bool)           # received records since the last watermark
-        if self.edges:
-            for c in _EDGES:
-                setattr(self, c, np.zeros(0, np.float64 if c.endswith("v") else np.int64))
+        #: Per component: one array (reduced), or value, event time and arrival of the pick (picked).
+        self.parts: dict = {name: np.zeros(0, c.dtype) if isinstance(c, Reduced)
+                            else (np.zeros(0, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+                            for name, c in self.components.items()}
+
+    @property
+    def cnt(self) -> np.ndarray:
+        """Records per (key, slice) row: the ``count`` component."""
+        return self.parts["count"]
 
     def slice_start(self, ts: np.ndarray) -> np.ndarray:
         """Start of the slice holding each time: the latest edge at or before it."""
@@ -259,31 +262,22 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         new = np.ones(kc.size, bool)
         new[1:] = (kc[1:] != kc[:-1]) | (cell[1:] != cell[:-1])
         starts = np.flatnonzero(new)
-        cnt = np.concatenate([self.cnt, np.ones(ts.size, np.int64)])[order]
-        sm = np.concatenate([self.sum, values])[order]
-        mn = np.concatenate([self.min, values])[order]
-        mx = np.concatenate([self.max, values])[order]
         tmx = np.concatenate([self.tmax, ts])[order]
         dirty = np.concatenate([self.dirty, np.ones(ts.size, bool)])[order]
         self.kc, self.cell = kc[starts], cell[starts]
-        self.cnt = np.add.reduceat(cnt, starts)
-        self.sum = np.add.reduceat(sm, starts)
-        self.min = np.minimum.reduceat(mn, starts)
-        self.max = np.maximum.reduceat(mx, starts)
         self.tmax = np.maximum.reduceat(tmx, starts)
         self.dirty = np.logical_or.reduceat(dirty, starts)
-        if self.edges:
-            # first / last record of each slice by (event time, arrival): the group structure is
-            # the same in any order sorted by (key, cell) first, so the group starts carry over
-            ends = np.append(starts[1:], kc.size) - 1
-            for c, pick in (("f", starts), ("l", ends)):
-                t = np.concatenate([getattr(self, c + "t"), ts])
-                q = np.concatenate([getattr(self, c + "s"), seq])
-                v = np.concatenate([getattr(self, c + "v"), values])
-                o = np.lexsort((q, t, cell_unsorted, kc_unsorted))[pick]
-                setattr(self, c + "t", t[o])
-                setattr(self, c + "s", q[o])
-                setattr(self, c + "v", v[o])
+        ends = np.append(starts[1:], kc.size) - 1
+        for name, c in self.components.items():
+            old = self.parts[name]
+            if isinstance(c, Reduced):
+                self.parts[name] = c.ufunc.reduceat(np.concatenate([old, c.lifted(values)])[order], starts)
+                continue
+            # the picked record of each slice by (event time, arrival): the group structure is the
+            # same in any order sorted by (key, cell) first, so the group starts and ends carry over
+            v, t, q = (np.concatenate([o, new]) for o, new in zip(old, (values, ts, seq)))
+            o = np.lexsort((q, t, cell_unsorted, kc_unsorted))[ends if c.latest else starts]
+            self.parts[name] = (v[o], t[o], q[o])
         return dropped
 
     # ------------------------------------------------------------------ watermarks
@@ -379,14 +373,8 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         order = np.lexsort((s[w], q[w], e[w], kk))
         kk, w, lo, hi = kk[order], w[order], lo[order], hi[order]
         count = cum[hi] - cum[lo]
-        parts = _Parts({
-            "sum": lambda: _range_reduce(np.add, self.sum, lo, hi),
-            "count": lambda: count.astype(np.float64),
-            "min": lambda: _range_reduce(np.minimum, self.min, lo, hi),
-            "max": lambda: _range_reduce(np.maximum, self.max, lo, hi),
-            "first": lambda: self._edge_values("f", lo, hi),      # as the per-key kernel's first / last
-            "last": lambda: self._edge_values("l", lo, hi),
-        })
+        parts = _Parts({name: (lambda c=c, name=name: self._range_parts(name, c, lo, hi))
+                        for name, c in self.components.items()})
         values = [a.from_components(parts) for a in self.aggregations]
         res = WindowResults(names, object_array(self.query_ids)[q[w]], np.full(kk.size, TIME.value, object),
                             s[w], e[w], upd[w].copy(), values, q[w])
@@ -423,14 +411,18 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         pending = self.fresh[res.rank] | (True if wm is None else res.end > wm)
         return OpenWindows(res, count, np.broadcast_to(pending, (len(res),)).copy(), object_array(self.keys)[codes])
 
-    def _edge_values(self, c: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Value of the first (``c="f"``) or last (``"l"``) record of each slice range: the slice
-        whose edge record has the smallest / largest (event time, arrival) rank."""
-        by_rank = np.lexsort((getattr(self, c + "s"), getattr(self, c + "t")))
+    def _range_parts(self, name: str, c: Reduced | Picked, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Component ``name`` of each slice range ``[lo, hi)`` of the table: a reduced one reduced;
+        a picked one, the value of the slice whose picked record has the smallest (first) or largest
+        (last) (event time, arrival) rank, as the per-key kernel picks."""
+        if isinstance(c, Reduced):
+            return _range_reduce(c.ufunc, self.parts[name], lo, hi)
+        v, t, q = self.parts[name]
+        by_rank = np.lexsort((q, t))
         rank = np.empty_like(by_rank)
         rank[by_rank] = np.arange(by_rank.size)
-        best = _range_reduce(np.minimum if c == "f" else np.maximum, rank, lo, hi)
-        return getattr(self, c + "v")[by_rank[best]]
+        best = _range_reduce(np.maximum if c.latest else np.minimum, rank, lo, hi)
+        return v[by_rank[best]]
 
     def _evict(self, horizon: int) -> None:
         """Drop slices no window that can still be emitted or updated needs: every window of
@@ -444,8 +436,10 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         keep = self.cell >= cut
         if not keep.all():     # a slice cut by a query added later may hold records past ``cut``
             self._hold_past(self.kc[~keep], self.tmax[~keep])
-            for name in self._columns:
+            for name in _STRUCTURE:
                 setattr(self, name, getattr(self, name)[keep])
+            self.parts = {name: tuple(a[keep] for a in v) if isinstance(v, tuple) else v[keep]
+                          for name, v in self.parts.items()}
         u = self._held_from                              # per-key bounds U has overtaken: not needed
         self._held_key = {k: c for k, c in self._held_key.items() if c > u}
         self.key_start = [{k: c for k, c in ks.items() if c > u} for ks in self.key_start]
@@ -454,18 +448,20 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
     def to_bytes(self) -> bytes:
         """The state (keys, watermark, queries, table); aggregations and lateness come from the
         template."""
-        table = {n: getattr(self, n) for n in self._columns}
+        table = {n: getattr(self, n) for n in _STRUCTURE}
         queries = {"ids": self.query_ids, "specs": self.specs, "start_at": self.start_at, "fresh": self.fresh,
                    "next": self._next_id, "held": self._held_from, "held_key": self._held_key,
                    "key_start": self.key_start, "ignored": self.ignored_commands}
         return _MAGIC + pickle.dumps({"keys": self.keys, "wm": self.watermark, "seq": self._seq, "table": table,
-                                      "queries": queries}, protocol=5)
+                                      "parts": self.parts, "queries": queries}, protocol=5)
 
     @classmethod
     def from_bytes(cls, data: bytes, template) -> "KeyedSlicingOperator":
-        if data[:4] != _MAGIC:
+        if data[:4] not in (_MAGIC, _MAGIC_V2):
             raise InvalidArgumentError("KeyedSlicingOperator.from_bytes: not a keyed slicer state (bad header)")
         st = pickle.loads(data[4:])
+        if data[:4] == _MAGIC_V2:
+            st["parts"] = _parts_of_v2(st["table"])
         op = cls(template)
         op._reset_codes(st["keys"])
         op.watermark, op._seq = st["wm"], st["seq"]
@@ -480,8 +476,9 @@ class KeyedSlicingOperator(KeyCodes, WindowQueries):
         op._held_key = dict(qs.get("held_key", {}))
         op.key_start = [dict(d) for d in qs.get("key_start", [{} for _ in op.query_ids])]
         op._rebuild()
-        for name, arr in st["table"].items():
-            setattr(op, name, arr)
+        for name in _STRUCTURE:
+            setattr(op, name, st["table"][name])
+        op.parts = {name: st["parts"][name] for name in op.components}
         return op
 
 
@@ -495,10 +492,13 @@ def _range_reduce(ufunc, arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.
     return ufunc.reduceat(padded, idx)[0::2]
 
 
-def _vectorised(fn) -> bool:
-    """Whether ``fn`` is computed from the table's components only."""
-    comps = declared_components(fn)
-    return bool(comps) and _COMPONENTS.issuperset(comps)
+def _parts_of_v2(table: dict) -> dict:
+    """The components of a state written before the component registry (header ``SLK2``)."""
+    parts = {"count": table["cnt"], "sum": table["sum"], "min": table["min"], "max": table["max"]}
+    for name, c in (("first", "f"), ("last", "l")):
+        if c + "v" in table:
+            parts[name] = (table[c + "v"], table[c + "t"], table[c + "s"])
+    return parts
 
 
 class _Parts(dict):

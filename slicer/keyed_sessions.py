@@ -28,9 +28,12 @@ rules (``docs/semantics.md``):
   (it would be later than ``gap`` after its last record), so it is dropped from the table, and
   a key left without sessions is forgotten (it behaves exactly as a new key).
 
-Aggregations: those whose class declares ``components`` among ``sum``, ``count``, ``min`` and
-``max`` (Sum, Count, Min, Max, Mean). Floating-point sums may differ from the per-key engine's
-in the last bits (records combine in another order). The session query can be removed while
+Aggregations: those with a :class:`~windowing.aggregations.Vectorised` form over reduced
+components (:mod:`windowing.components`: Sum, Count, Min, Max, Mean, or any registered
+:class:`~windowing.components.Reduced` one): a session row keeps one column per component, read
+from the registry as :class:`~slicer.keyed.KeyedSlicingOperator`'s table does (a picked or
+holistic component needs one engine per key). Floating-point sums may differ from the per-key
+engine's in the last bits (records combine in another order). The session query can be removed while
 running; a window added while running needs one engine per key (the stage reports the command
 as an error). State: :meth:`KeyedSessionOperator.to_bytes`, a versioned header and one pickle
 of numpy arrays.
@@ -44,27 +47,27 @@ from typing import Hashable
 import numpy as np
 
 from dataflow_kafka.slicer.key_codes import KeyCodes
-from dataflow_kafka.slicer.results import WindowResults, object_array
+from dataflow_kafka.slicer.results import OpenWindows, Slices, WindowResults, object_array
 from dataflow_kafka.slicer.windows import TIME
-from dataflow_kafka.windowing.aggregations import declared_components
+from dataflow_kafka.windowing.components import Reduced, table_components
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id
 from dataflow_kafka.errors import CapacityError, InvalidArgumentError, NotFoundError
 
 __all__ = ["KeyedSessionOperator"]
 
-_MAGIC = b"SLS1"
+_MAGIC = b"SLS2"
+_MAGIC_V1 = b"SLS1"         # fixed component columns cnt, sum, min, max: still read
 _NO_LIMIT = int(np.iinfo(np.int64).min)
-#: The partials a session row keeps: an aggregation declaring only these runs here.
-_COMPONENTS = frozenset(("sum", "count", "min", "max"))
-#: Columns of the session table (key code, first and last record time, components, got records
-#: since the last watermark) and of the emitted sessions (key code, start, end, components).
-_SESSIONS = ("kc", "first", "last", "cnt", "sum", "min", "max", "dirty")
-_EMITTED = ("kc", "start", "end", "cnt", "sum", "min", "max")
+#: Columns of the session table (key code, first and last record time, got records since the last
+#: watermark) and of the emitted sessions (key code, start, end), besides one per component.
+_SESSIONS = ("kc", "first", "last", "dirty")
+_EMITTED = ("kc", "start", "end")
 _RETRACTED = ("kc", "start", "end")
 
 
 class KeyedSessionOperator(KeyCodes, WindowQueries):
-    """One session-window query with Sum/Count/Min/Max/Mean for many keys at once.
+    """One session-window query with aggregations over reduced components (Sum, Count, Min, Max,
+    Mean, ...) for many keys at once.
 
     ``template``: a configured :class:`~slicer.SlicingWindowOperator` that :meth:`supports`
     accepts (one ``SessionWindow`` query). Keys are any hashable values; a key's code is its
@@ -76,11 +79,14 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
 
     def __init__(self, template) -> None:
         if not self.supports(template):
-            raise InvalidArgumentError("KeyedSessionOperator: needs one SessionWindow query, Sum/Count/Min/Max/Mean "
-                                       "aggregations, stream_order='out_of_order' and no forced record keeping")
+            raise InvalidArgumentError("KeyedSessionOperator: needs one SessionWindow query, aggregations vectorised "
+                                       "over reduced components (Sum, Count, Min, Max, Mean, ...), "
+                                       "stream_order='out_of_order' and no forced record keeping")
         (q,) = template.windows.queries.values()
         self.allowed_lateness_ms = int(template.allowed_lateness_ms)
         self.aggregations = list(template.aggregations)
+        #: The components a session row keeps (``count`` always), as registered.
+        self.components = table_components(self.aggregations, (Reduced,))
         self.query_ids: list[str] = [q.id]
         self.specs: list = [q.spec]
         self.gap = int(q.window.session_gap)
@@ -88,8 +94,8 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         self.ignored_commands = 0
         self._reset_codes()
         self.watermark: int | None = None
-        self._sessions = _empty(_SESSIONS)
-        self._emitted = _empty(_EMITTED)
+        self._sessions = _empty(_SESSIONS, self.components)
+        self._emitted = _empty(_EMITTED, self.components)
         self._retracted = _empty(_RETRACTED)
 
     @staticmethod
@@ -101,7 +107,7 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         (q,) = qs
         group = q.window.slicing_group() if q.context is not None else None
         return (group is not None and group[0] == "session" and q.measure is TIME and q.start_at == _NO_LIMIT
-                and not q.fresh and all(_vectorised(a) for a in template.aggregations)
+                and not q.fresh and table_components(template.aggregations, (Reduced,)) is not None
                 and template.stream_order.value == "out_of_order" and not template.keep_records)
 
     # ------------------------------------------------------------------ queries at runtime
@@ -117,7 +123,8 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         if query_id not in self.query_ids:
             raise NotFoundError(f"remove_window({query_id!r}): no such query (queries: {self.query_ids})")
         self.query_ids, self.specs = [], []
-        self._sessions, self._emitted, self._retracted = _empty(_SESSIONS), _empty(_EMITTED), _empty(_RETRACTED)
+        self._sessions, self._emitted = _empty(_SESSIONS, self.components), _empty(_EMITTED, self.components)
+        self._retracted = _empty(_RETRACTED)
         self._forget_idle_keys()
 
     def coverage_start(self, query_id: str, key: Hashable = None) -> int | None:
@@ -142,12 +149,9 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         dropped, codes, values, ts = self._drop_late(codes, values, ts)
         if ts.size == 0 or not self.query_ids:      # without a query records are not kept
             return dropped
-        old = self._sessions
-        rows = {"kc": np.concatenate([old["kc"], codes]), "first": np.concatenate([old["first"], ts]),
-                "last": np.concatenate([old["last"], ts]), "cnt": np.concatenate([old["cnt"], np.ones(ts.size, np.int64)]),
-                "sum": np.concatenate([old["sum"], values]), "min": np.concatenate([old["min"], values]),
-                "max": np.concatenate([old["max"], values]),
-                "dirty": np.concatenate([old["dirty"], np.ones(ts.size, bool)])}
+        new = {"kc": codes, "first": ts, "last": ts, "dirty": np.ones(ts.size, bool),
+               **{name: c.lifted(values) for name, c in self.components.items()}}
+        rows = {n: np.concatenate([old, new[n]]) for n, old in self._sessions.items()}
         order = np.lexsort((rows["last"], rows["first"], rows["kc"]))
         rows = {n: a[order] for n, a in rows.items()}
         kc, first = rows["kc"], rows["first"]
@@ -158,9 +162,8 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         new[1:] = (kc[1:] != kc[:-1]) | (first[1:] - reach[:-1] > self.gap)
         at = np.flatnonzero(new)
         self._sessions = {"kc": kc[at], "first": first[at], "last": np.maximum.reduceat(rows["last"], at),
-                          "cnt": np.add.reduceat(rows["cnt"], at), "sum": np.add.reduceat(rows["sum"], at),
-                          "min": np.minimum.reduceat(rows["min"], at), "max": np.maximum.reduceat(rows["max"], at),
-                          "dirty": np.logical_or.reduceat(rows["dirty"], at)}
+                          "dirty": np.logical_or.reduceat(rows["dirty"], at),
+                          **{name: c.ufunc.reduceat(rows[name], at) for name, c in self.components.items()}}
         return dropped
 
     # ------------------------------------------------------------------ watermarks
@@ -188,14 +191,14 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
             upd = (end >= prev - self.allowed_lateness_ms) & (end < prev)
             upd &= s["dirty"] | ~_rows_in((s["kc"], s["first"], end), (em["kc"], em["start"], em["end"]))
             pick = ((end >= prev) & (end < wm)) | upd
-        rows = {n: s[n][pick] for n in ("kc", "first", "cnt", "sum", "min", "max")}
+        rows = {n: s[n][pick] for n in ("kc", "first", *self.components)}
         rows["end"], upd = end[pick], upd[pick]
         upd |= self._replaces_retracted(rows["kc"], rows["first"], rows["end"])
         # remember what was emitted (an update replaces the entry of its extent)
         emitted_now = {"kc": rows["kc"], "start": rows["first"], "end": rows["end"],
-                       **{n: rows[n] for n in ("cnt", "sum", "min", "max")}}
+                       **{n: rows[n] for n in self.components}}
         stale = _rows_in((em["kc"], em["start"], em["end"]), (rows["kc"], rows["first"], rows["end"]))
-        self._emitted = {n: np.concatenate([em[n][~stale], emitted_now[n]]) for n in _EMITTED}
+        self._emitted = {n: np.concatenate([em[n][~stale], emitted_now[n]]) for n in emitted_now}
         codes, results = self._results(names, retract, emitted_now, upd)
         keys = object_array(self.keys)[codes]
         self.watermark = wm
@@ -229,17 +232,21 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         n_r, n = retract["kc"].size, rows["kc"].size
         if n_r + n == 0:
             return np.zeros(0, np.int64), WindowResults.concat(names, [])
-        both = {c: np.concatenate([retract[c], rows[c]]) for c in ("kc", "start", "end", "cnt", "sum", "min", "max")}
+        both = {c: np.concatenate([retract[c], rows[c]]) for c in (*_EMITTED, *self.components)}
         is_r = np.concatenate([np.ones(n_r, bool), np.zeros(n, bool)])
         order = np.lexsort((both["start"], both["end"], ~is_r, both["kc"]))
         both = {c: a[order] for c, a in both.items()}
-        parts = {"sum": both["sum"], "count": both["cnt"].astype(np.float64), "min": both["min"], "max": both["max"]}
-        values = [a.from_components(parts) for a in self.aggregations]
+        values = self._values(both)
         total = n_r + n
         res = WindowResults(names, np.full(total, self.query_ids[0], object), np.full(total, TIME.value, object),
                             both["start"], both["end"], np.concatenate([np.ones(n_r, bool), upd])[order], values,
                             np.zeros(total, np.int64), is_r[order])
         return both["kc"], res
+
+    def _values(self, rows: dict) -> list:
+        """Each aggregation's results for the rows' component columns."""
+        parts = {name: rows[name] for name in self.components}
+        return [a.from_components(parts) for a in self.aggregations]
 
     def _evict(self, horizon: int) -> None:
         """Drop final sessions (ending before ``horizon``) and what was emitted or retracted before
@@ -257,6 +264,40 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         keep = rt["end"] > first_open[rt["kc"]]
         self._retracted = {n: a[keep] for n, a in rt.items()}
 
+    # ------------------------------------------------------------------ reading the state
+    def slices(self) -> Slices:
+        """The table's partials: one per (key, session), which is all the table keeps (a session
+        is one slice, Scotty §6.2: slices are split only in the gaps between records). ``start``
+        and ``oldest``: its first record time, ``newest`` its last, ``end`` the start of the key's
+        next session (``None`` for the key's last: open to later records), the bounds the per-key
+        engine gives the same slice; ``keys`` the key of each. Read only."""
+        s = self._sessions
+        kc, first = s["kc"], s["first"]
+        last_of_key = np.ones(kc.size, bool)
+        last_of_key[:-1] = kc[1:] != kc[:-1]
+        nxt = np.append(first[1:], 0)
+        end = [None if closed else int(e) for e, closed in zip(nxt.tolist(), last_of_key.tolist())]
+        return Slices(TIME.value, first.copy(), end, s["count"].copy(), first.copy(), s["last"].copy(),
+                      object_array(self.keys)[kc])
+
+    def open_windows(self) -> OpenWindows:
+        """Every (key, session) of the table: each can still be emitted or updated (a session
+        ending before ``watermark - allowed_lateness_ms`` is dropped at the watermark), with its
+        record count and aggregates; ``pending``: its end is at or after the watermark (not
+        emitted yet; sessions are emitted once the watermark passes their end). Rows by key code,
+        then start (sessions of a key are disjoint). Read only."""
+        names = [a.name for a in self.aggregations]
+        s = self._sessions
+        n = s["kc"].size
+        if n == 0 or not self.query_ids:
+            return OpenWindows(WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool),
+                               np.zeros(0, object))
+        end = s["last"] + self.gap
+        res = WindowResults(names, np.full(n, self.query_ids[0], object), np.full(n, TIME.value, object),
+                            s["first"].copy(), end, np.zeros(n, bool), self._values(s), np.zeros(n, np.int64))
+        pending = np.ones(n, bool) if self.watermark is None else end >= self.watermark
+        return OpenWindows(res, s["count"].copy(), pending, object_array(self.keys)[s["kc"]])
+
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:
         """The state (keys, watermark, query, sessions, emitted and retracted extents); the gap,
@@ -268,10 +309,13 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
 
     @classmethod
     def from_bytes(cls, data: bytes, template) -> "KeyedSessionOperator":
-        if data[:4] != _MAGIC:
+        if data[:4] not in (_MAGIC, _MAGIC_V1):
             raise InvalidArgumentError("KeyedSessionOperator.from_bytes: not a keyed session state (bad header)")
         st = pickle.loads(data[4:])
         op = cls(template)
+        if data[:4] == _MAGIC_V1:
+            for table, structure in (("sessions", _SESSIONS), ("emitted", _EMITTED)):
+                st[table] = _components_of_v1(st[table], structure, op.components)
         op._reset_codes(st["keys"])
         op.watermark, op.ignored_commands = st["wm"], st["ignored"]
         op.query_ids, op.specs = list(st["ids"]), list(st["specs"])
@@ -279,14 +323,18 @@ class KeyedSessionOperator(KeyCodes, WindowQueries):
         return op
 
 
-def _empty(columns: tuple[str, ...]) -> dict[str, np.ndarray]:
-    return {c: np.zeros(0, np.float64 if c in ("sum", "min", "max") else bool if c == "dirty" else np.int64)
-            for c in columns}
+def _empty(structure: tuple[str, ...], components: dict | None = None) -> dict[str, np.ndarray]:
+    out = {c: np.zeros(0, bool if c == "dirty" else np.int64) for c in structure}
+    out.update({name: np.zeros(0, c.dtype) for name, c in (components or {}).items()})
+    return out
 
 
-def _vectorised(fn) -> bool:
-    comps = declared_components(fn)
-    return bool(comps) and _COMPONENTS.issuperset(comps)
+def _components_of_v1(table: dict, structure: tuple[str, ...], components: dict) -> dict:
+    """A session or emitted table of a state written before the component registry (header
+    ``SLS1``: columns ``cnt``, ``sum``, ``min``, ``max`` whatever the aggregations) with the
+    columns of ``components``."""
+    table = {**table, "count": table["cnt"]}
+    return {n: table[n] for n in (*structure, *components)}
 
 
 def _time_frame(*times: np.ndarray) -> tuple[int, int]:

@@ -46,7 +46,6 @@ from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
 from dataflow_kafka.slicer.window_manager import Query, WindowManager
 from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of
 from dataflow_kafka.windowing import AggregateFunction
-from dataflow_kafka.windowing.aggregations import declared
 from dataflow_kafka.windowing.commands import WindowQueries, check_query_id, initial_queries, next_query_id
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError
 
@@ -302,9 +301,7 @@ class SlicingWindowOperator(WindowQueries):
             self.windows.watermark = int(ts) if self.windows.watermark is None else max(self.windows.watermark, int(ts))
             return WindowResults.concat(names, [])
         out = self.windows.emit(int(ts), self._time, self._count, names)
-        if self._integral:
-            out.values = [integral_sum(v) if declared(a, "keeps_integers", False) else v
-                          for a, v in zip(self.aggregations, out.values)]
+        out.values = self._integers_kept(out.values)
         return out
 
     def process_watermark(self, ts: int) -> list[WindowResult]:
@@ -338,10 +335,16 @@ class SlicingWindowOperator(WindowQueries):
         if self._time is None:
             return OpenWindows(WindowResults.concat(names, []), np.zeros(0, np.int64), np.zeros(0, bool))
         res, count, pending = self.windows.open_windows(self._time, self._count, names)
-        if self._integral:
-            res.values = [integral_sum(v) if declared(a, "keeps_integers", False) else v
-                          for a, v in zip(self.aggregations, res.values)]
+        res.values = self._integers_kept(res.values)
         return OpenWindows(res, count, pending)
+
+    def _integers_kept(self, values: list) -> list:
+        """Aggregate columns with integer results where the records were all integers and the
+        aggregation keeps them (``Vectorised.keeps_integers``: a sum)."""
+        if not self._integral:
+            return values
+        return [integral_sum(v) if a.vectorised is not None and a.vectorised.keeps_integers else v
+                for a, v in zip(self.aggregations, values)]
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict:

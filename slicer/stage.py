@@ -1,13 +1,15 @@
 """General stream slicing in the stage layer: many window queries per key as a :class:`keygroups.Stage`.
 
 :class:`SlicerStage` runs the slicing engine per key group (Scotty §4-9): when every window is a
-tumbling or sliding time window and every aggregation is Sum, Count, Mean, Min, Max or M4, all
-keys of the group share one :class:`~slicer.keyed.KeyedSlicingOperator` (one table of (key,
-slice) partial aggregates: a fixed number of numpy calls per batch, whatever the number of keys;
-Scotty §4.4, §5.1); when the one window is a session window and every aggregation is Sum,
-Count, Mean, Min or Max, all keys share one :class:`~slicer.keyed_sessions.KeyedSessionOperator`
-(one table of (key, session) aggregates, Scotty §6.2; it takes no window added while running);
-otherwise each key has its own :class:`~slicer.SlicingWindowOperator`.
+tumbling or sliding time window and every aggregation is vectorised over reduced or picked
+components (:mod:`windowing.components`: Sum, Count, Mean, Min, Max, M4, ...), all keys of the
+group share one :class:`~slicer.keyed.KeyedSlicingOperator` (one table of (key, slice) partial
+aggregates: a fixed number of numpy calls per batch, whatever the number of keys; Scotty §4.4,
+§5.1); when the one window is a session window and every aggregation is vectorised over reduced
+components (Sum, Count, Mean, Min, Max, ...), all keys share one
+:class:`~slicer.keyed_sessions.KeyedSessionOperator` (one table of (key, session) aggregates,
+Scotty §6.2; it takes no window added while running); otherwise each key has its own
+:class:`~slicer.SlicingWindowOperator`.
 
 Per micro-batch and key group: apply the batch's window commands (``add_window`` /
 ``remove_window``; a query added while running covers what the slices still hold, see
@@ -52,14 +54,15 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
-from dataflow_kafka.slicer.describe import describe_engines, describe_keyed
+from dataflow_kafka.slicer.describe import describe_engines, describe_keyed, describe_sessions
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.slicer.operator import SlicingWindowOperator
 from dataflow_kafka.slicer.results import object_array
 from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
-    RESULT_COLUMNS, aggregation_columns, key_specs, output_watermark, window_command,
+    RESULT_COLUMNS, aggregation_columns, aggregation_list, key_specs, output_watermark, window_command,
 )
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -71,6 +74,8 @@ _VALUE = "slicer_value"
 #: The tables that run every key of a key group at once, by the tag of their state (tried in order);
 #: a configuration neither supports runs one engine per key (state tag ``E``).
 _TABLES = {b"K": KeyedSlicingOperator, b"S": KeyedSessionOperator}
+#: How each table's state reads as rows (:mod:`slicer.describe`), by the same tag.
+_DESCRIBE = {b"K": describe_keyed, b"S": describe_sessions}
 
 
 @dataclass
@@ -103,9 +108,7 @@ class SlicerStage(Stage):
     def __post_init__(self) -> None:
         if not self.windows:
             raise InvalidArgumentError("SlicerStage: at least one window (windows= a list or a dict {id: window})")
-        if not self.aggregations:
-            raise InvalidArgumentError("SlicerStage: at least one aggregation")
-        self.aggregations = list(self.aggregations)
+        self.aggregations = aggregation_list("SlicerStage", self.aggregations)
         self.windows = dict(self.windows) if isinstance(self.windows, dict) else list(self.windows)
         self._template_bytes = self._template().to_bytes()      # validates the configuration
         template = self._template()
@@ -142,6 +145,10 @@ class SlicerStage(Stage):
     def output_key_columns(self) -> list[str]:
         return [n for n, _ in self._keys]
 
+    def current_results(self, frames, kind: str = "data") -> pd.DataFrame:
+        """One row per window: its latest row, retracted windows deleted (:func:`windowing.final.current_windows`)."""
+        return current_windows(frames, self, kind=kind)
+
     # -- state ------------------------------------------------------------------------------------
     def new_state(self) -> Any:
         template = SlicingWindowOperator.from_bytes(self._template_bytes)
@@ -169,7 +176,7 @@ class SlicerStage(Stage):
     def describe_state(self, state: Any) -> pd.DataFrame:
         """The queries, and per key its slices and open windows (:mod:`slicer.describe`)."""
         if self.keyed:
-            return describe_keyed(state)
+            return _DESCRIBE[self.state_kind](state)
         return describe_engines(state["template"], {k: self._engine(state, k, None) for k in list(state["engines"])})
 
     @staticmethod

@@ -31,7 +31,8 @@ import numpy as np
 from dataflow_kafka.slicer.context_windows import WindowContext
 from dataflow_kafka.slicer.results import WindowResults, object_array, with_empty
 from dataflow_kafka.slicer.slice_manager import CountSliceManager, SliceManager
-from dataflow_kafka.slicer.windows import COUNT, TIME, Measure, measure_of, progression_points
+from dataflow_kafka.slicer.windows import COUNT, TIME, measure_of, progression_points
+from dataflow_kafka.windowing.windows import Measure
 
 __all__ = ["Query", "WindowManager"]
 

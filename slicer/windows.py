@@ -33,35 +33,16 @@ Example
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from dataflow_kafka.errors import InvalidArgumentError
-from dataflow_kafka.windowing.windows import measure_name
+from dataflow_kafka.windowing.windows import Measure, scotty_args
 
-__all__ = [
-    "Measure", "TIME", "COUNT", "ContextFreeWindow", "PeriodicWindow", "FixedBandWindow", "measure_of",
-]
+__all__ = ["TIME", "COUNT", "ContextFreeWindow", "PeriodicWindow", "FixedBandWindow", "measure_of"]
 
-
-class Measure(enum.Enum):
-    """What a window's bounds count: event time in milliseconds or records."""
-
-    TIME = "time"
-    COUNT = "count"
-
-    @classmethod
-    def parse(cls, value: "Measure | str") -> "Measure":
-        if isinstance(value, Measure):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise InvalidArgumentError(f"measure={value!r}: expected 'time' or 'count'") from None
-
-
+#: The measures (:class:`~windowing.Measure`), as the slicer's engine compares them (``is``).
 TIME = Measure.TIME
 COUNT = Measure.COUNT
 
@@ -159,15 +140,10 @@ class PeriodicWindow(ContextFreeWindow):
 class FixedBandWindow(ContextFreeWindow):
     """One window ``[start_ms, start_ms + size_ms)`` (a fixed band, e.g. a business day).
 
-    Slicer only. With ``measure="count"`` the bounds are record positions. Scotty's shape
-    ``FixedBandWindow(measure, start, size)`` (the measure a :class:`Measure`, a
-    ``windowing.WindowMeasure`` or its name) is the same as ``FixedBandWindow(start_ms, size_ms,
-    measure=...)``.
+    Slicer only. With ``measure=Measure.COUNT`` (or ``"count"``) the bounds are record positions.
+    Scotty's measure-first shape is :func:`dataflow_kafka.compat.scotty.FixedBandWindow`.
 
-    >>> from dataflow_kafka.windowing import WindowMeasure
-    >>> FixedBandWindow(WindowMeasure.Time, 1_000, 500) == FixedBandWindow(1_000, 500)
-    True
-    >>> FixedBandWindow("count", 10, 5)
+    >>> FixedBandWindow(10, 5, measure=Measure.COUNT)
     FixedBandWindow(start_ms=10, size_ms=5, measure='count')
     """
 
@@ -176,11 +152,7 @@ class FixedBandWindow(ContextFreeWindow):
     measure: Measure
 
     def __init__(self, *args: Any, measure: "Measure | str" = "time", **kwargs: Any) -> None:
-        if args and measure_name(args[0]) is not None:           # Scotty: (measure, start, size)
-            if measure != "time":
-                raise InvalidArgumentError(f"FixedBandWindow: measure given twice ({args[0]!r} and "
-                                           f"measure={measure!r})")
-            args, measure = args[1:], measure_name(args[0])
+        args, measure = scotty_args("FixedBandWindow", args, measure)     # deprecated: (measure, start, size)
         self._init(*args, measure=measure, **kwargs)
 
     def _init(self, start_ms: int, size_ms: int, *, measure: "Measure | str" = "time") -> None:

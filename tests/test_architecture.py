@@ -11,8 +11,9 @@ import-linter and pydeps count); a package's own ``__init__`` importing its modu
 
 The layers, lowest first; a module may import its own layer and the layers below it::
 
-    errors < windowing, brokers < datasource < keygroups < slicer, watermarks, optimistic
-           < joins, balancing, traces, jvm_ingest < dataflow_kafka (the root's lazy exports are strings)
+    errors, deprecation < windowing, brokers < datasource < keygroups < slicer, watermarks, optimistic
+           < joins, balancing, traces, jvm_ingest, compat < dataflow_kafka (the root's lazy exports
+           and the deprecated names' forwards to compat are strings)
 
 Modules talk through public names: no module imports a name with a leading underscore from
 another module (a private name crossing a module line means the cut between them is in the
@@ -32,12 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "dataflow_kafka"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors",),
+    ("errors", "deprecation"),
     ("windowing", "brokers"),
     ("datasource",),
     ("keygroups",),
     ("slicer", "watermarks", "optimistic"),
-    ("joins", "balancing", "traces", "jvm_ingest"),
+    ("joins", "balancing", "traces", "jvm_ingest", "compat"),
     ("",),                       # the root package, dataflow_kafka/__init__.py
 ]
 OUTSIDE = ("tests", "bench", "demo")

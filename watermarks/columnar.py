@@ -8,15 +8,16 @@ state machine per element copy. On Spark that is most of a windowing stage's CPU
 the same order) from one table of live windows for all keys, a fixed number of numpy calls per
 bundle and per watermark:
 
-* windows: fixed (``TumblingWindow`` / ``FixedWindows``) or sliding (``SlidingWindow`` /
-  ``SlidingWindows``): AssignWindows is arithmetic on the event times (§2.2.1);
+* windows: fixed (``TumblingWindow``) or sliding (``SlidingWindow``): AssignWindows is arithmetic
+  on the event times (§2.2.1);
 * trigger: ``DefaultTrigger()`` or ``AfterWatermark(early=..., late=...)`` with ``early`` and
   ``late`` each absent or an ``AfterCount(n)`` (repeated, as Beam: §2.4's early / on-time /
   late firings); per window the trigger state is a few integers (the early and late element
   counts since the last firing, whether the on-time firing happened);
 * accumulation: discarding or accumulating (no retractions: windows never merge here);
   timestamp combiner: end of window;
-* aggregation: one whose class declares ``components`` among ``count``, ``sum``, ``min``, ``max``
+* aggregation: one whose ``vectorised`` form (:class:`~windowing.aggregations.Vectorised`) names
+  components among ``count``, ``sum``, ``min``, ``max`` (:mod:`windowing.components`)
   (Count for any value; Sum, Min, Max, Mean when the values are integers, so that a sum is exact
   in any order): the window's accumulator is those components.
 
@@ -38,6 +39,7 @@ import pickle
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -45,13 +47,12 @@ import numpy as np
 from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks._trigger_runtime import Layout, build
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from dataflow_kafka.watermarks.driver import TriggerDriver, warn_late
+from dataflow_kafka.watermarks.driver import TriggerDriver, WindowState, warn_late
 from dataflow_kafka.watermarks.triggers import AfterCount, AfterWatermark, DefaultTrigger, Trigger
 from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindowFn, IntervalWindow, SlidingWindowFn, WindowFn,
 )
 from dataflow_kafka.windowing import AggregateFunction
-from dataflow_kafka.windowing.aggregations import declared_components
 from dataflow_kafka.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 
 __all__ = ["ColumnarDriver", "PaneColumns"]
@@ -195,7 +196,7 @@ class ColumnarDriver:
         self._late_n = 0 if self._default else _count_of(trigger.late)
         self._discarding = self.accumulation_mode is AccumulationMode.DISCARDING
         self._fire_always = self.on_time_behavior is OnTimeBehavior.FIRE_ALWAYS
-        comps = set(declared_components(self.combiner))
+        comps = set(_components(self.combiner))
         self._needs = {c: c in comps for c in ("sum", "min", "max")}
         #: an empty accumulator's result differs from the components' (Min, Max: None; Mean: no division)
         self._empty_differs = bool(comps & {"min", "max"}) or comps == {"sum", "count"}
@@ -232,7 +233,7 @@ class ColumnarDriver:
             return False
         if not isinstance(combiner, AggregateFunction) or getattr(combiner, "timestamped", False):
             return False
-        comps = set(declared_components(combiner))
+        comps = set(_components(combiner))
         return bool(comps) and comps <= _COMPONENTS and (comps == {"count"} or integral_values)
 
     # -- the per-element driver's surface ---------------------------------------------------------
@@ -256,6 +257,51 @@ class ColumnarDriver:
             return []
         starts = np.sort(self._t["start"][self._t["kc"] == code])
         return [IntervalWindow(s, s + self.size) for s in starts.tolist()]
+
+    def window_states(self) -> list[WindowState]:
+        """Every live window of every key, as :meth:`TriggerDriver.window_states` gives it for the
+        same history (keys in the order they got live windows, windows by start): panes fired,
+        new data, closed, past its end, ``hold_ms`` None (the end-of-window timestamp holds
+        nothing), expiry, ``waiting`` (the per-element trigger runtime's text for the same trigger
+        state) and the accumulator in the combiner's per-element form (None once closed). The
+        columns are read at once; the text is made once per distinct trigger state. Read only."""
+        t = self._t
+        if t["kc"].size == 0:
+            return []
+        rows = np.lexsort((t["start"], self._seq[t["kc"]]))
+        start = t["start"][rows]
+        end = start + self.size
+        closed = t["closed"][rows]
+        expires = np.minimum(end + self.allowed_lateness_ms, END_OF_TIME_MS)
+        keys = [self._keys[k] for k in t["kc"][rows].tolist()]
+        return [WindowState(k, IntervalWindow(s, e), i, d, c, a, None, x, w, acc)
+                for k, s, e, i, d, c, a, x, w, acc in zip(
+                    keys, start.tolist(), end.tolist(), t["index"][rows].tolist(), t["dirty"][rows].tolist(),
+                    closed.tolist(), t["after_end"][rows].tolist(), expires.tolist(), self._waiting(rows, end),
+                    self._accumulators(rows))]
+
+    def _waiting(self, rows: np.ndarray, end: np.ndarray) -> list[str]:
+        """What the trigger of each window (table rows ``rows``, ending at ``end``) waits for: the
+        per-element runtime's :meth:`waiting` of the same slots (early and late counts, on-time
+        bit), asked once per distinct (end, counts, bit); ``finished`` once closed."""
+        t = self._t
+        layout = Layout()
+        root = build(self.trigger, layout)
+        slots = _trigger_slots(root)
+        state = np.column_stack([end, t["early"][rows], t["late"][rows], t["on_time"][rows].astype(np.int64)])
+        distinct, which = np.unique(state, axis=0, return_inverse=True)
+        ctx = SimpleNamespace(watermark=self._wm, now=self._now, end=0)
+        texts = []
+        for e, early, late, on_time in distinct.tolist():
+            s = layout.fresh()
+            for slot, v in (("early", early), ("late", late), ("on_time", bool(on_time))):
+                if slot in slots:
+                    s[slots[slot]] = v
+            ctx.end = e
+            texts.append(root.waiting(s, ctx))
+        out = np.array(texts, object)[which.reshape(-1)]
+        out[t["closed"][rows]] = "finished"
+        return out.tolist()
 
     def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Add ``(value, event_time_ms)`` pairs for ``key`` (one bundle); returns the panes."""
@@ -608,7 +654,7 @@ class ColumnarDriver:
     def _components_of(self, acc: Any) -> tuple[int, int, int, int]:
         """``(count, sum, min, max)`` of a per-element accumulator of this combiner (count > 0 when
         it is not empty)."""
-        comps = set(declared_components(self.combiner))
+        comps = set(_components(self.combiner))
         if acc is None:
             return 0, 0, _I64.max, _I64.min
         if comps == {"sum", "count"}:                  # Mean: (sum, count)
@@ -619,11 +665,34 @@ class ColumnarDriver:
             return 1, int(acc), _I64.max, _I64.min
         return 1, 0, int(acc), int(acc)                # Min, Max: the one value
 
+    def _accumulators(self, rows: np.ndarray) -> list:
+        """The accumulator of each window (table rows ``rows``) in the per-element driver's form
+        for this combiner, the inverse of :meth:`_components_of`; ``None`` once closed."""
+        comps = set(_components(self.combiner))
+        t = self._t
+        cnt = t["cnt"][rows].tolist()
+        if comps == {"sum", "count"}:                  # Mean: (sum, count)
+            accs: list = list(zip(t["sum"][rows].tolist(), cnt))
+        elif comps == {"count"}:
+            accs = cnt
+        elif comps == {"sum"}:
+            accs = t["sum"][rows].tolist()
+        else:                                          # Min, Max: the one value, None when empty
+            one = t["min" if "min" in comps else "max"][rows].tolist()
+            accs = [v if n else None for v, n in zip(one, cnt)]
+        return [None if c else a for a, c in zip(accs, t["closed"][rows].tolist())]
+
     @classmethod
     def from_bytes(cls, data: bytes, *args: Any, **kwargs: Any) -> "ColumnarDriver":
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _components(fn: AggregateFunction) -> frozenset[str]:
+    """The components ``fn``'s vectorised form names (none without one)."""
+    form = getattr(fn, "vectorised", None)
+    return frozenset(form.components) if form is not None else frozenset()
 
 
 def _trigger_slots(root: Any) -> dict[str, int]:

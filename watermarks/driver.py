@@ -49,17 +49,17 @@ are ignored). Advance processing time before adding the elements that arrive at 
 Example: fixed two-minute windows with the default trigger, one late datum (Figure 12)
 
 >>> from dataflow_kafka.watermarks import DefaultTrigger, AccumulationMode
->>> from dataflow_kafka.windowing import FixedWindows, SumCombiner
->>> d = TriggerDriver(FixedWindows(120_000), DefaultTrigger(), AccumulationMode.ACCUMULATING,
-...                   allowed_lateness_ms=300_000, combiner=SumCombiner())
+>>> from dataflow_kafka.windowing import Sum, TumblingWindow
+>>> d = TriggerDriver(TumblingWindow(120_000), DefaultTrigger(), AccumulationMode.ACCUMULATING,
+...                   allowed_lateness_ms=300_000, combiner=Sum())
 >>> d.add([(5, 70_000)])
 []
 >>> d.advance_watermark(120_000)
 [Pane([0, 120000) value=5 ON_TIME #0 first ts=119999)]
 >>> d.add([(9, 100_000)])
 [Pane([0, 120000) value=14 LATE #1 ts=119999)]
->>> restored = TriggerDriver.from_bytes(d.to_bytes(), FixedWindows(120_000), DefaultTrigger(),
-...     AccumulationMode.ACCUMULATING, allowed_lateness_ms=300_000, combiner=SumCombiner())
+>>> restored = TriggerDriver.from_bytes(d.to_bytes(), TumblingWindow(120_000), DefaultTrigger(),
+...     AccumulationMode.ACCUMULATING, allowed_lateness_ms=300_000, combiner=Sum())
 >>> restored.advance_watermark(420_000)  # end + allowed lateness: state garbage collected
 []
 >>> restored.windows(), restored.add([(1, 60_000)]), restored.dropped_late
@@ -82,6 +82,7 @@ from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
 )
 from dataflow_kafka.windowing import AggregateFunction, ToList, Window
+from dataflow_kafka.windowing.aggregations import combine_fn
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["TriggerDriver", "LateDataDropped", "WindowState", "warn_late"]
@@ -161,8 +162,8 @@ class TriggerDriver:
     Parameters
     ----------
     window_fn : windowing.Window or WindowFn
-        Where in event time elements are grouped (``TumblingWindow`` / ``FixedWindows``,
-        ``SessionWindow`` / ``Sessions``, ...; or a custom :class:`WindowFn`).
+        Where in event time elements are grouped (``TumblingWindow``, ``SessionWindow``, ...; or
+        a custom :class:`WindowFn`).
     trigger : Trigger
         When panes are emitted (``AfterWatermark(early=..., late=...)``, ...).
     accumulation_mode : AccumulationMode or str
@@ -173,8 +174,9 @@ class TriggerDriver:
         Output timestamp of a pane: end of window (``end_ms - 1``), earliest or latest event time
         of the pane's new elements that were not behind the output watermark (module docstring).
     combiner : windowing.AggregateFunction
-        The aggregation (``Sum()`` / ``SumCombiner()``, ..., a user-defined lift / combine /
-        lower or Beam-style ``Combiner``); default ``ToList()`` (panes list their values).
+        The aggregation (``Sum()``, ..., a user-defined lift / combine / lower or Beam-style
+        ``Combiner``), run through its Beam view (:func:`~windowing.aggregations.combine_fn`);
+        default ``ToList()`` (panes list their values).
     on_time_behavior : OnTimeBehavior or str
         ``FIRE_ALWAYS`` (default, as Beam) or ``FIRE_IF_NON_EMPTY``.
     """
@@ -201,6 +203,7 @@ class TriggerDriver:
         self.combiner = combiner if combiner is not None else ToList()
         if not isinstance(self.combiner, AggregateFunction):
             raise ArgumentTypeError(f"combiner must be a windowing aggregation (AggregateFunction or Combiner), got {combiner!r}")
+        self._beam = combine_fn(self.combiner)          # Beam's CombineFn methods, per element
         self._timestamped = bool(getattr(self.combiner, "timestamped", False))
         self._holds = self.timestamp_combiner is not TimestampCombiner.END_OF_WINDOW
         self._earliest = self.timestamp_combiner is TimestampCombiner.EARLIEST
@@ -275,7 +278,7 @@ class TriggerDriver:
 
     def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Add ``(value, event_time_ms)`` pairs for ``key``; returns the panes that fired."""
-        return self._ingest(elements, key, self.combiner.add_input)
+        return self._ingest(elements, key, self._beam.add_input)
 
     def add_retractions(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Take back earlier ``(value, event_time_ms)`` inputs with the combiner's ``uncombine``.
@@ -283,9 +286,9 @@ class TriggerDriver:
         For consuming the retractions of an upstream ACCUMULATING_AND_RETRACTING stage (§2.3).
         Merged sessions do not shrink when an element is retracted.
         """
-        if getattr(self.combiner, "uncombine", None) is None:
+        if getattr(self._beam, "uncombine", None) is None:
             raise ArgumentTypeError(f"combiner {self.combiner!r} has no uncombine; it cannot apply retractions")
-        return self._ingest(elements, key, self.combiner.uncombine)
+        return self._ingest(elements, key, self._beam.uncombine)
 
     def advance_watermark(self, watermark_ms: int) -> list[Pane]:
         """Move the event-time watermark forward; fire and garbage collect windows."""
@@ -311,7 +314,7 @@ class TriggerDriver:
         return min(window.end_ms + self.allowed_lateness_ms, END_OF_TIME_MS)
 
     def _fresh(self) -> _WindowState:
-        return _WindowState(self.combiner.create_accumulator(), self._layout.fresh())
+        return _WindowState(self._beam.create_accumulator(), self._layout.fresh())
 
     def _ingest(self, elements: Iterable[tuple[Any, int]], key: Any, fold: Callable) -> list[Pane]:
         """One bundle: add every element, then evaluate each touched window's trigger once."""
@@ -400,7 +403,7 @@ class TriggerDriver:
             if self._discarding:        # a window that changes extent is new to the consumer: all of it
                 for g, st in zip(olds, states):
                     if g != result and st.shown is not None:
-                        st.acc = self.combiner.merge_accumulators([st.shown, st.acc])
+                        st.acc = self._beam.merge_accumulators([st.shown, st.acc])
                         st.shown = None
             for g in group:
                 if g != result:
@@ -421,7 +424,7 @@ class TriggerDriver:
             merged = states[0]
             merged.trig = self._layout.merge(trigs, ctx)
         else:
-            merged = _WindowState(self.combiner.merge_accumulators([s.acc for s in states]),
+            merged = _WindowState(self._beam.merge_accumulators([s.acc for s in states]),
                                   self._layout.merge(trigs, ctx))
             pick = min if self._earliest else max  # Beam merges element holds by the combiner
             for slot in ("hold", "cand"):
@@ -472,7 +475,7 @@ class TriggerDriver:
     def _emit(self, key: Any, w: IntervalWindow, st: _WindowState, timing: PaneTiming, last: bool) -> list[Pane]:
         ts = w.end_ms - 1 if st.hold is None else st.hold
         st.hold = None  # every pane releases the hold (Beam's WatermarkHold.extractAndRelease)
-        pane = Pane(key, w, self.combiner.extract_output(st.acc), ts, timing, st.next_index,
+        pane = Pane(key, w, self._beam.extract_output(st.acc), ts, timing, st.next_index,
                     st.next_index == 0, last)
         st.next_index += 1
         st.dirty = False
@@ -484,11 +487,11 @@ class TriggerDriver:
             out = [p.retraction() for p in st.emitted if p.window != w]
             st.emitted = [pane]
             if self._discarding:
-                st.shown = st.acc if st.shown is None else self.combiner.merge_accumulators([st.shown, st.acc])
-                st.emitted = [dataclasses.replace(pane, value=self.combiner.extract_output(st.shown))]
+                st.shown = st.acc if st.shown is None else self._beam.merge_accumulators([st.shown, st.acc])
+                st.emitted = [dataclasses.replace(pane, value=self._beam.extract_output(st.shown))]
         out.append(pane)
         if self._discarding:
-            st.acc = self.combiner.create_accumulator()
+            st.acc = self._beam.create_accumulator()
         return out
 
     # -- state as bytes -----------------------------------------------------------------------

@@ -382,8 +382,9 @@ class MultiQueryDriver(WindowQueries):
 
     # -- reading the state ---------------------------------------------------------------------
 
-    def driver(self, query_id: str) -> TriggerDriver:
-        """Query ``query_id``'s :class:`TriggerDriver` (its windows: ``window_states()``); read it only."""
+    def driver(self, query_id: str) -> TriggerDriver | ColumnarDriver:
+        """Query ``query_id``'s driver, per element or vectorised (both show their windows alike:
+        ``window_states()``); read it only."""
         return self._queries[query_id].driver
 
     def reported_from(self, query_id: str) -> int | None:

@@ -24,8 +24,10 @@ from collections.abc import Callable
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior
 from dataflow_kafka.watermarks.driver import TriggerDriver
 from dataflow_kafka.watermarks.transcript import clock, run_transcript
-from dataflow_kafka.watermarks.triggers import AtCount, AtPeriod, AtWatermark, DefaultTrigger, Repeat, RepeatUntil, SequenceOf
-from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions, SumCombiner
+from dataflow_kafka.watermarks.triggers import (
+    AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, DefaultTrigger, OrFinally, Repeatedly,
+)
+from dataflow_kafka.windowing import END_OF_TIME_MS, GlobalWindow, SessionWindow, Sum, TumblingWindow
 
 __all__ = ["ELEMENTS", "WATERMARK", "MINUTE", "streaming_steps", "batch_steps", "EXAMPLES", "main"]
 
@@ -79,35 +81,38 @@ def batch_steps() -> list[tuple]:
 
 
 def _driver(window_fn, trigger, mode, **kw) -> Callable[[], TriggerDriver]:  # type: ignore[no-untyped-def]
-    return lambda: TriggerDriver(window_fn, trigger, mode, combiner=SumCombiner(), **kw)
+    return lambda: TriggerDriver(window_fn, trigger, mode, combiner=Sum(), **kw)
 
 
 _ACC, _DIS = AccumulationMode.ACCUMULATING, AccumulationMode.DISCARDING
-_PARTIAL = SequenceOf(RepeatUntil(AtPeriod(MINUTE), AtWatermark()), Repeat(AtWatermark()))
+#: The paper's AtPeriod(MINUTE): periodic processing-time boundaries.
+_AT_PERIOD = AfterProcessingTime(align_ms=MINUTE)
+#: The paper's SequenceOf(RepeatUntil(AtPeriod(1 min), AtWatermark()), Repeat(AtWatermark())).
+_PARTIAL = AfterEach(OrFinally(Repeatedly(_AT_PERIOD), AfterWatermark()), Repeatedly(AfterWatermark()))
 _LATENESS = 5 * MINUTE
 
 #: name -> (figure, driver factory, steps)
 EXAMPLES: dict[str, tuple[str, Callable[[], TriggerDriver], Callable[[], list]]] = {
-    "classic batch": ("Figure 6", _driver(GlobalWindows(), DefaultTrigger(), _ACC), batch_steps),
+    "classic batch": ("Figure 6", _driver(GlobalWindow(), DefaultTrigger(), _ACC), batch_steps),
     "global windows, AtPeriod, accumulating": (
-        "Figure 7", _driver(GlobalWindows(), Repeat(AtPeriod(MINUTE)), _ACC), streaming_steps),
+        "Figure 7", _driver(GlobalWindow(), Repeatedly(_AT_PERIOD), _ACC), streaming_steps),
     "global windows, AtPeriod, discarding": (
-        "Figure 8", _driver(GlobalWindows(), Repeat(AtPeriod(MINUTE)), _DIS), streaming_steps),
+        "Figure 8", _driver(GlobalWindow(), Repeatedly(_AT_PERIOD), _DIS), streaming_steps),
     "global windows, AtCount, discarding": (
-        "Figure 9", _driver(GlobalWindows(), Repeat(AtCount(2)), _DIS), streaming_steps),
+        "Figure 9", _driver(GlobalWindow(), Repeatedly(AfterCount(2)), _DIS), streaming_steps),
     "fixed windows, batch": (
-        "Figure 10", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC), batch_steps),
+        "Figure 10", _driver(TumblingWindow(2 * MINUTE), DefaultTrigger(), _ACC), batch_steps),
     "fixed windows, streaming": (
-        "Figure 12", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC, allowed_lateness_ms=_LATENESS),
+        "Figure 12", _driver(TumblingWindow(2 * MINUTE), DefaultTrigger(), _ACC, allowed_lateness_ms=_LATENESS),
         streaming_steps),
     "fixed windows, streaming, no allowed lateness": (
-        "Figure 12 variant", _driver(FixedWindows(2 * MINUTE), DefaultTrigger(), _ACC), streaming_steps),
+        "Figure 12 variant", _driver(TumblingWindow(2 * MINUTE), DefaultTrigger(), _ACC), streaming_steps),
     "fixed windows, streaming, partial": (
-        "Figure 13", _driver(FixedWindows(2 * MINUTE), _PARTIAL, _ACC, allowed_lateness_ms=_LATENESS),
+        "Figure 13", _driver(TumblingWindow(2 * MINUTE), _PARTIAL, _ACC, allowed_lateness_ms=_LATENESS),
         streaming_steps),
     "sessions, retracting": (
         "Figure 14",
-        _driver(Sessions(MINUTE), _PARTIAL, AccumulationMode.ACCUMULATING_AND_RETRACTING,
+        _driver(SessionWindow(MINUTE), _PARTIAL, AccumulationMode.ACCUMULATING_AND_RETRACTING,
                 allowed_lateness_ms=_LATENESS, on_time_behavior=OnTimeBehavior.FIRE_IF_NON_EMPTY),
         streaming_steps),
 }

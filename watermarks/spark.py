@@ -10,8 +10,8 @@ panes. To chain it with other stages, use :class:`~watermarks.stage.WindowingSta
 
 Output: rows of the stage layer's contract (:mod:`keygroups.contract`, ``docs/stages.md``):
 ``kind = 'data'`` rows are panes (the key column, ``query_id``, ``window_start_ms``,
-``window_end_ms``, ``pane_index``, ``timing``, ``is_first``, ``is_last``, ``is_retraction``, the
-aggregation's column, ``event_time_ms`` = the pane's output timestamp; ``partition`` is the key
+``window_end_ms``, ``pane_index``, ``timing``, ``is_first``, ``is_last``, ``is_retraction``, a
+column per aggregation, ``event_time_ms`` = the pane's output timestamp; ``partition`` is the key
 group and ``offset`` the emission order in it: a retraction comes before the pane replacing it);
 ``dropped`` rows count records not used (``late``, ``closed``, ``null``), per key and batch;
 ``punctuation`` rows carry each key group's output watermark.
@@ -20,16 +20,16 @@ Example::
 
     from dataflow_kafka.watermarks import AfterCount, AfterWatermark
     from dataflow_kafka.watermarks.spark import apply_windowing
-    from dataflow_kafka.windowing import FixedWindows, Sum
+    from dataflow_kafka.windowing import Sum, TumblingWindow
 
     src = (spark.readStream.format("dataflow-kafka")
            .option("kafka.bootstrap.servers", "localhost:9092").option("subscribe", "scores")
            .option("eventTimeField", "ts").load())
     out = apply_windowing(src, key="CAST(key AS STRING)",
                           value="CAST(get_json_object(CAST(value AS STRING), '$.score') AS LONG)",
-                          windows=FixedWindows(60_000), trigger=AfterWatermark(early=AfterCount(100),
+                          windows=TumblingWindow(60_000), trigger=AfterWatermark(early=AfterCount(100),
                           late=AfterCount(1)), accumulation_mode="accumulating",
-                          allowed_lateness_ms=600_000, aggregation=Sum())
+                          allowed_lateness_ms=600_000, aggregations=[Sum()])
     out.where("kind = 'data'").writeStream.format("console").option("checkpointLocation", "/tmp/ck").start()
 """
 
@@ -53,27 +53,28 @@ def apply_windowing(
     accumulation_mode: AccumulationMode | str = AccumulationMode.DISCARDING,
     allowed_lateness_ms: int = 0,
     timestamp_combiner: TimestampCombiner | str = TimestampCombiner.END_OF_WINDOW,
-    aggregation: Any = None,
+    aggregations: Any = None,
     num_key_groups: int = 8,
     on_time_behavior: OnTimeBehavior | str = OnTimeBehavior.FIRE_ALWAYS,
     idle_timeout_ms: int | None = None,
     history_ms: int | None = None,
     output_watermark: str = "complete",
     name: str = "windowing",
+    aggregation: Any = None,
 ):
     """Windows, triggers and accumulation over a ``dataflow-kafka`` stream; rows of the contract.
 
     Parameters as :class:`~watermarks.stage.WindowingStage` (``key``: column name(s) or SQL
     expression(s); ``value``: SQL expression; ``windows``: a :mod:`windowing` window, a list or a
-    dict ``{query id: window}``; ``aggregation``: a :mod:`windowing` aggregation, default
-    ``ToList()``). ``idle_timeout_ms``: leave Kafka partitions idle for this long (batch
-    processing time) out of the low watermark (:class:`keygroups.PunctuationTracker`).
+    dict ``{query id: window}``; ``aggregations``: a list of :mod:`windowing` aggregations, default
+    ``[ToList()]``; ``aggregation=``: one, deprecated). ``idle_timeout_ms``: leave Kafka partitions
+    idle for this long (batch processing time) out of the low watermark (:class:`keygroups.PunctuationTracker`).
     """
     from dataflow_kafka.keygroups import Pipeline
 
     stage = WindowingStage(key=key, value=value, windows=windows, trigger=trigger or DefaultTrigger(),
                            accumulation_mode=accumulation_mode, allowed_lateness_ms=allowed_lateness_ms,
-                           timestamp_combiner=timestamp_combiner, aggregation=aggregation,
+                           timestamp_combiner=timestamp_combiner, aggregations=aggregations, aggregation=aggregation,
                            on_time_behavior=on_time_behavior, history_ms=history_ms,
                            num_key_groups=num_key_groups, output_watermark=output_watermark, name=name)
     return Pipeline([stage]).apply(df, idle_timeout_ms=idle_timeout_ms)

@@ -14,7 +14,7 @@ Output rows (one per pane; columns shared with the slicer, :mod:`windowing.rows`
 column(s), ``query_id``, ``window_start_ms``, ``window_end_ms``, ``pane_index``, ``timing``
 (``EARLY``, ``ON_TIME``, ``LATE``), ``is_first``, ``is_last``, ``is_retraction`` (this row takes
 back an earlier pane: every refinement in ACCUMULATING_AND_RETRACTING, and in every mode the last
-pane of a session a merge replaced), and the aggregation's column (``sum``, ``max``, ...; JSON
+pane of a session a merge replaced), and a column per aggregation (``sum``, ``max``, ...; JSON
 text for non-numeric results). The current result per window is the latest row per window with
 retracted windows deleted (``accumulating`` modes; :func:`windowing.final.current_windows`). A pane's ``event_time_ms`` is its output
 timestamp (:class:`~watermarks.TimestampCombiner`; by default the window's last instant),
@@ -48,10 +48,12 @@ from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehav
 from dataflow_kafka.watermarks.columnar import PaneColumns
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
-from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, ToList, Window
+from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, AggregateFunction, ToList, Window
+from dataflow_kafka.windowing.aggregations import Combined
 from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
-    RESULT_COLUMNS, aggregation_columns, json_value, key_specs, output_watermark, window_command,
+    RESULT_COLUMNS, aggregation_columns, aggregation_list, json_value, key_specs, output_watermark, window_command,
 )
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -73,8 +75,9 @@ class WindowingStage(Stage):
     ``value``: SQL expression of the element value; ``windows``: one :mod:`windowing` window, a
     list (ids ``"0"``, ``"1"``, ...) or a dict ``{id: window}``; ``trigger``, ``accumulation_mode``,
     ``allowed_lateness_ms``, ``timestamp_combiner``, ``on_time_behavior``, ``history_ms``: as
-    :class:`~watermarks.MultiQueryDriver`; ``aggregation``: a :mod:`windowing` aggregation
-    (default ``ToList()``); ``select``: ``{column: value}``, only input rows with these values
+    :class:`~watermarks.MultiQueryDriver`; ``aggregations``: a list of :mod:`windowing`
+    aggregations, all computed for every window, one column each (default ``[ToList()]``;
+    ``aggregation=`` one aggregation, deprecated); ``select``: ``{column: value}``, only input rows with these values
     (e.g. ``{"query_id": "1s"}`` after a slicer with several queries); ``output_watermark``:
     ``"complete"`` or ``"input"`` (:func:`windowing.rows.output_watermark`).
     """
@@ -88,7 +91,7 @@ class WindowingStage(Stage):
     accumulation_mode: Any = AccumulationMode.DISCARDING
     allowed_lateness_ms: int = 0
     timestamp_combiner: Any = TimestampCombiner.END_OF_WINDOW
-    aggregation: Any = None
+    aggregations: Any = None
     on_time_behavior: Any = OnTimeBehavior.FIRE_ALWAYS
     history_ms: int | None = None
     num_key_groups: int = 4
@@ -97,12 +100,19 @@ class WindowingStage(Stage):
     name: str | None = None
     key_types: dict = field(default_factory=dict)
     integral_values: bool | None = None           # set by bind: None, not bound (read_state's specs)
+    #: Deprecated: one aggregation; ``aggregations=[...]`` replaces it.
+    aggregation: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.windows is None:
             raise InvalidArgumentError("WindowingStage needs windows= (a window, a list or a dict {id: window})")
-        if self.aggregation is None:
-            self.aggregation = ToList()
+        if self.aggregation is not None:
+            if self.aggregations is not None:
+                raise InvalidArgumentError("WindowingStage: give aggregations= only (aggregation= is its old name)")
+            warnings.warn("WindowingStage(aggregation=...) is deprecated: write aggregations=[...], as SlicerStage "
+                          "takes them", DeprecationWarning, stacklevel=3)
+            self.aggregations, self.aggregation = [self.aggregation], None
+        self.aggregations = aggregation_list("WindowingStage", self.aggregations, ToList())
         self._keys = key_specs(self.key, reserved=self._reserved())
         output_watermark(self.output_watermark, None, 0)              # validates it
         probe = self.new_state()                  # validates the configuration here, not in Spark
@@ -113,7 +123,7 @@ class WindowingStage(Stage):
         return {"0": self.windows} if isinstance(self.windows, Window) else self.windows
 
     def _reserved(self) -> list[str]:
-        return [c for c, _ in RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns([self.aggregation or ToList()])]
+        return [c for c, _ in RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns(self.aggregations)]
 
     # -- input ------------------------------------------------------------------------------------
     def inputs(self) -> dict[str, str]:
@@ -137,18 +147,26 @@ class WindowingStage(Stage):
     # -- output -----------------------------------------------------------------------------------
     def output_columns(self) -> list[tuple[str, str]]:
         keys = [(n, self.key_types.get(n, "string")) for n, _ in self._keys]
-        return keys + RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns([self.aggregation])
+        return keys + RESULT_COLUMNS + PANE_COLUMNS + aggregation_columns(self.aggregations)
 
     def output_key_columns(self) -> list[str]:
         return [n for n, _ in self._keys]
+
+    def current_results(self, frames, kind: str = "data") -> pd.DataFrame:
+        """One row per window: its latest row, retracted windows deleted (:func:`windowing.final.current_windows`)."""
+        return current_windows(frames, self, kind=kind)
 
     # -- state ------------------------------------------------------------------------------------
     def new_state(self) -> MultiQueryDriver:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # lossy-trigger warnings: shown once, at construction
             return MultiQueryDriver(self._queries(), self.trigger, self.accumulation_mode, self.allowed_lateness_ms,
-                                    self.timestamp_combiner, self.aggregation, self.on_time_behavior,
+                                    self.timestamp_combiner, self._combiner(), self.on_time_behavior,
                                     self.history_ms, integral_values=self.integral_values)
+
+    def _combiner(self) -> AggregateFunction:
+        """What the driver runs: the aggregation, or several :class:`~windowing.aggregations.Combined`."""
+        return self.aggregations[0] if len(self.aggregations) == 1 else Combined(self.aggregations)
 
     def dump_state(self, state: MultiQueryDriver) -> bytes:
         return state.to_bytes()
@@ -252,7 +270,8 @@ class WindowingStage(Stage):
 
     def _frame(self, parts: list[PaneColumns], floor: int | None) -> pd.DataFrame:
         names = [n for n, _ in self._keys]
-        aggs = aggregation_columns([self.aggregation])
+        aggs = aggregation_columns(self.aggregations)
+        widths = [len(a.spark_columns(a.name)) for a in self.aggregations]
         p = PaneColumns.concat([], []) if not parts else parts[0] if len(parts) == 1 else PaneColumns.join(parts)
         cols: dict[str, Any] = {}
         key_col = _object_array(p.keys)[p.key] if len(p) else np.zeros(0, object)
@@ -268,7 +287,7 @@ class WindowingStage(Stage):
         cols["is_first"], cols["is_last"] = p.first, p.last
         cols["is_retraction"] = p.retraction if p.retraction is not None else np.zeros(len(p), bool)
         cols["event_time_ms"] = p.timestamp if floor is None else np.maximum(p.timestamp, floor)
-        values = [[v] for v in p.value] if len(aggs) == 1 else [_components(v, len(aggs)) for v in p.value]
+        values = [_result_columns(v, widths) for v in p.value]
         for j, (c, t) in enumerate(aggs):
             vs = [v[j] for v in values]
             cols[c] = ([_number(v) for v in vs] if t in ("double", "bigint") else
@@ -283,6 +302,13 @@ def _object_array(items: list) -> np.ndarray:
     for i, x in enumerate(items):
         out[i] = x
     return out
+
+
+def _result_columns(value: Any, widths: list[int]) -> list:
+    """A pane's value as one value per result column: each aggregation's result (several
+    aggregations: :class:`~windowing.aggregations.Combined`'s tuple), a multi-column one split."""
+    results = [value] if len(widths) == 1 else list(value)
+    return [v for r, n in zip(results, widths) for v in ([r] if n == 1 else _components(r, n))]
 
 
 def _components(value: Any, n: int) -> list:

@@ -12,8 +12,8 @@ the order they fired. The same transcripts are meant to run through every execut
 driver, and the Spark operator), so expected panes are written once.
 
 >>> from dataflow_kafka.watermarks import TriggerDriver, AfterCount, Repeatedly
->>> from dataflow_kafka.windowing import FixedWindows, SumCombiner
->>> d = TriggerDriver(FixedWindows(10), Repeatedly(AfterCount(2)), "discarding", combiner=SumCombiner())
+>>> from dataflow_kafka.windowing import Sum, TumblingWindow
+>>> d = TriggerDriver(TumblingWindow(10), Repeatedly(AfterCount(2)), "discarding", combiner=Sum())
 >>> steps = [("add", [(1, 3), (2, 4)]), ("add", [(5, 6)]), ("watermark", 10)]
 >>> [p.brief() for _, p in run_transcript(d, steps)]  # one "add" is one bundle (TriggerDriver.add)
 [(0, 10, 3, 'EARLY', 0, 'F'), (0, 10, 5, 'ON_TIME', 1, 'L')]

@@ -12,7 +12,7 @@ active, which children finished) lives in the driver, in slots allocated when th
 the trigger's runtime (see ``watermarks._trigger_runtime``); each slot declares how it merges
 when session windows merge (counts add, deadlines take the earliest, progress the least).
 
-Names follow Apache Beam so that Beam pipelines port; the paper's names are aliases:
+Names follow Apache Beam, so that Beam pipelines port; they are dataflow-kafka's names:
 
 =============================  =============================================================
 Beam name                      fires
@@ -31,14 +31,14 @@ Beam name                      fires
 ``DefaultTrigger()``           at the watermark, then once for every late arrival
 =============================  =============================================================
 
-Paper aliases: ``AtWatermark`` = ``AfterWatermark``, ``AtCount`` = ``AfterCount``,
-``AtPeriod(p)`` = ``AfterProcessingTime(align_ms=p)`` (periodic processing-time boundaries),
-``SequenceOf`` = ``AfterEach``, ``Repeat`` = ``Repeatedly``, ``RepeatUntil(t, until)`` =
-``OrFinally(Repeatedly(t), until)``.
+The paper's names (``AtWatermark``, ``AtCount``, ``AtPeriod``, ``SequenceOf``, ``Repeat``,
+``RepeatUntil``) live in :mod:`dataflow_kafka.compat.dataflow_model`; importing them from here
+still works, with a ``DeprecationWarning``.
 
 Example: the trigger of the paper's Figure 13 (early every minute, on time, late each datum)
 
->>> SequenceOf(RepeatUntil(AtPeriod(60_000), AtWatermark()), Repeat(AtWatermark()))
+>>> AfterEach(OrFinally(Repeatedly(AfterProcessingTime(align_ms=60_000)), AfterWatermark()),
+...           Repeatedly(AfterWatermark()))
 AfterEach(OrFinally(Repeatedly(AfterProcessingTime(align_ms=60000)), AfterWatermark()), Repeatedly(AfterWatermark()))
 
 A trigger that can *finish* closes its window: later data for it are dropped (and counted by
@@ -49,6 +49,8 @@ configurations that can drop data.
 from __future__ import annotations
 
 from typing import Any
+
+from dataflow_kafka.deprecation import Moved, moved_names
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
@@ -62,12 +64,6 @@ __all__ = [
     "AfterAll",
     "OrFinally",
     "DefaultTrigger",
-    "AtWatermark",
-    "AtCount",
-    "AtPeriod",
-    "SequenceOf",
-    "Repeat",
-    "RepeatUntil",
     "finishes",
 ]
 
@@ -273,18 +269,9 @@ def finishes(trigger: Trigger) -> str:
     return _trigger("trigger", trigger)._finish()
 
 
-# The paper's names (§2.4).
-AtWatermark = AfterWatermark
-AtCount = AfterCount
-SequenceOf = AfterEach
-Repeat = Repeatedly
-
-
-def AtPeriod(period_ms: int) -> AfterProcessingTime:  # noqa: N802 - the paper's name
-    """The paper's ``AtPeriod``: fire at the next periodic processing-time boundary."""
-    return AfterProcessingTime(align_ms=period_ms)
-
-
-def RepeatUntil(trigger: Trigger, until: Trigger) -> OrFinally:  # noqa: N802 - the paper's name
-    """The paper's ``RepeatUntil(t, until)``: ``OrFinally(Repeatedly(t), until)``."""
-    return OrFinally(Repeatedly(trigger), until)
+#: The paper's names (§2.4): their one home is dataflow_kafka.compat.dataflow_model.
+MOVED = {old: Moved("dataflow_kafka.compat.dataflow_model", old, f"it is the Dataflow paper's name for {new}")
+         for old, new in (("AtWatermark", "AfterWatermark"), ("AtCount", "AfterCount"), ("SequenceOf", "AfterEach"),
+                          ("Repeat", "Repeatedly"), ("AtPeriod", "AfterProcessingTime(align_ms=...)"),
+                          ("RepeatUntil", "OrFinally(Repeatedly(...), ...)"))}
+__getattr__ = moved_names(__name__, MOVED)

@@ -8,9 +8,8 @@ Windowing):
 * ``MergeWindows(Set<Window>) -> merges`` runs at grouping time and lets data-driven windows
   such as sessions grow as data arrive (§2.2.2): two session windows that overlap become one.
 
-Users write the shared definitions of :mod:`windowing` (``TumblingWindow`` / ``FixedWindows``,
-``SlidingWindow`` / ``SlidingWindows``, ``SessionWindow`` / ``Sessions``, ``GlobalWindow`` /
-``GlobalWindows``); :func:`compile_window_fn` turns them into a window function, the runtime
+Users write the shared definitions of :mod:`windowing` (``TumblingWindow``, ``SlidingWindow``,
+``SessionWindow``, ``GlobalWindow``); :func:`compile_window_fn` turns them into a window function, the runtime
 with exactly those two methods: ``assign_windows(timestamp_ms)`` and ``merge_windows(windows)``.
 The ``TriggerDriver`` performs the *GroupAlsoByWindow* step: it merges the per-window state of
 windows that merge.
@@ -22,12 +21,12 @@ advancing the watermark to ``END_OF_TIME_MS`` says "the input has ended" and clo
 
 Example
 -------
->>> from dataflow_kafka.windowing import FixedWindows, Sessions, SlidingWindows
->>> compile_window_fn(FixedWindows(120_000)).assign_windows(70_000)
+>>> from dataflow_kafka.windowing import SessionWindow, SlidingWindow, TumblingWindow
+>>> compile_window_fn(TumblingWindow(120_000)).assign_windows(70_000)
 [IntervalWindow(start_ms=0, end_ms=120000)]
->>> compile_window_fn(SlidingWindows(120_000, 60_000)).assign_windows(70_000)
+>>> compile_window_fn(SlidingWindow(120_000, 60_000)).assign_windows(70_000)
 [IntervalWindow(start_ms=0, end_ms=120000), IntervalWindow(start_ms=60000, end_ms=180000)]
->>> s = compile_window_fn(Sessions(60_000))
+>>> s = compile_window_fn(SessionWindow(60_000))
 >>> s.merge_windows([IntervalWindow(70_000, 130_000), IntervalWindow(100_000, 160_000)])
 [([IntervalWindow(start_ms=70000, end_ms=130000), IntervalWindow(start_ms=100000, end_ms=160000)], IntervalWindow(start_ms=70000, end_ms=160000))]
 
@@ -44,7 +43,7 @@ import functools
 from typing import Any, NamedTuple
 
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, END_OF_TIME_MS, Window
-from dataflow_kafka.windowing.windows import WindowShape
+from dataflow_kafka.windowing.windows import WindowShape, window_type_names
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
@@ -83,7 +82,7 @@ class IntervalWindow(NamedTuple):
         return self.end_ms - 1
 
 
-#: The single window of ``GlobalWindows``: all of event time.
+#: The single window of ``GlobalWindow``: all of event time.
 GLOBAL_WINDOW = IntervalWindow(BEGINNING_OF_TIME_MS, END_OF_TIME_MS)
 
 Merge = tuple[list[IntervalWindow], IntervalWindow]
@@ -205,8 +204,8 @@ def compile_window_fn(window: Any) -> WindowFn:
         return window
     build = WINDOW_FNS.get(getattr(window, "shape", None)) if isinstance(window, Window) else None
     if build is None:
-        raise ArgumentTypeError(f"window {window!r}: expected a windowing window (TumblingWindow, SlidingWindow, "
-                        "SessionWindow, GlobalWindow) or a WindowFn")
+        raise ArgumentTypeError(f"window {window!r}: expected a windowing window ({window_type_names()}) or a "
+                                "WindowFn")
     if window.measure != "time":
         raise InvalidArgumentError(f"{window!r}: the Dataflow driver supports measure='time' only (windows of records: "
                          "use the slicer)")

@@ -1,28 +1,39 @@
 """Aggregations both engines accept: *what* is computed per window.
 
-One class speaks both engines' protocols:
+An aggregation is an :class:`AggregateFunction`: Scotty's incremental aggregation
+(Scotty, Traub et al., TODS 2021, §5.4.1), ``lift(value)`` a record into a partial aggregate,
+``combine(a, b)`` two partials (left before right in event time), ``lower(a)`` a partial to the
+result (identity by default); ``lift`` and ``combine`` are abstract, so a class missing one fails
+when it is built. The slicer keeps partials per slice; the Dataflow driver one accumulator per
+window, through Beam's ``CombineFn`` view of the aggregation (:func:`combine_fn`: the empty
+accumulator is ``None``, ``add_input(acc, v) = combine(acc, lift(v))``).
 
-* Scotty's incremental aggregation (Traub et al., TODS 2021, §5.4.1): ``lift(value)`` a
-  record into a partial aggregate, ``combine(a, b)`` two partials, ``lower(a)`` a partial to
-  the result, optional ``invert(a, b)`` with ``invert(combine(x, y), y) == x``, and declared
-  properties (``commutative``; ``holistic``: partials of unbounded size). The slicer keeps
-  partials per slice.
-* The Dataflow Combiner (Beam's ``CombineFn``; the Dataflow Model, Akidau et al., VLDB 2015, §2.3):
-  ``create_accumulator()``, ``add_input(acc, value)``, ``merge_accumulators(accs)``,
-  ``extract_output(acc)`` and, for retractions, ``uncombine(acc, value)`` (``None`` when the
-  function cannot take a value back). The Dataflow driver keeps one accumulator per window.
+Beam's side is an adapter: a :class:`Combiner` is written with Beam's methods
+(``create_accumulator``, ``add_input``, ``merge_accumulators``, ``extract_output``, optional
+``uncombine``; the Dataflow Model, Akidau et al., VLDB 2015, §2.3) and derives lift / combine / lower, so the slicer
+runs it too; the built-ins are combiners (their ``add_input`` is the Dataflow driver's per-record
+step).
 
-Write either side and get the other: a subclass of :class:`AggregateFunction` implements
-lift / combine / lower (+ invert) and derives the Combiner methods (the empty accumulator is
-``None``; ``uncombine(acc, v) = invert(acc, lift(v))``); a subclass of :class:`Combiner`
-implements Beam's methods and derives lift / combine / lower (no invert). The built-ins define
-both sides and also describe themselves to the engines: ``components`` (the
-vectorised partials they are computed from, e.g. Mean = sum + count, and ``from_components``),
-``spark_type`` / ``spark_columns`` (their result columns): :class:`Sum`, :class:`Count`,
-:class:`Mean`, :class:`Min`, :class:`Max`, :class:`M4`, :class:`Quantile`, :class:`Median`,
-:class:`ToList`. Beam's combiner names are aliases of the same classes (``SumCombiner`` is
-``Sum``, ...). Accumulators live in engine state: keep them made of plain values (numbers,
-strings, tuples, lists).
+Optional capabilities are values on the class, inherited like any attribute:
+
+* ``commutative`` (default ``True``): ``combine(a, b) == combine(b, a)``; ``False`` makes the
+  slicer keep records on out-of-order streams so it combines in event-time order (§5.1);
+* ``invert``: ``invert(agg, removed)`` with ``invert(combine(x, y), y) == x`` (``None``: not
+  invertible); a combiner's ``uncombine`` is derived from it;
+* ``timestamped``: the Dataflow driver passes ``(value, event_time_ms)`` (M4);
+* ``vectorised`` (:class:`Vectorised`): the components (:mod:`windowing.components`) the result
+  is computed from by :meth:`AggregateFunction.from_components`; the slicer then keeps numpy
+  arrays per slice instead of running lift / combine per record. A subclass that redefines how
+  values combine (``lift``, ``combine``, ``lower``, ``add_input``, ...) without declaring
+  ``vectorised`` again runs its own methods (its class's ``vectorised`` is ``None``); one that
+  only renames or retypes the result keeps the kernel;
+* ``spark_type`` / :meth:`AggregateFunction.spark_columns`: the result column(s) (default
+  ``string``: the result as JSON text).
+
+Built-ins: :class:`Sum`, :class:`Count`, :class:`Mean`, :class:`Min`, :class:`Max`, :class:`M4`,
+:class:`Quantile`, :class:`Median`, :class:`ToList`. Beam's names for them (``SumCombiner``, ...)
+live in :mod:`dataflow_kafka.compat.beam`. Accumulators live in engine state: keep them made of
+plain values (numbers, strings, tuples, lists).
 
 Example
 -------
@@ -30,129 +41,115 @@ Example
 ...     commutative = False                 # order matters: the slicer keeps records when out of order
 ...     def lift(self, v): return str(v)
 ...     def combine(self, a, b): return a + b
->>> c = Concat()
->>> c.extract_output(c.add_input(c.add_input(c.create_accumulator(), 1), 2)), c.name
+>>> beam = combine_fn(Concat())
+>>> beam.extract_output(beam.add_input(beam.add_input(beam.create_accumulator(), 1), 2)), Concat().name
 ('12', 'concat')
->>> SumCombiner is Sum, Sum().extract_output(Sum().add_input(Sum().create_accumulator(), 5))
-(True, 5)
+>>> Sum().vectorised, Sum().extract_output(Sum().add_input(Sum().create_accumulator(), 5))
+(Vectorised(components=('sum',), keeps_integers=True), 5)
 """
 
 from __future__ import annotations
 
+import abc
+import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
+from dataflow_kafka.deprecation import Moved, moved_names
 from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.windowing.components import Holistic, component
 
 __all__ = [
-    "AggregateFunction", "Combiner", "Sum", "Count", "Mean", "Min", "Max", "M4", "Quantile", "Median",
-    "ToList", "SumCombiner", "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner",
-    "ToListCombiner", "COMPONENT_NAMES", "declared", "declared_components",
+    "AggregateFunction", "Combiner", "Vectorised", "combine_fn", "Combined", "Sum", "Count", "Mean", "Min", "Max", "M4",
+    "Quantile", "Median", "ToList",
 ]
 
-#: The partials an engine may keep vectorised per slice: ``sum``, ``count``, ``min``, ``max``,
-#: ``first`` and ``last`` (by event time, ties by arrival); ``sorted_values`` (holistic: the
-#: slice's values, sorted).
-COMPONENT_NAMES = ("sum", "count", "min", "max", "first", "last", "sorted_values")
+#: Hooks that say how values combine: a subclass redefining one runs it (module docstring).
+_SEMANTICS = ("lift", "combine", "lower", "invert", "create_accumulator", "add_input", "merge_accumulators",
+              "extract_output", "uncombine")
 
 
-def declared(fn: "AggregateFunction", attribute: str, default: Any = None) -> Any:
-    """``attribute`` as ``fn``'s own class declares it (else ``default``): what a class says about
-    its lift / combine / lower (``components``, ``keeps_integers``) does not hold for a subclass
-    that may override them, unless the subclass declares it again."""
-    return type(fn).__dict__.get(attribute, default)
+@dataclass(frozen=True)
+class Vectorised:
+    """An aggregation computed from vectorised components: ``components``, registered names
+    (:mod:`windowing.components`; a holistic one alone), which the slicer keeps per slice as
+    numpy arrays; ``keeps_integers``: the result of integer records is an integer (a sum; the
+    kernels compute in doubles and give integers back when every record was one)."""
+
+    components: tuple[str, ...]
+    keeps_integers: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "components", tuple(self.components))
+        if not self.components:
+            raise InvalidArgumentError("Vectorised: components=(): name at least one component")
+        kinds = [component(c) for c in self.components]          # unknown names: NotFoundError
+        if any(isinstance(k, Holistic) for k in kinds) and len(kinds) > 1:
+            raise InvalidArgumentError(f"Vectorised{self.components}: a holistic component comes alone")
 
 
-def declared_components(fn: "AggregateFunction") -> tuple[str, ...]:
-    """The ``components`` declared by ``fn``'s own class (see :func:`declared`)."""
-    return declared(fn, "components", ())
+class AggregateFunction(abc.ABC):
+    """Base of all aggregations: lift / combine / lower; subclass it for a user-defined one.
 
-
-class AggregateFunction:
-    """Base of all aggregations (lift / combine / lower); subclass it for a user-defined one.
-
-    Attributes
-    ----------
+    Attributes (capabilities, see the module docstring)
+    ----------------------------------------------------
     commutative : bool
-        ``combine(a, b) == combine(b, a)``; ``False`` makes the slicer keep records on
-        out-of-order streams so it can combine in event-time order (§5.1, Figure 4).
-    holistic : bool
-        Partial aggregates have unbounded size (quantiles, lists).
+        ``combine(a, b) == combine(b, a)`` (default ``True``).
     invert : callable or None
         ``invert(agg, removed) -> agg`` with ``invert(combine(x, y), y) == x``.
     timestamped : bool
-        The Dataflow driver passes ``(value, event_time_ms)`` to ``add_input`` (M4 needs the
-        order of event time).
-    components : tuple of str
-        The partials (names in :data:`COMPONENT_NAMES`) the result is computed from by
-        :meth:`from_components`; engines keep them as numpy arrays instead of running lift /
-        combine / lower per record. Empty (the default): only lift / combine / lower. Counts
-        for the class that declares it only (:func:`declared_components`).
+        The Dataflow driver passes ``(value, event_time_ms)`` to ``add_input``.
+    vectorised : Vectorised or None
+        The components the result is computed from (:meth:`from_components`).
     spark_type : str
-        Spark DDL type of the result column (default ``"string"``: the result as JSON text);
-        :meth:`spark_columns` gives the columns.
-    keeps_integers : bool
-        The result of integer records is an integer (a sum): engines that compute in doubles
-        return integers when every record was one. Counts for the declaring class only.
+        Spark DDL type of the result column (default ``"string"``: JSON text).
     """
 
     commutative: bool = True
-    holistic: bool = False
     invert: Any = None
     timestamped: bool = False
-    components: ClassVar[tuple[str, ...]] = ()
+    vectorised: ClassVar[Vectorised | None] = None
     spark_type: str = "string"
-    keeps_integers: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "components" in own:          # the declaration before Vectorised, kept working for a while
+            warnings.warn(f"{cls.__qualname__}: 'components = ...' is deprecated; declare "
+                          f"'vectorised = Vectorised({tuple(own['components'])!r})'", DeprecationWarning, stacklevel=2)
+            comps = tuple(own["components"])
+            cls.vectorised = Vectorised(comps, bool(own.get("keeps_integers", False))) if comps else None
+        elif "vectorised" not in own and any(h in own for h in _SEMANTICS):
+            cls.vectorised = None        # the inherited kernel computes the parent's values, not these
 
     @property
     def name(self) -> str:
         """Output name (the slicer's result column)."""
         return type(self).__name__.lower()
 
-    # -- Scotty: lift / combine / lower --------------------------------------------------------
+    @abc.abstractmethod
     def lift(self, value: Any) -> Any:
-        raise NotImplementedError
+        """A record's value as a partial aggregate."""
 
+    @abc.abstractmethod
     def combine(self, a: Any, b: Any) -> Any:
-        raise NotImplementedError
+        """Two partials (``a`` before ``b`` in event time) as one."""
 
     def lower(self, a: Any) -> Any:
+        """A partial as the result."""
         return a
 
-    # -- declared for the engines -----------------------------------------------------------------
     def from_components(self, parts: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The results of a batch of windows from their ``components`` (one array per name)."""
-        return parts[self.components[0]]
+        """The results of a batch of windows from their :attr:`vectorised` components (one array
+        per name); by default the first component's."""
+        return parts[self.vectorised.components[0]]
 
     def spark_columns(self, name: str) -> list[tuple[str, str]]:
         """``(column, Spark DDL type)`` of the result, the column(s) named after ``name``."""
         return [(name, self.spark_type)]
-
-    # -- Beam's CombineFn, derived (None is the empty accumulator) ------------------------------
-    def create_accumulator(self) -> Any:
-        return None
-
-    def add_input(self, accumulator: Any, value: Any) -> Any:
-        x = self.lift(value)
-        return x if accumulator is None else self.combine(accumulator, x)
-
-    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
-        out = None
-        for a in accumulators:
-            if a is not None:
-                out = a if out is None else self.combine(out, a)
-        return out
-
-    def extract_output(self, accumulator: Any) -> Any:
-        return None if accumulator is None else self.lower(accumulator)
-
-    @property
-    def uncombine(self) -> Any:
-        """``uncombine(acc, value)``, derived from ``invert``; ``None`` when not invertible."""
-        if self.invert is None:
-            return None
-        return lambda acc, value: self.invert(acc, self.lift(value))
 
     # -- values ---------------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -167,20 +164,23 @@ class AggregateFunction:
 
 
 class Combiner(AggregateFunction):
-    """Beam-style combiner base: implement ``create_accumulator``, ``add_input``,
-    ``merge_accumulators``, ``extract_output`` (and optionally a method ``uncombine``);
-    lift / combine / lower are derived, so the slicer runs it too."""
+    """Beam's ``CombineFn`` as an aggregation (an adapter): implement ``create_accumulator``,
+    ``add_input``, ``merge_accumulators``, optionally ``extract_output`` and a method
+    ``uncombine(acc, value)``; lift / combine / lower are derived, so the slicer runs it too."""
 
     uncombine: Any = None  # a subclass may define ``uncombine(self, acc, value)``
 
+    @abc.abstractmethod
     def create_accumulator(self) -> Any:
-        raise NotImplementedError
+        """The empty accumulator."""
 
+    @abc.abstractmethod
     def add_input(self, accumulator: Any, value: Any) -> Any:
-        raise NotImplementedError
+        """``accumulator`` with one more value."""
 
+    @abc.abstractmethod
     def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
-        raise NotImplementedError
+        """One accumulator of several."""
 
     def extract_output(self, accumulator: Any) -> Any:
         return accumulator
@@ -193,6 +193,44 @@ class Combiner(AggregateFunction):
 
     def lower(self, a: Any) -> Any:
         return self.extract_output(a)
+
+
+class _LiftCombineLower(Combiner):
+    """Beam's view of a lift / combine / lower aggregation (``None`` is the empty accumulator)."""
+
+    def __init__(self, fn: AggregateFunction) -> None:
+        self.fn = fn
+        self.timestamped = fn.timestamped
+        self.commutative = fn.commutative
+
+    def create_accumulator(self) -> Any:
+        return None
+
+    def add_input(self, accumulator: Any, value: Any) -> Any:
+        x = self.fn.lift(value)
+        return x if accumulator is None else self.fn.combine(accumulator, x)
+
+    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
+        out = None
+        for a in accumulators:
+            if a is not None:
+                out = a if out is None else self.fn.combine(out, a)
+        return out
+
+    def extract_output(self, accumulator: Any) -> Any:
+        return None if accumulator is None else self.fn.lower(accumulator)
+
+    @property
+    def uncombine(self) -> Any:  # type: ignore[override]
+        """``uncombine(acc, value) = invert(acc, lift(value))``; ``None`` when not invertible."""
+        invert, lift = self.fn.invert, self.fn.lift
+        return None if invert is None else (lambda acc, value: invert(acc, lift(value)))
+
+
+def combine_fn(fn: AggregateFunction) -> Combiner:
+    """Beam's ``CombineFn`` view of ``fn``, which the Dataflow driver runs: ``fn`` itself when it is
+    a :class:`Combiner`, else an adapter of its lift / combine / lower."""
+    return fn if isinstance(fn, Combiner) else _LiftCombineLower(fn)
 
 
 def _minus(a: Any, b: Any) -> Any:
@@ -216,9 +254,8 @@ class Sum(_Additive):
     an int when every record's value was an integer: exact below 2**53; its Spark stage reads
     values as doubles)."""
 
-    components = ("sum",)
+    vectorised = Vectorised(("sum",), keeps_integers=True)
     spark_type = "double"
-    keeps_integers = True
 
     def add_input(self, accumulator: Any, value: Any) -> Any:
         return accumulator + value
@@ -230,7 +267,7 @@ class Sum(_Additive):
 class Count(_Additive):
     """Number of records."""
 
-    components = ("count",)
+    vectorised = Vectorised(("count",))
     spark_type = "bigint"
 
     def add_input(self, accumulator: int, value: Any) -> int:
@@ -244,7 +281,7 @@ class Mean(Combiner):
     """Arithmetic mean (algebraic: ``(sum, count)``); ``None`` for an empty window."""
 
     invert = staticmethod(lambda a, b: (a[0] - b[0], a[1] - b[1]))
-    components = ("sum", "count")
+    vectorised = Vectorised(("sum", "count"))
     spark_type = "double"
 
     def from_components(self, parts: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -289,14 +326,14 @@ class Min(_Extremum):
     """Smallest value; ``None`` for an empty window. Not invertible."""
 
     _pick = min
-    components = ("min",)
+    vectorised = Vectorised(("min",))
 
 
 class Max(_Extremum):
     """Largest value; ``None`` for an empty window. Not invertible."""
 
     _pick = max
-    components = ("max",)
+    vectorised = Vectorised(("max",))
 
 
 class M4(Combiner):
@@ -304,15 +341,15 @@ class M4(Combiner):
     (ties by arrival). The Dataflow driver passes ``(value, event_time_ms)`` to it."""
 
     timestamped = True
-    components = ("min", "max", "first", "last")
+    vectorised = Vectorised(("min", "max", "first", "last"))
     spark_type = "double"
 
     def from_components(self, parts: Mapping[str, np.ndarray]) -> np.ndarray:
-        return np.column_stack([parts[c] for c in M4.components])
+        return np.column_stack([parts[c] for c in M4.vectorised.components])
 
     def spark_columns(self, name: str) -> list[tuple[str, str]]:
         """One double column per part: ``<name>_min``, ``_max``, ``_first``, ``_last``."""
-        return [(f"{name}_{c}", self.spark_type) for c in M4.components]
+        return [(f"{name}_{c}", self.spark_type) for c in M4.vectorised.components]
 
     def create_accumulator(self) -> Any:
         return None  # else [min, max, t_first, first, t_last, last]
@@ -354,8 +391,6 @@ class M4(Combiner):
 class _Values(Combiner):
     """Holistic: the accumulator is the list of the values (arrival order)."""
 
-    holistic = True
-
     def create_accumulator(self) -> list:
         return []
 
@@ -375,7 +410,7 @@ class Quantile(_Values):
     """Quantile(s) with numpy's ``linear`` method; ``q`` a float or a tuple of floats (then the
     result is a tuple). Holistic: partials keep the values (the slicer keeps them sorted)."""
 
-    components = ("sorted_values",)
+    vectorised = Vectorised(("sorted_values",))
 
     def __init__(self, q: float | tuple[float, ...] = 0.5) -> None:
         qs = (q,) if np.isscalar(q) else tuple(q)
@@ -402,8 +437,6 @@ class Quantile(_Values):
 class Median(Quantile):
     """The median (``Quantile(0.5)``)."""
 
-    components = ("sorted_values",)
-
     def __init__(self) -> None:
         super().__init__(0.5)
 
@@ -428,10 +461,55 @@ class ToList(_Values):
         return [] if accumulator is None else list(accumulator)
 
 
-#: Beam's combiner names: the same classes.
-SumCombiner = Sum
-CountCombiner = Count
-MeanCombiner = Mean
-MinCombiner = Min
-MaxCombiner = Max
-ToListCombiner = ToList
+class Combined(Combiner):
+    """Several aggregations computed together (the Dataflow driver keeps one accumulator per
+    window): the result is the tuple of their results, in order. Timestamped when one of them is
+    (each gets what it asks for); ``uncombine`` when every one has it."""
+
+    def __init__(self, aggregations: Iterable[AggregateFunction]) -> None:
+        self.aggregations = tuple(aggregations)
+        self._beam = tuple(combine_fn(a) for a in self.aggregations)
+        self.timestamped = any(a.timestamped for a in self.aggregations)
+        self.commutative = all(a.commutative for a in self.aggregations)
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.aggregations == other.aggregations  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self.aggregations)
+
+    def __repr__(self) -> str:
+        return f"Combined({list(self.aggregations)!r})"
+
+    def _inputs(self, value: Any) -> list:
+        if not self.timestamped:
+            return [value] * len(self._beam)
+        return [value if b.timestamped else value[0] for b in self._beam]
+
+    def create_accumulator(self) -> tuple:
+        return tuple(b.create_accumulator() for b in self._beam)
+
+    def add_input(self, accumulator: tuple, value: Any) -> tuple:
+        return tuple(b.add_input(a, v) for b, a, v in zip(self._beam, accumulator, self._inputs(value)))
+
+    def merge_accumulators(self, accumulators: Iterable[tuple]) -> tuple:
+        accs = list(accumulators)
+        return tuple(b.merge_accumulators([a[i] for a in accs]) for i, b in enumerate(self._beam))
+
+    def extract_output(self, accumulator: tuple) -> tuple:
+        return tuple(b.extract_output(a) for b, a in zip(self._beam, accumulator))
+
+    @property
+    def uncombine(self) -> Any:  # type: ignore[override]
+        """Every aggregation's ``uncombine``; ``None`` unless each has one."""
+        takes = [b.uncombine for b in self._beam]
+        if any(t is None for t in takes):
+            return None
+        return lambda acc, value: tuple(t(a, v) for t, a, v in zip(takes, acc, self._inputs(value)))
+
+
+#: Beam's names for the built-ins: their one home is dataflow_kafka.compat.beam.
+MOVED = {f"{cls.__name__}Combiner": Moved("dataflow_kafka.compat.beam", f"{cls.__name__}Combiner",
+                                          f"it is Beam's name for {cls.__name__}")
+         for cls in (Sum, Count, Mean, Min, Max, ToList)}
+__getattr__ = moved_names(__name__, MOVED)

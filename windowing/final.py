@@ -15,8 +15,9 @@ That reading holds for the slicer and for Dataflow panes in the ``accumulating``
 ``accumulating_and_retracting`` modes; ``discarding`` panes are deltas (their sum is the
 window's value), so :class:`WindowFold` refuses that stage.
 
-* pandas: :func:`current_windows` (frames -> table), :meth:`WindowFold.apply` (one batch into a
-  table);
+* pandas: :func:`current_results` (frames -> table; the one final-results helper of every stage,
+  ``dk.current_results``: a windowing stage's table is :func:`current_windows`'s, a join's one row
+  per joined pair), :meth:`WindowFold.apply` (one batch into a table);
 * Spark: :class:`UpsertWindows`, a ``foreachBatch`` function that upserts each micro-batch into
   a table keyed by window (retracted windows deleted).
 
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["WindowFold", "current_windows", "UpsertWindows", "WINDOW_COLUMNS"]
+__all__ = ["WindowFold", "current_results", "current_windows", "UpsertWindows", "WINDOW_COLUMNS"]
 
 #: The columns that, after the key columns, name a window.
 WINDOW_COLUMNS = ["query_id", "window_start_ms", "window_end_ms"]
@@ -131,6 +132,31 @@ def current_windows(frames: pd.DataFrame | Iterable[pd.DataFrame], stage: Any = 
     if table is None:
         raise InvalidArgumentError("current_windows: no frames")
     return table
+
+
+def current_results(frames: pd.DataFrame | Iterable[pd.DataFrame], stage: Any = None, *,
+                    key_columns: Sequence[str] | None = None, kind: str = "data") -> pd.DataFrame:
+    """The current results after a pipeline's output ``frames`` (one per batch, in order), for any
+    stage that has results to fold: one row per result, sorted, a pandas frame of the stage's
+    output columns (pane bookkeeping dropped). The stage says how its rows fold
+    (:meth:`keygroups.Stage.current_results`): a windowing stage (slicer, Dataflow) gives one row
+    per window (:func:`current_windows`), a join one row per joined pair (repeated when a pair
+    joined several times; a window join's panes folded per accumulation mode). Without a stage,
+    ``key_columns`` names the key columns of window rows. ``kind="result"``: the rows of a stage
+    kept with :meth:`keygroups.Pipeline.emit`.
+
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"kind": "data", "k": "a", "query_id": "s", "window_start_ms": [0, 0],
+    ...                      "window_end_ms": [10, 10], "count": [1, 2]})
+    >>> current_results([rows], key_columns=["k"])[["k", "window_start_ms", "count"]].values.tolist()
+    [['a', 0, 2]]
+    """
+    if stage is None:
+        return current_windows(frames, key_columns=key_columns, kind=kind)
+    if key_columns is not None:
+        raise InvalidArgumentError("current_results: give the stage or key_columns, not both")
+    frames = [frames] if isinstance(frames, pd.DataFrame) else list(frames)
+    return stage.current_results(frames, kind=kind)
 
 
 class UpsertWindows:

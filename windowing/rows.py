@@ -23,9 +23,9 @@ import numpy as np
 
 from dataflow_kafka.windowing.aggregations import AggregateFunction
 from dataflow_kafka.windowing.commands import WindowCommand, parse_command
-from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["key_specs", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
+__all__ = ["key_specs", "aggregation_list", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
            "RESULT_COLUMNS"]
 
 #: How a windowing stage sets its output low watermark (see :func:`output_watermark`).
@@ -77,6 +77,24 @@ def key_specs(key: Any, reserved: Sequence[str] = ()) -> list[tuple[str, Any]]:
         raise InvalidArgumentError(f"key column name(s) {sorted(clash)} clash with output columns; pass a dict "
                          "{name: expression} to rename them")
     return specs
+
+
+def aggregation_list(owner: str, aggregations: Any, default: AggregateFunction | None = None) -> list:
+    """A stage's ``aggregations=``: a non-empty list of :mod:`windowing` aggregations (``default``,
+    if given, when none); a bare aggregation or anything else is refused naming it."""
+    if aggregations is None or (isinstance(aggregations, (list, tuple)) and not aggregations):
+        if default is None:
+            raise InvalidArgumentError(f"{owner}: at least one aggregation (aggregations=[...])")
+        return [default]
+    if isinstance(aggregations, AggregateFunction):
+        raise ArgumentTypeError(f"{owner}: aggregations={aggregations!r}: expected a list, e.g. "
+                                f"aggregations=[{aggregations!r}]")
+    out = list(aggregations)
+    for fn in out:
+        if not isinstance(fn, AggregateFunction):
+            raise ArgumentTypeError(f"{owner}: aggregations: {fn!r} is not a windowing aggregation "
+                                    "(an AggregateFunction or Combiner)")
+    return out
 
 
 def aggregation_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple[str, str]]:

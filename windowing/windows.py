@@ -11,20 +11,18 @@ integer milliseconds (``*_ms``). ``measure="count"`` (slicer only) makes a tumbl
 window count records instead: ``size_ms``, ``slide_ms`` and ``offset_ms`` are then record
 positions in event-time order.
 
-Scotty's constructor shapes take the measure first (a :class:`WindowMeasure` or its name):
-``TumblingWindow(WindowMeasure.Time, 5000)``, ``SlidingWindow(WindowMeasure.Time, 2000, 1000)``,
-``SessionWindow(WindowMeasure.Time, 2000)``; ours (size first, ``measure=`` keyword) stay.
+One name per concept (docs/ARCHITECTURE.md, "Vocabulary"): Beam's names (``FixedWindows``,
+``SlidingWindows``, ``Sessions``, ``GlobalWindows``) live in :mod:`dataflow_kafka.compat.beam`, Scotty's
+measure-first constructors and ``WindowMeasure`` in :mod:`dataflow_kafka.compat.scotty`; the old
+import paths here still work, with a ``DeprecationWarning``. What the bounds of a window count is a
+:class:`Measure`, the one measure enum of both engines.
 
-A window class describes itself to the engines: its ``type_name`` (and
-``json_aliases``) register it for :func:`window_from_json` when the class is defined; its
-``shape`` (:class:`WindowShape`) says which runtime each engine compiles it to (each engine keeps
-one table keyed by shape: ``slicer/compile.py``, ``watermarks/windows.py``); ``context_free``,
-``measure`` and :attr:`Window.grid` are what the engines ask instead of the concrete type. A new
-window of an existing shape touches its own class only.
-
-Beam's names are aliases of the same classes: :data:`FixedWindows` is :class:`TumblingWindow`,
-:data:`SlidingWindows` is :class:`SlidingWindow` (Beam's ``period_ms`` keyword works),
-:data:`Sessions` is :class:`SessionWindow`, :data:`GlobalWindows` is :class:`GlobalWindow`.
+A window class describes itself to the engines: its ``type_name`` (and ``json_aliases``) register
+it for :func:`window_from_json` when the class is defined; its ``shape`` (:class:`WindowShape`)
+says which runtime each engine compiles it to (each engine keeps one table keyed by shape:
+``slicer/compile.py``, ``watermarks/windows.py``); ``context_free``, ``measure`` and
+:attr:`Window.grid` are what the engines ask instead of the concrete type. A new window of an
+existing shape touches its own class only.
 
 Example
 -------
@@ -35,44 +33,54 @@ SlidingWindow(size_ms=60000, slide_ms=10000, offset_ms=0)
 {'type': 'sliding', 'size_ms': 60000, 'slide_ms': 10000, 'offset_ms': 0}
 >>> window_from_json({"type": "sliding", "size_ms": 60000, "slide_ms": 10000}) == w
 True
->>> FixedWindows(5_000) == TumblingWindow(5_000), SlidingWindows(10, period_ms=5)
-(True, SlidingWindow(size_ms=10, slide_ms=5, offset_ms=0))
->>> TumblingWindow(WindowMeasure.Time, 5_000) == TumblingWindow(5_000), TumblingWindow(WindowMeasure.Count, 3)
-(True, TumblingWindow(size_ms=3, offset_ms=0, measure='count'))
+>>> SlidingWindow(10, period_ms=5), TumblingWindow(3, measure=Measure.COUNT)
+(SlidingWindow(size_ms=10, slide_ms=5, offset_ms=0), TumblingWindow(size_ms=3, offset_ms=0, measure='count'))
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import warnings
 from typing import Any, ClassVar
+
+from dataflow_kafka.deprecation import Moved, moved_names
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
-    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "WindowMeasure", "WindowShape",
-    "Window", "window_types", "TumblingWindow", "SlidingWindow", "SessionWindow", "GlobalWindow",
-    "FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "window_from_json",
+    "BEGINNING_OF_TIME_MS", "END_OF_TIME_MS", "MEASURES", "Measure", "WindowShape",
+    "Window", "window_types", "window_type_names", "TumblingWindow", "SlidingWindow", "SessionWindow",
+    "GlobalWindow", "window_from_json",
 ]
 
 #: Earliest representable event time (about -285 000 years; exact in int64 and float64).
 BEGINNING_OF_TIME_MS = -(2**53)
 #: End of event time: a watermark at this value means "the input is complete".
 END_OF_TIME_MS = 2**53
-#: What the bounds of a tumbling or sliding window count.
-MEASURES = ("time", "count")
 
 
-class WindowMeasure(str, enum.Enum):
-    """Scotty's ``WindowMeasure``: ``Time`` (event time, ms) or ``Count`` (records). Equal to the
-    strings ``"time"`` and ``"count"`` that ``measure=`` takes."""
+class Measure(str, enum.Enum):
+    """What the bounds of a window count: ``TIME`` (event time, ms) or ``COUNT`` (records, in
+    event-time order). Equal to the strings ``"time"`` and ``"count"`` that ``measure=`` takes;
+    the one measure enum of both engines (Scotty's ``WindowMeasure.Time`` names it in
+    :mod:`dataflow_kafka.compat.scotty`)."""
 
-    Time = "time"
-    Count = "count"
-
-    def __repr__(self) -> str:
-        return f"WindowMeasure.{self.name}"
+    TIME = "time"
+    COUNT = "count"
 
     __str__ = str.__str__
+
+    @classmethod
+    def parse(cls, value: object) -> "Measure":
+        """The measure of ``value``: a :class:`Measure`, or its name in any case (``"Time"``)."""
+        name = measure_name(value)
+        if name is None:
+            raise InvalidArgumentError(f"measure={value!r}: expected 'time' or 'count'")
+        return cls(name)
+
+
+#: What the bounds of a tumbling or sliding window count (the values of :class:`Measure`).
+MEASURES = tuple(m.value for m in Measure)
 
 
 class WindowShape(str, enum.Enum):
@@ -90,9 +98,9 @@ class WindowShape(str, enum.Enum):
 
 
 def measure_name(value: object) -> str | None:
-    """``"time"`` or ``"count"`` for a measure given as a value: :class:`WindowMeasure`, any enum
-    whose value is one of :data:`MEASURES` (the slicer's ``Measure``), or the name in any case
-    (Scotty's ``"Time"``); ``None`` for anything else (a size, say)."""
+    """``"time"`` or ``"count"`` for a measure given as a value: a :class:`Measure`, any enum
+    whose value is one of :data:`MEASURES`, or the name in any case (Scotty's ``"Time"``);
+    ``None`` for anything else (a size, say)."""
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, str) and value.lower() in MEASURES:
@@ -100,15 +108,19 @@ def measure_name(value: object) -> str | None:
     return None
 
 
-def _scotty_args(cls: str, args: tuple, measure: str) -> tuple[tuple, str]:
-    """Scotty's constructor shape ``(measure, size, ...)``: the measure (a :class:`WindowMeasure`
-    or its name) taken from the first argument, ours ``(size, ..., measure=)`` passed through."""
+def scotty_args(cls: str, args: tuple, measure: object) -> tuple[tuple, str]:
+    """Scotty's constructor shape ``(measure, size, ...)`` (deprecated here: it lives in
+    :mod:`dataflow_kafka.compat.scotty`): the measure taken from the first argument with a
+    ``DeprecationWarning``; ours ``(size, ..., measure=)`` passed through."""
     first = measure_name(args[0]) if args else None
-    if first is not None:
-        if measure != "time":
-            raise InvalidArgumentError(f"{cls}: measure given twice ({args[0]!r} and measure={measure!r})")
-        return args[1:], first
-    return args, measure
+    if first is None:
+        return args, measure
+    if measure_name(measure) != "time":
+        raise InvalidArgumentError(f"{cls}: measure given twice ({args[0]!r} and measure={measure!r})")
+    ours = f"{cls}(...)" if first == "time" else f"{cls}(..., measure={first!r})"
+    warnings.warn(f"{cls}({first!r}, ...): the measure first is Scotty's constructor shape, deprecated here; "
+                  f"write {ours} or use dataflow_kafka.compat.scotty.{cls}", DeprecationWarning, stacklevel=3)
+    return args[1:], first
 
 
 def _integer(cls: str, name: str, value: object, low: int | None = None, high: int | None = None) -> int:
@@ -124,9 +136,10 @@ def _integer(cls: str, name: str, value: object, low: int | None = None, high: i
 
 
 def _measure(cls: str, value: object) -> str:
+    """``value`` (a :class:`Measure` or its lower-case name) as the plain string a window keeps."""
     if value not in MEASURES:
         raise InvalidArgumentError(f"{cls}: measure={value!r}: expected 'time' or 'count'")
-    return value.value if isinstance(value, WindowMeasure) else str(value)
+    return Measure(value).value
 
 
 _REGISTRY: dict[str, type["Window"]] = {}
@@ -217,17 +230,14 @@ def _rebuild(cls: type, values: tuple) -> Window:
 class TumblingWindow(Window):
     """Non-overlapping windows ``[offset_ms + k*size_ms, offset_ms + (k+1)*size_ms)``.
 
-    Scotty's shape ``TumblingWindow(WindowMeasure.Time, size)`` (or ``WindowMeasure.Count``) is
-    the same as ``TumblingWindow(size, measure=...)``.
-
     Parameters
     ----------
     size_ms : int
         Window length, > 0.
     offset_ms : int
         Shift of the window grid, ``0 <= offset_ms < size_ms``.
-    measure : {"time", "count"}
-        ``"count"`` (slicer only): windows of ``size_ms`` records.
+    measure : Measure or {"time", "count"}
+        ``COUNT`` (slicer only): windows of ``size_ms`` records.
     """
 
     __slots__ = ("size_ms", "offset_ms", "measure")
@@ -240,8 +250,8 @@ class TumblingWindow(Window):
     offset_ms: int
     measure: str
 
-    def __init__(self, *args: Any, measure: str = "time", **kwargs: Any) -> None:
-        args, measure = _scotty_args("TumblingWindow", args, measure)
+    def __init__(self, *args: Any, measure: Measure | str = "time", **kwargs: Any) -> None:
+        args, measure = scotty_args("TumblingWindow", args, measure)
         self._init(*args, measure=measure, **kwargs)
 
     def _init(self, size_ms: int, offset_ms: int = 0, *, measure: str = "time") -> None:
@@ -263,8 +273,8 @@ class SlidingWindow(Window):
     """Windows ``[offset_ms + k*slide_ms, offset_ms + k*slide_ms + size_ms)`` for every integer ``k``.
 
     A record belongs to ``ceil(size_ms / slide_ms)`` windows (none when ``slide_ms > size_ms``
-    and it falls in a gap). ``period_ms`` is Beam's name for ``slide_ms``; Scotty's shape
-    ``SlidingWindow(WindowMeasure.Time, size, slide)`` works too.
+    and it falls in a gap). ``period_ms`` is Beam's name for ``slide_ms``, accepted as a keyword
+    and in the JSON form.
 
     Parameters
     ----------
@@ -274,8 +284,8 @@ class SlidingWindow(Window):
         Distance between window starts, > 0 (or ``period_ms=``).
     offset_ms : int
         Shift of the window grid, ``0 <= offset_ms < slide_ms``.
-    measure : {"time", "count"}
-        ``"count"`` (slicer only): windows of ``size_ms`` records every ``slide_ms`` records.
+    measure : Measure or {"time", "count"}
+        ``COUNT`` (slicer only): windows of ``size_ms`` records every ``slide_ms`` records.
     """
 
     __slots__ = ("size_ms", "slide_ms", "offset_ms", "measure")
@@ -289,8 +299,8 @@ class SlidingWindow(Window):
     offset_ms: int
     measure: str
 
-    def __init__(self, *args: Any, measure: str = "time", **kwargs: Any) -> None:
-        args, measure = _scotty_args("SlidingWindow", args, measure)
+    def __init__(self, *args: Any, measure: Measure | str = "time", **kwargs: Any) -> None:
+        args, measure = scotty_args("SlidingWindow", args, measure)
         self._init(*args, measure=measure, **kwargs)
 
     def _init(self, size_ms: int, slide_ms: int | None = None, offset_ms: int = 0, *,
@@ -318,7 +328,7 @@ class SessionWindow(Window):
     """Sessions ``[first, last + gap_ms)`` of records in event-time order. Where exactly
     ``gap_ms`` apart splits depends on the engine's anchor (``docs/semantics.md``): the Dataflow
     driver (Beam) splits there, the slicer (Scotty) joins records at most ``gap_ms`` apart.
-    Scotty's shape ``SessionWindow(WindowMeasure.Time, gap)`` works too (time only)."""
+    Time only."""
 
     __slots__ = ("gap_ms",)
     type_name = "session"
@@ -330,7 +340,7 @@ class SessionWindow(Window):
     gap_ms: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        args, measure = _scotty_args("SessionWindow", args, "time")
+        args, measure = scotty_args("SessionWindow", args, "time")
         if measure != "time":
             raise InvalidArgumentError(f"SessionWindow: measure={measure!r}: sessions are time windows only")
         self._init(*args, **kwargs)
@@ -348,16 +358,24 @@ class GlobalWindow(Window):
     shape = WindowShape.GLOBAL
 
 
-#: Beam's names: the same classes.
-FixedWindows = TumblingWindow
-SlidingWindows = SlidingWindow
-Sessions = SessionWindow
-GlobalWindows = GlobalWindow
+#: Other systems' names for the windows and the measure: their one home is dataflow_kafka.compat.
+MOVED = {
+    **{old: Moved("dataflow_kafka.compat.beam", old, f"it is Beam's name for {new}")
+       for old, new in (("FixedWindows", "TumblingWindow"), ("SlidingWindows", "SlidingWindow"),
+                        ("Sessions", "SessionWindow"), ("GlobalWindows", "GlobalWindow"))},
+    "WindowMeasure": Moved("dataflow_kafka.compat.scotty", "WindowMeasure", "it is Scotty's name for Measure"),
+}
+__getattr__ = moved_names(__name__, MOVED)
 
 
 def window_types() -> dict[str, type[Window]]:
     """Every registered JSON ``type`` name (aliases included) and its window class."""
     return dict(_REGISTRY)
+
+
+def window_type_names() -> str:
+    """The registered window classes for messages: ``"TumblingWindow, SlidingWindow, ..."``."""
+    return ", ".join(dict.fromkeys(cls.__name__ for cls in _REGISTRY.values()))
 
 
 def json_object(obj: Any, name: str, needs: str) -> dict:

@@ -75,7 +75,8 @@ def child(query: str, variant: str, events: int, batch: int) -> dict:
 
 def run_arm(pkg: Path | None, query: str, variant: str, events: int, batch: int) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(([str(pkg)] if pkg else []) + [str(ROOT)])
+    # each arm's own bench code beside its package (the queries follow the API of their tree)
+    env["PYTHONPATH"] = os.pathsep.join([str(pkg), str(pkg.parent / "tree")] if pkg else [str(ROOT)])
     code = ("import json, sys; from bench.nexmark.engine_cpu import child; "
             f"print(json.dumps(child({query!r}, {variant!r}, {events}, {batch})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,

@@ -31,8 +31,8 @@ def build_pipeline() -> dk.Pipeline:
     per_minute = dk.SlicerStage(key="key", value=dk.Computed(amount, "double"),
                                 windows={"1m": dk.TumblingWindow(60_000)}, aggregations=[dk.Sum(), dk.Count()],
                                 allowed_lateness_ms=30_000)
-    biggest_minute = dk.WindowingStage(key="key", value="sum", windows=dk.FixedWindows(3_600_000),
-                                       aggregation=dk.Max(), trigger=dk.AfterWatermark(),
+    biggest_minute = dk.WindowingStage(key="key", value="sum", windows=dk.TumblingWindow(3_600_000),
+                                       aggregations=[dk.Max()], trigger=dk.AfterWatermark(),
                                        accumulation_mode="accumulating", allowed_lateness_ms=3_600_000)
     return per_minute.then(biggest_minute)
 
@@ -81,8 +81,8 @@ def main() -> int:
 
     import pandas as pd
 
-    on_spark = dk.current_windows(pd.DataFrame(out.rows()), pipeline.stages[-1])
-    locally = dk.current_windows(local.result if hasattr(local, "result") else local, pipeline.stages[-1])
+    on_spark = dk.current_results(pd.DataFrame(out.rows()), pipeline.stages[-1])
+    locally = dk.current_results(local.result if hasattr(local, "result") else local, pipeline.stages[-1])
     columns = ["key", "window_start_ms", "window_end_ms", "max"]
     # rows collected from Spark hold nulls beside integers (float columns); compare as int64
     show = lambda f: (f[columns].astype({"window_start_ms": "int64", "window_end_ms": "int64"})

@@ -35,7 +35,7 @@ def pipeline():
     from dataflow_kafka.slicer.stage import SlicerStage
     from dataflow_kafka.watermarks import AfterWatermark
     from dataflow_kafka.watermarks.stage import WindowingStage
-    from dataflow_kafka.windowing import Count, FixedWindows, Mean, SlidingWindow, Sum, TumblingWindow
+    from dataflow_kafka.windowing import Count, Mean, SlidingWindow, Sum, TumblingWindow
 
     sessions = OptimisticStage(stage=StatefulMap(sessionise, key=user_of, initial=None), num_key_groups=2,
                                output=session_columns, output_key=("user",), name="sessions",
@@ -44,8 +44,8 @@ def pipeline():
     windows = SlicerStage(key="page", value="depth", aggregations=[Count(), Mean()], allowed_lateness_ms=2_000,
                           windows={"2s": TumblingWindow(2_000), "4s": SlidingWindow(4_000, 2_000)},
                           num_key_groups=2, name="page_windows")
-    panes = WindowingStage(key="page", value="count", select={"query_id": "2s"}, windows=FixedWindows(6_000),
-                           trigger=AfterWatermark(), allowed_lateness_ms=1_000, aggregation=Sum(),
+    panes = WindowingStage(key="page", value="count", select={"query_id": "2s"}, windows=TumblingWindow(6_000),
+                           trigger=AfterWatermark(), allowed_lateness_ms=1_000, aggregations=[Sum()],
                            num_key_groups=2, name="panes")
     return Pipeline([sessions, windows, panes]).emit("page_windows")
 

@@ -166,7 +166,7 @@ def test_topic_deleted_and_recreated_offsets_go_back(spark, kafka, tmp_path):
 def test_option_errors_surface_at_load_with_our_message(spark, kafka):
     for options, message in [({"subscribe": "a", "startingOffsetz": "earliest"}, "unknown option(s) ['startingoffsetz']"),
                              ({"subscribe": "a", "maxEventTimeAheadMs": "soon"},
-                              "option 'maxeventtimeaheadms' must be an integer, got 'soon'")]:
+                              "option 'maxEventTimeAheadMs' must be an integer, got 'soon'")]:
         for read in (spark.readStream, spark.read):
             reader = read.format("dataflow-kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
             for k, v in options.items():

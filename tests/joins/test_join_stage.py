@@ -138,6 +138,28 @@ def test_a_stalled_input_holds_the_join_back_and_loses_nothing(split):
         [("p0", "x")] + [(f"p{i}", f"a{i}") for i in range(1, 7)]
 
 
+def test_current_results_gives_one_row_per_joined_pair_for_both_join_kinds():
+    """``dk.current_results``, the final-results helper of every stage: a window join's folded panes
+    and an interval join's pairs, as frames of the stage's columns (one shape), equal to
+    ``current_joins``'s engine form."""
+    import dataflow_kafka as dk
+
+    window = WindowJoinStage(*sides(True), window=TumblingWindow(10), how="left_outer", trigger=EARLY_LATE,
+                             accumulation_mode="accumulating_and_retracting", allowed_lateness_ms=20)
+    interval = IntervalJoinStage.between(*sides(True), -5, 5)
+    frames = [_frame([("persons", 0, "a", "alice", 3), ("persons", 1, "b", "bob", 4)], [("persons", 5)]),
+              _frame([("auctions", 0, "a", "x", 7), ("auctions", 1, "a", "y", 8)], [("persons", 40), ("auctions", 40)])]
+    got = dk.current_results(run(window, frames, True), window)
+    assert list(got.columns) == ["k", "window_start_ms", "window_end_ms", "lv", "persons_event_time_ms", "rv",
+                                 "auctions_event_time_ms"]
+    assert got.values.tolist() == [["a", 0, 10, "alice", 3, "x", 7], ["a", 0, 10, "alice", 3, "y", 8],
+                                   ["b", 0, 10, "bob", 4, None, None]]
+    pairs = dk.current_results(run(interval, frames, True), interval)
+    assert list(pairs.columns) == ["k", "lv", "persons_event_time_ms", "rv", "auctions_event_time_ms"]
+    assert pairs.values.tolist() == [["a", "alice", 3, "x", 7], ["a", "alice", 3, "y", 8]]
+    assert len(pairs) == sum(sum(c.values()) for c in current_joins(run(interval, frames, True), interval).values())
+
+
 def test_specs_are_refused_with_the_value_named():
     left, right = sides(True)
     with pytest.raises(JoinError, match="both inputs are named 'persons'"):

@@ -15,7 +15,7 @@ from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.balancing.slots import SlotRouter
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import FixedWindows, Median, Sum, TumblingWindow
+from dataflow_kafka.windowing import Median, Sum, TumblingWindow
 
 PARTS = 3
 
@@ -49,7 +49,7 @@ def test_a_malformed_window_command_is_one_error_row(n):
     stages = [SlicerStage(key="k", value="v", windows=[TumblingWindow(100)], aggregations=[Sum()], num_key_groups=n),
               SlicerStage(key="k", value="v", windows=[TumblingWindow(100)], aggregations=[Median()],
                           num_key_groups=n),
-              WindowingStage(key="k", value="v", windows=FixedWindows(100), aggregation=Sum(), num_key_groups=n)]
+              WindowingStage(key="k", value="v", windows=TumblingWindow(100), aggregations=[Sum()], num_key_groups=n)]
     for stage in stages:
         errors = _errors(stage, [BAD_WINDOW], RECORDS)
         assert len(errors) == 1 and "malformed window command" in errors[0] and "size_ms" in errors[0]

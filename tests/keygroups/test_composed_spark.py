@@ -30,7 +30,7 @@ from dataflow_kafka.slicer.stage import SlicerStage
 from tests.support import BatchCollector, forget_batches_from, now_ms, source_batches
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import Count, FixedWindows, Max, Mean, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import Count, Max, Mean, SlidingWindow, Sum, TumblingWindow
 
 
 PARTITIONS = 3
@@ -205,9 +205,9 @@ def test_slicer_then_dataflow_trigger_early_and_late_panes(spark, kafka, tmp_pat
     per_second = SlicerStage(key={"user": USER}, value=V, windows={"1s": TumblingWindow(1_000)},
                              aggregations=[Sum()], allowed_lateness_ms=1_500, num_key_groups=2, name="per_second",
                              output_watermark="input")         # updates travel on as late data
-    panes = WindowingStage(key="user", value="sum", windows=FixedWindows(2_000),   # updates of odd seconds: late
+    panes = WindowingStage(key="user", value="sum", windows=TumblingWindow(2_000),   # updates of odd seconds: late
                            trigger=AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
-                           accumulation_mode="accumulating", allowed_lateness_ms=2_000, aggregation=Max(),
+                           accumulation_mode="accumulating", allowed_lateness_ms=2_000, aggregations=[Max()],
                            num_key_groups=2, name="panes")
     pipe = Pipeline([per_second, panes]).emit("per_second")
     assert [len(op) for op in pipe.plan()] == [2]                    # same key: fused
@@ -236,9 +236,9 @@ def test_two_keyed_stages_with_different_keys(spark, kafka, tmp_path):
 def test_window_queries_added_halfway_in_every_key_group(spark, kafka, tmp_path):
     windows = SlicerStage(key={"user": USER}, value=V, windows={"1s": TumblingWindow(1_000)}, aggregations=[Sum()],
                           allowed_lateness_ms=1_000, num_key_groups=3, name="windows")
-    panes = WindowingStage(key="user", value="sum", select={"query_id": "1s"}, windows={"3s": FixedWindows(3_000)},
+    panes = WindowingStage(key="user", value="sum", select={"query_id": "1s"}, windows={"3s": TumblingWindow(3_000)},
                            trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
-                           allowed_lateness_ms=1_000, aggregation=Sum(), num_key_groups=3, name="panes")
+                           allowed_lateness_ms=1_000, aggregations=[Sum()], num_key_groups=3, name="panes")
     commands = [{"op": "add_window", "stage": "windows", "id": "2s", "window": {"type": "sliding", "size_ms": 2_000,
                                                                                "slide_ms": 500}},
                 {"op": "add_window", "stage": "panes", "id": "5s", "window": {"type": "tumbling", "size_ms": 5_000}}]

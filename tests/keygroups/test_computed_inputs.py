@@ -22,7 +22,7 @@ from dataflow_kafka.slicer.stage import SlicerStage
 from tests.keygroups.toy_stages import Hottest
 from tests.suite import examples
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import Count, FixedWindows, Max, Sum, TumblingWindow
+from dataflow_kafka.windowing import Count, Max, Sum, TumblingWindow
 
 
 def bids(seed: int, n_batches: int = 5, per_batch: int = 25) -> list[pd.DataFrame]:
@@ -49,7 +49,7 @@ def q5(n: int = 2, value=None) -> Pipeline:
     counts = SlicerStage(key="auction", value="price", windows={"1s": TumblingWindow(1000)}, aggregations=[Count()],
                          allowed_lateness_ms=0, num_key_groups=n, name="counts")
     hot = WindowingStage(key={"w": "window_end_ms"}, value=value or json_object("auction", "count"),
-                         windows=FixedWindows(1000), aggregation=Hottest(), num_key_groups=n, name="hot")
+                         windows=TumblingWindow(1000), aggregations=[Hottest()], num_key_groups=n, name="hot")
     return counts.then(hot).emit("counts")
 
 
@@ -82,7 +82,7 @@ def test_computed_keys_and_values_give_the_same_result_for_any_key_groups_and_fu
                                windows={"2s": TumblingWindow(2000)}, aggregations=[Max()], allowed_lateness_ms=0,
                                num_key_groups=groups, name="same")
         rekeyed = WindowingStage(key={"parity": Computed(lambda df: df["auction"] % 2, "bigint", ("auction",))},
-                                 value="max", windows=FixedWindows(4000), aggregation=Max(), num_key_groups=groups,
+                                 value="max", windows=TumblingWindow(4000), aggregations=[Max()], num_key_groups=groups,
                                  name="parity")
         return first.then(same_key).then(rekeyed)
 
@@ -114,8 +114,8 @@ def test_emitted_rows_keep_their_columns_and_types_locally():
 def test_an_emitted_column_whose_type_clashes_with_the_output_is_an_error():
     counts = SlicerStage(key="auction", value="price", windows={"1s": TumblingWindow(1000)}, aggregations=[Count()],
                          name="counts")
-    ok = counts.then(WindowingStage(key={"w": "window_end_ms"}, value="count", windows=FixedWindows(1000),
-                                    aggregation=Max(), name="totals")).emit("counts")
+    ok = counts.then(WindowingStage(key={"w": "window_end_ms"}, value="count", windows=TumblingWindow(1000),
+                                    aggregations=[Max()], name="totals")).emit("counts")
     assert dict(ok.bound_specs({"auction": "bigint", "price": "double"})[-1].output_columns())["count"] == "bigint"
     clash = counts.then(SlicerStage(key={"count": Computed(lambda df: df["count"].astype(str), "string", ("count",))},
                                     value="count", windows={"1s": TumblingWindow(1000)}, aggregations=[Sum()],

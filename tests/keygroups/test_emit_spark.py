@@ -22,7 +22,7 @@ from tests.keygroups.toy_stages import Hottest
 from tests.support import BatchCollector, now_ms, source_batches
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import Count, FixedWindows, Max, Median, TumblingWindow
+from dataflow_kafka.windowing import Count, Max, Median, TumblingWindow
 
 
 PARTITIONS = 2
@@ -36,13 +36,13 @@ def pipeline() -> Pipeline:
     counts = SlicerStage(key={"auction": field("auction", "bigint")}, value=field("price", "double"),
                          windows={"1s": TumblingWindow(1000)}, aggregations=[Count()], allowed_lateness_ms=500,
                          num_key_groups=2, name="counts")
-    hot = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"), windows=FixedWindows(1000),
-                         aggregation=Hottest(), trigger=AfterWatermark(late=AfterCount(1)),
+    hot = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"), windows=TumblingWindow(1000),
+                         aggregations=[Hottest()], trigger=AfterWatermark(late=AfterCount(1)),
                          accumulation_mode="accumulating", allowed_lateness_ms=500, num_key_groups=2, name="hot")
     per_key = SlicerStage(key={"b": Computed(lambda df: df["w"] // 1000 % 3, "bigint", ("w",))}, value="pane_index",
                           windows={"2s": TumblingWindow(2000)}, aggregations=[Count(), Median()],
                           allowed_lateness_ms=0, num_key_groups=3, name="per_key")
-    last = WindowingStage(key={"q": "query_id"}, value="count", windows=FixedWindows(4000), aggregation=Max(),
+    last = WindowingStage(key={"q": "query_id"}, value="count", windows=TumblingWindow(4000), aggregations=[Max()],
                           num_key_groups=2, name="last")
     return counts.then(hot).then(per_key).then(last).emit("counts", "hot", "per_key")
 

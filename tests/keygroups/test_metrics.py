@@ -28,7 +28,7 @@ def _metrics(frames: list[pd.DataFrame], stage: str) -> list[list[dict]]:
 
 def test_every_stage_reports_watermarks_counts_and_drops_per_key_group_and_batch():
     counts = TumblingCount(name="counts", num_key_groups=3)
-    sums = WindowingStage(key="k", value="count", windows=TumblingWindow(2_000), aggregation=Sum(),
+    sums = WindowingStage(key="k", value="count", windows=TumblingWindow(2_000), aggregations=[Sum()],
                           trigger=AfterWatermark(early=AfterCount(1)), accumulation_mode="accumulating_and_retracting",
                           num_key_groups=2, name="sums")
     recs = [(0, 0, "a", 1.0, 100), (1, 0, "b", 1.0, 900), (2, 0, "a", None, 300), (0, 1, "a", 1.0, 1500)]

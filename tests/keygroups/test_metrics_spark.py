@@ -50,7 +50,7 @@ def test_the_listener_hears_each_stage_metrics_folded_from_the_batch_rows(spark,
                         "partition": i % 2})
     kafka.produce(topic, records)
     windows = WindowingStage(key="get_json_object(CAST(value AS STRING), '$.k')", value="offset", name="windows",
-                             windows=TumblingWindow(1_000), aggregation=Count(), trigger=AfterWatermark(),
+                             windows=TumblingWindow(1_000), aggregations=[Count()], trigger=AfterWatermark(),
                              allowed_lateness_ms=500, num_key_groups=3)
     pipeline = Pipeline([windows])
     listener = _listener_class()(pipeline)

@@ -18,7 +18,7 @@ from dataflow_kafka.optimistic.stage import OptimisticStage
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import Count, FixedWindows, Max, Sum, SlidingWindow, TumblingWindow
+from dataflow_kafka.windowing import Count, Max, Sum, SlidingWindow, TumblingWindow
 from tests.keygroups.test_composed_spark import PARTITIONS, _click, _clicks, _depth, _depth_columns, _user
 from tests.support import BatchCollector, now_ms, source_batches
 
@@ -31,9 +31,9 @@ def _pipeline() -> Pipeline:
                            output_schema=(("user", "string"), ("page", "string"), ("run", "bigint")))
     pages = SlicerStage(key="page", value="run", windows={"s": SlidingWindow(2_000, 500), "t": TumblingWindow(1_000)},
                         aggregations=[Count(), Max()], allowed_lateness_ms=500, num_key_groups=2, name="pages")
-    panes = WindowingStage(key="page", value="count", select={"query_id": "t"}, windows=FixedWindows(3_000),
+    panes = WindowingStage(key="page", value="count", select={"query_id": "t"}, windows=TumblingWindow(3_000),
                            trigger=AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
-                           accumulation_mode="accumulating", allowed_lateness_ms=1_000, aggregation=Sum(),
+                           accumulation_mode="accumulating", allowed_lateness_ms=1_000, aggregations=[Sum()],
                            num_key_groups=2, name="panes")
     return Pipeline([runs, pages, panes])
 

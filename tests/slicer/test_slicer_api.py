@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dataflow_kafka.slicer import ContextFreeWindow, FixedBandWindow, PunctuationWindow, SlideByTupleWindow, SlicingWindowOperator
-from dataflow_kafka.windowing import M4, Count, Mean, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import M4, Count, Mean, Measure, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.windowing import AggregateFunction
 
 
@@ -200,46 +200,16 @@ def test_eager_and_lazy_agree_on_many_windows():
 
 
 # --------------------------------------------------------------------------- Scotty's constructor shapes
-def test_fixed_band_window_takes_scottys_shape_measure_start_size():
-    from dataflow_kafka.slicer.windows import Measure
-    from dataflow_kafka.windowing import WindowMeasure
+def test_a_fixed_band_window_in_scottys_shape_counts_as_ours():
+    """Scotty's measure-first shape (``dataflow_kafka.compat.scotty``) builds the same window the
+    slicer runs (the shapes themselves: tests/test_compat.py)."""
+    from dataflow_kafka.compat.scotty import FixedBandWindow as ScottyBand
+    from dataflow_kafka.compat.scotty import WindowMeasure
 
-    ours = FixedBandWindow(100, 50)
-    assert FixedBandWindow(WindowMeasure.Time, 100, 50) == ours == FixedBandWindow(Measure.TIME, 100, 50)
-    assert FixedBandWindow("time", 100, 50) == ours == FixedBandWindow(start_ms=100, size_ms=50)
-    assert FixedBandWindow(WindowMeasure.Count, 3, 4) == FixedBandWindow(3, 4, measure="count")
-    assert FixedBandWindow("Count", 3, size_ms=4) == FixedBandWindow(start_ms=3, size_ms=4, measure=Measure.COUNT)
-    with pytest.raises(ValueError, match="measure given twice"):
-        FixedBandWindow(WindowMeasure.Time, 0, 10, measure="count")
+    assert ScottyBand(WindowMeasure.Time, 100, 50) == FixedBandWindow(100, 50) == FixedBandWindow(start_ms=100, size_ms=50)
+    assert ScottyBand("Count", 3, 4) == FixedBandWindow(3, 4, measure="count") == FixedBandWindow(3, 4, measure=Measure.COUNT)
     with pytest.raises(ValueError, match="size_ms=0"):
-        FixedBandWindow(WindowMeasure.Time, 0, 0)
-    op = make(FixedBandWindow(WindowMeasure.Time, 10, 20), aggs=(Count(),), emission="compact")
+        ScottyBand(WindowMeasure.Time, 0, 0)
+    op = make(ScottyBand(WindowMeasure.Time, 10, 20), aggs=(Count(),), emission="compact")
     op.process_elements(np.array([1.0, 2.0, 3.0]), np.array([5, 10, 29]))
     assert [(r.start, r.end, r.value) for r in op.process_watermark(40)] == [(10, 30, 2)]
-
-
-@pytest.mark.parametrize("scotty, ours", [
-    (lambda M: TumblingWindow(M.Time, 5_000), lambda: TumblingWindow(5_000)),
-    (lambda M: TumblingWindow(M.Count, 3), lambda: TumblingWindow(3, measure="count")),
-    (lambda M: SlidingWindow(M.Time, 2_000, 1_000), lambda: SlidingWindow(2_000, 1_000)),
-    (lambda M: SlidingWindow(M.Count, 10, 5), lambda: SlidingWindow(10, 5, measure="count")),
-    (lambda M: SessionWindow(M.Time, 2_000), lambda: SessionWindow(2_000)),
-])
-def test_scotty_named_windows_take_the_measure_first_as_a_value_or_a_name(scotty, ours):
-    from dataflow_kafka.slicer.windows import Measure
-    from dataflow_kafka.windowing import WindowMeasure
-
-    class Names:                                    # the measure by its name, in Scotty's case
-        Time, Count = "Time", "Count"
-
-    assert scotty(WindowMeasure) == scotty(Names) == ours()
-    assert scotty(type("Slicer", (), {"Time": Measure.TIME, "Count": Measure.COUNT})) == ours()
-
-
-def test_a_session_window_of_records_is_refused_in_scottys_shape():
-    from dataflow_kafka.windowing import WindowMeasure
-
-    with pytest.raises(ValueError, match="sessions are time windows only"):
-        SessionWindow(WindowMeasure.Count, 5)
-    with pytest.raises(ValueError, match="sessions are time windows only"):
-        SessionWindow("count", 5)

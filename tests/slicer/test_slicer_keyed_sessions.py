@@ -9,14 +9,17 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
 
 from dataflow_kafka.slicer import SlicingWindowOperator
+from dataflow_kafka.slicer.describe import describe_engines, describe_sessions
 from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, Min, SessionWindow, Sum, TumblingWindow
 from dataflow_kafka.windowing import AddWindow, RemoveWindow
 from tests.slicer.test_slicer_keyed import feed, flat, per_key_batch
+from tests.suite import examples
 
 _AGGS = [Sum, Count, Min, Max, Mean]
 
@@ -181,3 +184,81 @@ def test_stage_picks_the_session_table():
     assert isinstance(state, KeyedSessionOperator)
     with pytest.raises(ValueError, match="holds the keyed session slicing state, this configuration needs the other"):
         per_key.load_state(table.dump_state(state))
+
+
+@pytest.mark.parametrize("aggs", [[Count, Mean], [Sum, Min, Max]])
+def test_a_state_written_before_the_component_registry_still_loads(aggs):
+    """Header ``SLS1``: session and emitted tables with the fixed columns ``cnt``, ``sum``, ``min``
+    and ``max`` whatever the aggregations (checked once against the code that wrote them: a state
+    of Count and Mean restored, the next watermark's 6 rows equal). Restored into the registry's
+    components, the operator continues exactly as the new one."""
+    import pickle
+
+    template = _template(10, aggs, 30)
+    op = KeyedSessionOperator(template)
+    rng = np.random.default_rng(7)
+
+    def batch(lo):
+        return list(zip(rng.choice(["a", "b", "c"], 30).tolist(), rng.integers(-9, 9, 30).tolist(),
+                        rng.integers(lo, lo + 60, 30).tolist()))
+
+    for b in range(3):
+        feed(op, batch(b * 40))
+        op.process_watermark(b * 40 + 40)
+    state = pickle.loads(op.to_bytes()[4:])
+    for name in ("sessions", "emitted"):
+        table = state[name]
+        table["cnt"] = table.pop("count")
+        for c in ("sum", "min", "max"):
+            table.setdefault(c, np.full(table["cnt"].size, np.nan))
+    old = KeyedSessionOperator.from_bytes(b"SLS1" + pickle.dumps(state), template)
+    assert set(old._sessions) == set(op._sessions)
+    records = batch(120)
+    for table in (op, old):
+        feed(table, records)
+    (k1, r1), (k2, r2) = op.process_watermark(200), old.process_watermark(200)
+    assert k1.tolist() == k2.tolist() and len(k1) > 3
+    assert (r1.start.tolist(), r1.end.tolist()) == (r2.start.tolist(), r2.end.tolist())
+    assert all(np.allclose(np.asarray(a, float), np.asarray(b, float)) for a, b in zip(r1.values, r2.values))
+
+
+def _described(frame, item: str, keep=None):
+    """The rows of one item (``keep``: those of them it says), without the fields none has."""
+    rows = frame[frame["item"] == item]
+    if keep is not None and len(rows):
+        rows = rows[keep(rows)]
+    rows = rows.dropna(axis=1, how="all")
+    rows = rows[sorted(rows.columns)]                  # the order of concatenation is no part of the state
+    keys = [c for c in ("key", "start_ms", "end_ms") if c in rows]
+    return rows.sort_values(keys, key=lambda c: c.map(repr) if c.dtype == object else c).reset_index(drop=True)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(st.integers(1, 40), st.lists(st.sampled_from(_AGGS), min_size=1, max_size=3, unique=True), st.integers(0, 60),
+       st.lists(_batch, min_size=1, max_size=8), st.booleans())
+@example(10, [Sum], 5, [([("k", 1, 10)], 20)], False)            # a session ending at the watermark: pending
+@example(10, [Count], 50, [([("k", 1, 10), ("k", 1, 30)], 60), ([("k", 1, 20)], 60)], True)    # fused late
+def test_table_describes_as_one_operator_per_key(gap, aggs, lateness, batches, roundtrip):
+    """:func:`slicer.describe.describe_sessions` of the table equals :func:`describe_engines` of one
+    operator per key fed alike (small times: sessions often end exactly at the watermark): the
+    query, every open session as a window row (pending or emitted, count, aggregates), a slice
+    per session; the per-key operators may also hold slices of final sessions, which the table
+    has dropped."""
+    template = _template(gap, aggs, lateness)
+    table, engines, prev = KeyedSessionOperator(template), {}, None
+    for records, wm in batches:
+        wm = prev if wm is None else (wm if prev is None else max(wm, prev))
+        per_key_batch(engines, template, records, prev, wm)
+        _table_batch(table, records, wm)
+        if wm is not None:
+            prev = wm
+        if roundtrip:
+            table = KeyedSessionOperator.from_bytes(table.to_bytes(), template)
+    got, want = describe_sessions(table), describe_engines(template, engines)
+    horizon = -math.inf if prev is None else prev - lateness
+    held = _described(want, "slice", keep=lambda rows: rows["newest_ms"] + gap >= horizon)
+    for item, expected in (("query", _described(want, "query")), ("window", _described(want, "window")),
+                           ("slice", held)):
+        shown = _described(got, item)
+        if len(shown) or len(expected):
+            assert_frame_equal(shown, expected, check_exact=False, rtol=1e-9, check_dtype=False)   # Int64 or float

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataflow_kafka.slicer import ForwardContextFreeWindow, PunctuationWindow, SlideByTupleWindow, SlicingWindowOperator, ThresholdFrame, WindowContext
-from dataflow_kafka.windowing import Count, M4, SessionWindow, SlidingWindow, Sum, TumblingWindow, WindowMeasure
+from dataflow_kafka.windowing import M4, Count, Measure, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.slicer.keyed import KeyedSlicingOperator
 
 from tests.slicer.slicer_reference import Reference, same_rows
@@ -55,16 +55,16 @@ def test_punctuation_on_an_in_order_stream_with_a_record_at_the_same_time():
 
 
 def test_scotty_constructor_shapes_and_ours_are_the_same_windows():
+    from dataflow_kafka.compat import scotty
+
     assert PunctuationWindow(0) == PunctuationWindow(punctuation=0)
     assert SlideByTupleWindow(100, 3) == SlideByTupleWindow(size_ms=100, slide=3)
-    assert TumblingWindow(WindowMeasure.Time, 5000) == TumblingWindow(5000)
-    assert TumblingWindow(WindowMeasure.Count, 3) == TumblingWindow(3, measure="count")
-    assert SlidingWindow(WindowMeasure.Time, 2000, 1000) == SlidingWindow(2000, 1000)
-    assert SessionWindow(WindowMeasure.Time, 2000) == SessionWindow(2000)
-    with pytest.raises(ValueError, match="SessionWindow: measure='count': sessions are time windows only"):
-        SessionWindow(WindowMeasure.Count, 5)
-    with pytest.raises(ValueError, match="TumblingWindow: measure given twice"):
-        TumblingWindow(WindowMeasure.Time, 5, measure="count")
+    assert scotty.TumblingWindow(scotty.WindowMeasure.Time, 5000) == TumblingWindow(5000)
+    assert scotty.TumblingWindow(scotty.WindowMeasure.Count, 3) == TumblingWindow(3, measure=Measure.COUNT)
+    assert scotty.SlidingWindow(scotty.WindowMeasure.Time, 2000, 1000) == SlidingWindow(2000, 1000)
+    assert scotty.SessionWindow(scotty.WindowMeasure.Time, 2000) == SessionWindow(2000)
+    with pytest.raises(ValueError, match="SessionWindow: measure=.*sessions are time windows only"):
+        scotty.SessionWindow(scotty.WindowMeasure.Count, 5)
 
 
 # ----------------------------------------------------------------------------- sessions

@@ -17,7 +17,9 @@ from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.slicer.stage import SlicerStage
 from tests.slicer.slicer_reference import same_rows
 from tests.suite import examples
-from dataflow_kafka.windowing import M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
+from dataflow_kafka.windowing import (
+    M4, Count, Max, Mean, Median, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command,
+)
 
 PARTS = 3
 LATENESS = 700

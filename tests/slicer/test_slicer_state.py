@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings, strategies as st
+from pandas.testing import assert_frame_equal
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.state_view import local_state
+from dataflow_kafka.slicer.keyed_sessions import KeyedSessionOperator
 from dataflow_kafka.slicer.stage import SlicerStage
-from dataflow_kafka.windowing import Count, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import Count, Max, Mean, Min, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from tests.slicer.test_slicer_stage import LATENESS, PARTS, _batches
 from tests.suite import examples
 
@@ -190,3 +193,59 @@ def test_empty_and_commands_only_state():
     view = local_state(Pipeline([stage]), states)
     assert set(view.items["item"]) <= {"query"}
     assert np.array_equal(view.items.loc[view.items["item"] == "query", "query_id"].unique(), ["a", "s", "c"])
+
+
+GAP = 300
+
+
+def _session_views(frames: list[pd.DataFrame], n: int, aggregations: list) -> tuple:
+    """The described state of the keyed session table and of one engine per key (the table
+    refused while the stage is built), both fed ``frames`` through ``run_local``."""
+    def run(stage: SlicerStage):
+        states: dict = {}
+        Pipeline([stage]).run_local(frames, states=states)
+        return local_state(Pipeline([stage]), states)
+
+    def build() -> SlicerStage:
+        return SlicerStage(key="k", value="v", windows={"s": SessionWindow(GAP)}, aggregations=aggregations,
+                           allowed_lateness_ms=LATENESS, num_key_groups=n, name="w")
+
+    table = build()
+    with patch.object(KeyedSessionOperator, "supports", staticmethod(lambda template: False)):
+        per_key = build()
+    assert (table.state_kind, per_key.state_kind) == (b"S", b"E")
+    return run(table), run(per_key)
+
+
+def _sorted_items(view, item: str) -> pd.DataFrame:
+    t = view.table("w", item)
+    keys = [c for c in ("key_group", "key", "query_id", "start_ms", "end_ms") if c in t]
+    return t.sort_values(keys, key=lambda c: c.map(repr) if c.dtype == object else c).reset_index(drop=True)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 3), batches=st.integers(1, 8),
+       aggregations=st.lists(st.sampled_from([Sum, Count, Mean, Min, Max]), min_size=1, max_size=3, unique=True))
+def test_keyed_session_table_describes_as_one_engine_per_key(seed, n, batches, aggregations):
+    """Sessions run by the keyed session table and by one engine per key: the same query and
+    window rows for the same batches, whatever the number of key groups; the same slice rows (one
+    per session) except that the per-key engine may still hold the slices of final sessions (ending
+    before the watermark minus the lateness: no window needs them), which the table drops at the
+    watermark."""
+    frames = [f[f["kind"] != "modification"] for f in _batches(seed, batches)]   # the table takes no add_window
+    table, per_key = _session_views(frames, n, [a() for a in aggregations])
+    assert_frame_equal(table.watermarks, per_key.watermarks)
+    for item in ("query", "window"):
+        assert_frame_equal(_sorted_items(table, item), _sorted_items(per_key, item), check_exact=False, rtol=1e-9)
+    held = _sorted_items(per_key, "slice")
+    if held.empty:                                   # no records: nothing held either way
+        assert table.table("w", "slice").empty and table.table("w", "window").empty
+        return
+    wm = per_key.watermarks.set_index("key_group")["watermark_in_ms"]
+    horizon = held["key_group"].map(wm) - LATENESS
+    needed = held[horizon.isna() | (held["newest_ms"] + GAP >= horizon)].reset_index(drop=True)
+    assert_frame_equal(_sorted_items(table, "slice"), needed)
+    windows, slices = _sorted_items(table, "window"), _sorted_items(table, "slice")   # a slice per session
+    assert slices[["key", "start_ms", "count"]].equals(windows[["key", "start_ms", "count"]])
+    assert (slices["newest_ms"] + GAP == windows["end_ms"]).all()
+    assert set(table.rows["item"]) <= {"query", "window", "slice"}

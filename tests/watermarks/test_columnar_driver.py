@@ -1,6 +1,6 @@
 """The vectorised driver (ColumnarDriver) against the per-element driver (TriggerDriver) as the
 reference, with hypothesis: the same panes (window, value, timing, index, first / last flags,
-timestamp, in the same order), the same drops, live windows and key order, across state round
+timestamp, in the same order), the same drops, live windows, window states and key order, across state round
 trips and from a state the per-element driver wrote; and MultiQueryDriver's column batches against
 its one ``add`` per key."""
 
@@ -18,14 +18,14 @@ from dataflow_kafka.watermarks.columnar import ColumnarDriver
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.windows import compile_window_fn
 from dataflow_kafka.windowing import (
-    END_OF_TIME_MS, AddWindow, Count, FixedWindows, Max, Mean, Min, RemoveWindow, Sessions, SlidingWindows, Sum,
-    ToList,
+    END_OF_TIME_MS, AddWindow, Count, Max, Mean, Min, RemoveWindow, SessionWindow, SlidingWindow, Sum, ToList,
+    TumblingWindow,
 )
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped"),
               pytest.mark.filterwarnings("ignore:trigger .* finishes:UserWarning")]
 
-WINDOWS = [FixedWindows(20), FixedWindows(15, 5), SlidingWindows(30, 10), SlidingWindows(25, 10, 3), SlidingWindows(10, 10)]
+WINDOWS = [TumblingWindow(20), TumblingWindow(15, 5), SlidingWindow(30, 10), SlidingWindow(25, 10, 3), SlidingWindow(10, 10)]
 TRIGGERS = [DefaultTrigger(), AfterWatermark(), AfterWatermark(early=AfterCount(1)), AfterWatermark(late=AfterCount(1)),
             AfterWatermark(early=AfterCount(2), late=AfterCount(3)), AfterWatermark(early=AfterCount(3))]
 COMBINERS = [Count, Sum, Min, Max, Mean]
@@ -91,13 +91,14 @@ def test_columnar_equals_per_element(window, trigger, mode, lateness, combiner, 
         assert (col.dropped_late, col.dropped_closed) == (ref.dropped_late, ref.dropped_closed)
         assert col.keys() == ref.keys()
         assert all(col.windows(k) == ref.windows(k) for k in ref.keys())
+        assert col.window_states() == ref.window_states()
 
 
 @pytest.mark.parametrize("config", [
-    (Sessions(10), DefaultTrigger(), "accumulating", Count),
-    (FixedWindows(10), AfterWatermark(early=AfterProcessingTime(5)), "accumulating", Count),
-    (FixedWindows(10), DefaultTrigger(), "accumulating_and_retracting", Count),
-    (FixedWindows(10), DefaultTrigger(), "accumulating", ToList),
+    (SessionWindow(10), DefaultTrigger(), "accumulating", Count),
+    (TumblingWindow(10), AfterWatermark(early=AfterProcessingTime(5)), "accumulating", Count),
+    (TumblingWindow(10), DefaultTrigger(), "accumulating_and_retracting", Count),
+    (TumblingWindow(10), DefaultTrigger(), "accumulating", ToList),
 ])
 def test_other_configurations_run_per_element(config):
     window, trigger, mode, combiner = config
@@ -107,7 +108,7 @@ def test_other_configurations_run_per_element(config):
 
 
 def test_sums_need_integer_values():
-    fn = compile_window_fn(FixedWindows(10))
+    fn = compile_window_fn(TumblingWindow(10))
     assert ColumnarDriver.supports(fn, DefaultTrigger(), "accumulating", combiner=Count())
     assert not ColumnarDriver.supports(fn, DefaultTrigger(), "accumulating", combiner=Sum())
     assert ColumnarDriver.supports(fn, DefaultTrigger(), "accumulating", combiner=Sum(), integral_values=True)
@@ -117,19 +118,19 @@ def test_sums_need_integer_values():
 
 
 def test_retractions_take_back_counts():
-    args = (compile_window_fn(FixedWindows(10)), DefaultTrigger(), "accumulating", 100, "end_of_window", Count())
+    args = (compile_window_fn(TumblingWindow(10)), DefaultTrigger(), "accumulating", 100, "end_of_window", Count())
     ref, col = TriggerDriver(*args), ColumnarDriver(*args)
     for d in (ref, col):
         d.add([(1, 3), (1, 4)], key="k")
     assert col.advance_watermark(10) == ref.advance_watermark(10)
     assert col.add_retractions([(1, 4)], key="k") == ref.add_retractions([(1, 4)], key="k")
-    mx = (compile_window_fn(FixedWindows(10)), DefaultTrigger(), "accumulating", 0, "end_of_window", Max())
+    mx = (compile_window_fn(TumblingWindow(10)), DefaultTrigger(), "accumulating", 0, "end_of_window", Max())
     with pytest.raises(TypeError, match="has no uncombine"):
         ColumnarDriver(*mx, integral_values=True).add_retractions([(1, 1)])
 
 
 # -- MultiQueryDriver: column batches against one add per key ---------------------------------------
-_QUERY = st.sampled_from([FixedWindows(20), SlidingWindows(30, 10), Sessions(8), FixedWindows(15, 5)])
+_QUERY = st.sampled_from([TumblingWindow(20), SlidingWindow(30, 10), SessionWindow(8), TumblingWindow(15, 5)])
 _mstep = st.one_of(
     st.tuples(st.just("add"), st.lists(st.tuples(_keys, st.integers(0, 9), st.integers(0, 200)), max_size=12)),
     st.tuples(st.just("watermark"), st.integers(0, 40)),
@@ -181,7 +182,7 @@ def test_multi_batches_equal_one_add_per_key(windows, trigger, mode, lateness, c
 def test_state_of_the_per_element_driver_loads_into_the_vectorised_one():
     """A checkpoint written before the vectorised path (MultiQueryDriver format 1, per-element
     driver states) carries on, and a vectorised state is refused clearly by a per-element query."""
-    args = ([SlidingWindows(20, 10)], AfterWatermark(late=AfterCount(1)), "accumulating", 50)
+    args = ([SlidingWindow(20, 10)], AfterWatermark(late=AfterCount(1)), "accumulating", 50)
     old = MultiQueryDriver(*args, combiner=Sum())                         # per element (not integral)
     old.add([(2, 5), (3, 14)], key="k")
     old.advance_watermark(20)
@@ -197,7 +198,7 @@ def test_a_driver_without_a_value_type_loads_a_vectorised_state():
     """``integral_values=None`` (a stage not bound to its input types, as ``read_state`` builds
     them) takes a vectorised query's state into the vectorised driver; a per-element state stays
     per element, and ``False`` (bound to a non-integer type) still refuses it."""
-    args = ([SlidingWindows(20, 10)], AfterWatermark(late=AfterCount(1)), "accumulating", 50)
+    args = ([SlidingWindow(20, 10)], AfterWatermark(late=AfterCount(1)), "accumulating", 50)
     vec = MultiQueryDriver(*args, combiner=Sum(), integral_values=True)
     vec.add([(2, 5), (3, 14)], key="k")
     vec.advance_watermark(20)

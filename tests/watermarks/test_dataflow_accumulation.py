@@ -7,8 +7,11 @@ import warnings
 
 import pytest
 
-from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, Repeatedly, TimestampCombiner, TriggerDriver
-from dataflow_kafka.windowing import FixedWindows, MaxCombiner, MeanCombiner, Sessions, SlidingWindows, SumCombiner, ToListCombiner
+from dataflow_kafka.watermarks import (
+    AccumulationMode, AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, Repeatedly, TimestampCombiner,
+    TriggerDriver,
+)
+from dataflow_kafka.windowing import Max, Mean, SessionWindow, SlidingWindow, Sum, ToList, TumblingWindow
 from dataflow_kafka.watermarks.transcript import run_transcript
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
@@ -22,8 +25,8 @@ def rows(d, steps):
 
 
 def make(trigger=EARLY_LATE, mode="accumulating", window_fn=None, **kw):
-    kw.setdefault("combiner", SumCombiner())
-    return TriggerDriver(window_fn or FixedWindows(10), trigger, mode, **kw)
+    kw.setdefault("combiner", Sum())
+    return TriggerDriver(window_fn or TumblingWindow(10), trigger, mode, **kw)
 
 
 STEPS = [("add", [(1, 1)]), ("add", [(2, 2)]), ("watermark", 10), ("add", [(4, 3)]), ("watermark", 20)]
@@ -55,7 +58,7 @@ def test_retracting_retracts_the_previous_pane_before_its_replacement():
 
 def test_session_merge_retracts_every_merged_windows_last_pane():
     steps = [("add", [(1, 0)]), ("add", [(2, 20)]), ("add", [(4, 8)]), ("add", [(8, 16)])]
-    d = make(Repeatedly(AfterCount(1)), "accumulating_and_retracting", Sessions(10))
+    d = make(Repeatedly(AfterCount(1)), "accumulating_and_retracting", SessionWindow(10))
     assert rows(d, steps) == [
         (0, 10, 1, "EARLY", 0, "F"),
         (20, 30, 2, "EARLY", 0, "F"),
@@ -65,14 +68,14 @@ def test_session_merge_retracts_every_merged_windows_last_pane():
     # the other modes retract a merged-away window's last pane too (discarding: with the
     # window's total), and a discarding pane of a window that changed extent holds all of it.
     for mode in ("accumulating", "discarding"):
-        d = make(Repeatedly(AfterCount(1)), mode, Sessions(10))
+        d = make(Repeatedly(AfterCount(1)), mode, SessionWindow(10))
         assert rows(d, steps) == [
             (0, 10, 1, "EARLY", 0, "F"), (20, 30, 2, "EARLY", 0, "F"),
             (0, 10, 1, "EARLY", 0, "FR"), (0, 18, 5, "EARLY", 1, ""),
             (0, 18, 5, "EARLY", 1, "R"), (20, 30, 2, "EARLY", 0, "FR"), (0, 30, 15, "EARLY", 2, ""),
         ], mode
     # a window that keeps its extent: discarding panes stay deltas, nothing is retracted
-    d = make(Repeatedly(AfterCount(1)), "discarding", Sessions(10))
+    d = make(Repeatedly(AfterCount(1)), "discarding", SessionWindow(10))
     assert rows(d, [("add", [(1, 0)]), ("add", [(2, 20)]), ("add", [(4, 2)]), ("add", [(1, 25)])]) == [
         (0, 10, 1, "EARLY", 0, "F"), (20, 30, 2, "EARLY", 0, "F"),
         (0, 10, 1, "EARLY", 0, "FR"), (0, 12, 5, "EARLY", 1, ""),        # [2,12) grew it: all of it
@@ -82,14 +85,14 @@ def test_session_merge_retracts_every_merged_windows_last_pane():
 def test_a_merge_into_a_closed_session_drops_the_element():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d = make(AfterCount(2), window_fn=Sessions(10))
+        d = make(AfterCount(2), window_fn=SessionWindow(10))
     steps = [("add", [(1, 0), (2, 5)]), ("add", [(4, 12)]), ("add", [(8, 40)])]
     assert rows(d, steps) == [(0, 15, 3, "EARLY", 0, "FL")]
     assert d.dropped_closed == 1 and d.windows() == [IntervalWindow(0, 15), IntervalWindow(40, 50)]
 
 
 def test_lateness_bounds_state_and_drops_are_counted_per_window_copy():
-    d = make(DefaultTrigger(), window_fn=SlidingWindows(10, 5), allowed_lateness_ms=0)
+    d = make(DefaultTrigger(), window_fn=SlidingWindow(10, 5), allowed_lateness_ms=0)
     assert rows(d, [("add", [(1, 7)]), ("watermark", 10), ("add", [(2, 7)]), ("watermark", 15)]) == [
         (0, 10, 1, "ON_TIME", 0, "FL"),
         (5, 15, 3, "ON_TIME", 0, "FL"),  # the second 7 was too late for [0,10) only
@@ -123,22 +126,22 @@ def test_output_timestamps(combiner, mode, expected):
 
 
 def test_merged_sessions_keep_the_earliest_timestamp():
-    d = make(DefaultTrigger(), window_fn=Sessions(10), timestamp_combiner="earliest")
+    d = make(DefaultTrigger(), window_fn=SessionWindow(10), timestamp_combiner="earliest")
     (pane,) = [p for _, p in run_transcript(d, [("add", [(1, 9), (1, 3)]), ("watermark", 100)])]
     assert (pane.window, pane.timestamp_ms, pane.value) == (IntervalWindow(3, 19), 3, 2)
 
 
 def test_combiners_and_retracted_inputs():
-    d = make(DefaultTrigger(), combiner=MeanCombiner(), allowed_lateness_ms=100)
+    d = make(DefaultTrigger(), combiner=Mean(), allowed_lateness_ms=100)
     assert rows(d, [("add", [(2, 1), (4, 2), (9, 3)]), ("retract", [(9, 3)]), ("watermark", 10)]) == [
         (0, 10, 3.0, "ON_TIME", 0, "F")
     ]
-    d = make(DefaultTrigger(), combiner=ToListCombiner())
+    d = make(DefaultTrigger(), combiner=ToList())
     assert rows(d, [("add", [("a", 1), ("b", 2)]), ("retract", [("a", 1)]), ("watermark", 10)]) == [
         (0, 10, ["b"], "ON_TIME", 0, "FL")
     ]
     with pytest.raises(TypeError, match="has no uncombine"):
-        make(DefaultTrigger(), combiner=MaxCombiner()).add_retractions([(1, 1)])
+        make(DefaultTrigger(), combiner=Max()).add_retractions([(1, 1)])
 
 
 def test_keys_are_independent_and_panes_carry_them():
@@ -174,30 +177,30 @@ def test_lossy_configurations_warn_and_safe_ones_do_not():
     ],
 )
 def test_bad_driver_options_name_the_option_and_value(kwargs, message):
-    args = {"window_fn": FixedWindows(10), "trigger": DefaultTrigger(), **kwargs}
+    args = {"window_fn": TumblingWindow(10), "trigger": DefaultTrigger(), **kwargs}
     with pytest.raises(ValueError) as err:
         TriggerDriver(**args)
     assert message in str(err.value)
 
 
 def test_state_bytes_round_trip_and_reject_another_configuration():
-    d = make(EARLY_LATE, "accumulating_and_retracting", Sessions(10), allowed_lateness_ms=50)
+    d = make(EARLY_LATE, "accumulating_and_retracting", SessionWindow(10), allowed_lateness_ms=50)
     run_transcript(d, [("add", [(1, 0), (2, 4)], "k"), ("add", [(3, 30)], 7), ("watermark", 12)])
     data = d.to_bytes()
     assert len(data) < 200
-    twin = TriggerDriver.from_bytes(data, Sessions(10), EARLY_LATE, AccumulationMode.ACCUMULATING_AND_RETRACTING,
-                                    allowed_lateness_ms=50, combiner=SumCombiner())
+    twin = TriggerDriver.from_bytes(data, SessionWindow(10), EARLY_LATE, AccumulationMode.ACCUMULATING_AND_RETRACTING,
+                                    allowed_lateness_ms=50, combiner=Sum())
     assert twin.to_bytes() == data
     assert (twin.watermark_ms, twin.keys(), twin.windows("k")) == (12, ["k", 7], [IntervalWindow(0, 14)])
     steps = [("add", [(4, 9)], "k"), ("watermark", 100)]
     assert run_transcript(twin, steps) == run_transcript(d, steps)
     with pytest.raises(ValueError, match="different format or configuration"):
-        make(EARLY_LATE, "accumulating", Sessions(10), allowed_lateness_ms=50).load_bytes(data)
+        make(EARLY_LATE, "accumulating", SessionWindow(10), allowed_lateness_ms=50).load_bytes(data)
 
 
 def test_a_wrong_expectation_fails():
     """Negative transcript: the late 9 of the running example is not in a lateness-0 window."""
-    d = make(DefaultTrigger(), window_fn=FixedWindows(120))
+    d = make(DefaultTrigger(), window_fn=TumblingWindow(120))
     got = rows(d, [("add", [(5, 70)]), ("watermark", 120), ("add", [(9, 100)])])
     assert got != [(0, 120, 5, "ON_TIME", 0, "FL"), (0, 120, 14, "LATE", 1, "")]
     assert got == [(0, 120, 5, "ON_TIME", 0, "FL")]

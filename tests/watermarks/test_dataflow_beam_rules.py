@@ -23,16 +23,18 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
-from dataflow_kafka.watermarks import AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, LateDataDropped, MultiQueryDriver, Repeatedly, TriggerDriver
-from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, Sessions, SlidingWindows, SumCombiner
+from dataflow_kafka.watermarks import (
+    AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, LateDataDropped, MultiQueryDriver, Repeatedly,
+    TriggerDriver,
+)
+from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.watermarks.running_example import EXAMPLES
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.windows import compile_window_fn
-from dataflow_kafka.windowing import Sum
 
 from tests.watermarks.test_dataflow_triggers import _per_step as per_step
-from tests.watermarks.test_dataflow_triggers import driver  # FixedWindows(10), sums, warnings at construction off
+from tests.watermarks.test_dataflow_triggers import driver  # TumblingWindow(10), sums, warnings at construction off
 from tests.suite import examples
 
 
@@ -71,7 +73,7 @@ def test_every_window_a_bundle_touched_is_asked_once_by_window_end():
 def test_sessions_of_a_bundle_merge_before_the_trigger_is_asked():
     # [0,10) and [15,25) are bridged by [8,18) in the same bundle: one session, one pane, nothing
     # to retract (element by element there would be panes of [0,10) and [15,25), then retractions)
-    d = driver(Repeatedly(AfterCount(1)), "accumulating_and_retracting", Sessions(10))
+    d = driver(Repeatedly(AfterCount(1)), "accumulating_and_retracting", SessionWindow(10))
     assert per_step(d, [("add", [(1, 0), (2, 15), (4, 8)]), ("add", [(8, 40)])]) == [
         [(0, 25, 7, "EARLY", 0, "F")], [(40, 50, 8, "EARLY", 0, "F")]
     ]
@@ -79,7 +81,7 @@ def test_sessions_of_a_bundle_merge_before_the_trigger_is_asked():
 
 def test_multi_query_driver_and_windowing_stage_take_a_micro_batch_as_one_bundle():
     trigger = AfterWatermark(early=AfterCount(2))
-    multi = MultiQueryDriver({"a": FixedWindows(10), "b": FixedWindows(20)}, trigger, "accumulating", combiner=Sum())
+    multi = MultiQueryDriver({"a": TumblingWindow(10), "b": TumblingWindow(20)}, trigger, "accumulating", combiner=Sum())
     assert [(p.query_id, p.value, p.timing.name) for p in multi.add([(1, 1), (2, 2), (3, 3)], key="k")] == [
         ("a", 6, "EARLY"), ("b", 6, "EARLY")
     ]
@@ -88,15 +90,15 @@ def test_multi_query_driver_and_windowing_stage_take_a_micro_batch_as_one_bundle
     rows.append({"kind": "punctuation", "topic": "t", "partition": 0, "offset": 3, "punctuation_ms": 5,
                  "processing_time_ms": 0})
     frame = control_frame(rows).assign(k=[r.get("k") for r in rows], v=[r.get("v") for r in rows])
-    stage = WindowingStage(key="k", value="v", windows=FixedWindows(10), trigger=trigger,
-                           accumulation_mode="accumulating", aggregation=Sum(), num_key_groups=2)
+    stage = WindowingStage(key="k", value="v", windows=TumblingWindow(10), trigger=trigger,
+                           accumulation_mode="accumulating", aggregations=[Sum()], num_key_groups=2)
     (out,) = Pipeline([stage]).run_local([frame])
     data = out[out["kind"] == "data"]
     assert list(zip(data["sum"], data["timing"], data["pane_index"])) == [(6.0, "EARLY", 0)]
 
 
 def _bundle_reference(bundles, size, n):
-    """Brute force of the bundle rule for FixedWindows(size), Repeatedly(AfterCount(n)), discarding,
+    """Brute force of the bundle rule for TumblingWindow(size), Repeatedly(AfterCount(n)), discarding,
     then the end of input: after each bundle, every window with >= n new elements fires their sum
     (by window start); at the end every window with new elements fires them, ON_TIME and last."""
     pending, index, out = defaultdict(list), defaultdict(int), []
@@ -119,7 +121,7 @@ def _bundle_reference(bundles, size, n):
                 min_size=1, max_size=8),
        st.integers(1, 3))
 def test_count_triggers_follow_the_bundle_rule(bundles, n):
-    d = driver(Repeatedly(AfterCount(n)), "discarding", FixedWindows(20))
+    d = driver(Repeatedly(AfterCount(n)), "discarding", TumblingWindow(20))
     steps = [("add", b) for b in bundles] + [("watermark", END_OF_TIME_MS)]
     assert [p.brief() for _, p in run_transcript(d, steps)] == _bundle_reference(bundles, 20, n)
 
@@ -181,8 +183,8 @@ def test_the_first_late_drop_warns_once_naming_the_window_and_the_lateness():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         d.add([(4, 6)])                                        # counted, not warned again
-        again = TriggerDriver.from_bytes(d.to_bytes(), FixedWindows(10), DefaultTrigger(), "accumulating",
-                                         combiner=SumCombiner())
+        again = TriggerDriver.from_bytes(d.to_bytes(), TumblingWindow(10), DefaultTrigger(), "accumulating",
+                                         combiner=Sum())
         again.add([(5, 7)])                                    # the warning survives a restart
     assert (d.dropped_late, again.dropped_late) == (3, 4)
 
@@ -204,7 +206,7 @@ def test_the_running_example_warns_about_its_late_9_with_the_defaults():
 
 
 def test_multi_query_driver_warns_once_for_all_queries_and_across_restarts():
-    args = ([FixedWindows(10), FixedWindows(20)], DefaultTrigger())
+    args = ([TumblingWindow(10), TumblingWindow(20)], DefaultTrigger())
     d = MultiQueryDriver(*args, combiner=Sum())
     d.add([(1, 5)])
     d.advance_watermark(20)
@@ -219,13 +221,13 @@ def test_multi_query_driver_warns_once_for_all_queries_and_across_restarts():
 # -- sessions: Beam's gap rule and finality ----------------------------------------------------
 
 def test_a_gap_of_exactly_gap_splits_a_session_and_a_session_is_final_at_its_end():
-    d = driver(DefaultTrigger(), window_fn=Sessions(10))
+    d = driver(DefaultTrigger(), window_fn=SessionWindow(10))
     # 0 and 10: [0, 10) and [10, 20) touch but do not overlap (Beam merges overlapping windows only)
     assert per_step(d, [("add", [(1, 0), (2, 10)]), ("watermark", 9), ("watermark", 10)]) == [
         [], [], [(0, 10, 1, "ON_TIME", 0, "FL")]      # final when the watermark reaches its end
     ]
     assert d.windows() == [IntervalWindow(10, 20)]
-    d = driver(DefaultTrigger(), window_fn=Sessions(10))
+    d = driver(DefaultTrigger(), window_fn=SessionWindow(10))
     assert per_step(d, [("add", [(1, 0), (2, 9)]), ("watermark", 19)]) == [[], [(0, 19, 3, "ON_TIME", 0, "FL")]]
 
 
@@ -262,7 +264,7 @@ def _expected_stamps(window_fn, combiner, lateness, steps, panes_per_step):
        st.sampled_from(["earliest", "latest"]), st.sampled_from([0, 15]),
        st.sampled_from([DefaultTrigger(), AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
                         Repeatedly(AfterCount(2))]),
-       st.sampled_from(["discarding", "accumulating"]), st.sampled_from([FixedWindows(10), SlidingWindows(20, 10)]))
+       st.sampled_from(["discarding", "accumulating"]), st.sampled_from([TumblingWindow(10), SlidingWindow(20, 10)]))
 def test_pane_timestamps_follow_beams_holds(steps, combiner, lateness, trigger, mode, window_fn):
     steps = [s if s[0] == "add" else ("watermark", s[1]) for s in steps] + [("watermark", END_OF_TIME_MS)]
     d = driver(trigger, mode, window_fn, allowed_lateness_ms=lateness, timestamp_combiner=combiner)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark, DefaultTrigger, TriggerDriver
-from dataflow_kafka.windowing import Sessions, ToListCombiner
+from dataflow_kafka.windowing import SessionWindow, ToList
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.watermarks.windows import windows_of
 from dataflow_kafka.windowing import Count
@@ -37,7 +37,7 @@ TRIGGERS = [DefaultTrigger(), AfterWatermark(late=AfterCount(1)), AfterWatermark
 def _driver(mode, lateness, trigger=AfterWatermark(late=AfterCount(1)), combiner=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return TriggerDriver(Sessions(10_000), trigger, mode, allowed_lateness_ms=lateness,
+        return TriggerDriver(SessionWindow(10_000), trigger, mode, allowed_lateness_ms=lateness,
                              combiner=combiner if combiner is not None else Count())
 
 
@@ -110,7 +110,7 @@ def test_folded_panes_are_the_sessions_of_the_accepted_elements(steps, mode, lat
     final pane or counted as dropped."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d = TriggerDriver(Sessions(8), trigger, mode, allowed_lateness_ms=lateness, combiner=ToListCombiner())
+        d = TriggerDriver(SessionWindow(8), trigger, mode, allowed_lateness_ms=lateness, combiner=ToList())
     panes = []
     for step in steps:
         panes += d.add(step[1], key=step[2]) if step[0] == "add" else d.advance_watermark(step[1])
@@ -130,7 +130,7 @@ def test_folded_panes_are_the_sessions_of_the_accepted_elements(steps, mode, lat
     want = {}
     for key in "ab":
         mine = sorted(i for i in accepted if keys[i] == key)
-        for w in windows_of(Sessions(8), [times[i] for i in mine]):
+        for w in windows_of(SessionWindow(8), [times[i] for i in mine]):
             want[(key, w.start_ms, w.end_ms)] = sorted(i for i in mine if w.start_ms <= times[i] < w.end_ms)
     assert {k: sorted(i for i, _ in v) for k, v in current.items()} == want
 
@@ -146,7 +146,7 @@ def _batch(records, watermark) -> pd.DataFrame:
 
 @pytest.mark.parametrize("lateness", [0, 20_000])
 def test_the_issue_case_on_the_stage(lateness):
-    stage = WindowingStage(key="k", value="v", windows=Sessions(10_000), aggregation=Count(),
+    stage = WindowingStage(key="k", value="v", windows=SessionWindow(10_000), aggregations=[Count()],
                            trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
                            allowed_lateness_ms=lateness)
     out = Pipeline([stage]).run_local([_batch([("a", 1000)], 12_000), _batch([("a", 5000)], 12_000),

@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataflow_kafka.watermarks import DefaultTrigger, MultiQueryDriver, TriggerDriver
-from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, Sessions, SlidingWindows
+from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, TumblingWindow
 from dataflow_kafka.watermarks.multi import CoveredWindowFn
 from dataflow_kafka.watermarks.windows import compile_window_fn
-from dataflow_kafka.windowing import AddWindow, GlobalWindow, RemoveWindow, SessionWindow, Sum, TumblingWindow, parse_command
+from dataflow_kafka.windowing import (
+    AddWindow, GlobalWindow, RemoveWindow, SessionWindow, Sum, TumblingWindow, parse_command,
+)
 
 from tests.watermarks.test_dataflow_properties import OPEN_TRIGGERS, WINDOW_FNS
 from tests.suite import examples
@@ -196,20 +198,20 @@ def test_sessions_are_reported_a_gap_after_the_coverage_start():
 
 def test_removed_query_emits_nothing_and_unknown_commands_are_counted():
     d = _driver()
-    d.add_window(FixedWindows(5), "five")
+    d.add_window(TumblingWindow(5), "five")
     d.add([(1, 3)], key="k")
     d.remove_window("five")
     assert [p.query_id for p in d.advance_watermark(100)] == ["t"]
     with pytest.raises(KeyError, match="remove_window\\('five'\\): no such query \\(queries: \\['t'\\]\\)"):
         d.remove_window("five")
-    assert not d.apply(RemoveWindow("five")) and not d.apply(AddWindow("t", FixedWindows(5)))
+    assert not d.apply(RemoveWindow("five")) and not d.apply(AddWindow("t", TumblingWindow(5)))
     assert d.ignored_commands == 2 and d.query_ids == ["t"]
     with pytest.raises(TypeError, match="expected an AddWindow or RemoveWindow"):
         d.apply({"op": "add_window"})
 
 
 def test_ids_window_types_and_state():
-    d = MultiQueryDriver([FixedWindows(10), SlidingWindows(20, 10), Sessions(5)], DefaultTrigger(), combiner=Sum())
+    d = MultiQueryDriver([TumblingWindow(10), SlidingWindow(20, 10), SessionWindow(5)], DefaultTrigger(), combiner=Sum())
     assert d.query_ids == ["0", "1", "2"] and d.add_window(GlobalWindow()) == "3"
     d.add([(1, 3), (2, 14)], key=None)
     out = d.advance_watermark(END_OF_TIME_MS)
@@ -220,13 +222,13 @@ def test_ids_window_types_and_state():
         _driver(history_ms=-1)
     blob = d.to_bytes()
     with pytest.raises(ValueError, match="different format or configuration"):
-        MultiQueryDriver.from_bytes(blob, [FixedWindows(10)], DefaultTrigger(), combiner=Sum(), history_ms=5)
+        MultiQueryDriver.from_bytes(blob, [TumblingWindow(10)], DefaultTrigger(), combiner=Sum(), history_ms=5)
     assert MultiQueryDriver.from_bytes(blob, [], DefaultTrigger(), combiner=Sum()).query_ids == ["0", "1", "2", "3"]
 
 
 def test_history_memory_per_element():
     """The documented cost of the history: about 12 bytes per element for small integers."""
-    d = MultiQueryDriver([FixedWindows(1_000)], DefaultTrigger(), combiner=Sum(), history_ms=10**9)
+    d = MultiQueryDriver([TumblingWindow(1_000)], DefaultTrigger(), combiner=Sum(), history_ms=10**9)
     before = len(d.to_bytes())
     d.add([(i % 7, 1_700_000_000_000 + i) for i in range(1000)], key="k")
     d.advance_watermark(1_700_000_000_000 - 1)        # nothing fires: only the history and one window

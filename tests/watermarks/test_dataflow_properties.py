@@ -1,6 +1,6 @@
 """Property tests of the driver against the model's invariants and a brute-force batch reference.
 
-Elements are ``((id, value), event_time)`` with unique ids, aggregated with ``ToListCombiner`` so
+Elements are ``((id, value), event_time)`` with unique ids, aggregated with ``ToList`` so
 that every pane says exactly which elements it covers. A pane is *attributed* to a final pane
 ``F`` when its window lies inside ``F``'s window and its ids are among ``F``'s ids; a final pane
 is a pane never retracted afterwards (in ACCUMULATING_AND_RETRACTING mode).
@@ -15,8 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflow_kafka.watermarks import AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, DefaultTrigger, OrFinally, Repeatedly, TriggerDriver
-from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, Sessions, SlidingWindows
+from dataflow_kafka.watermarks import (
+    AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, DefaultTrigger, OrFinally, Repeatedly,
+    TriggerDriver,
+)
+from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, TumblingWindow
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.windows import compile_window_fn, windows_of
 
@@ -25,7 +28,7 @@ from tests.suite import examples
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
-WINDOW_FNS = [FixedWindows(20), FixedWindows(15, 5), SlidingWindows(30, 10), Sessions(12)]
+WINDOW_FNS = [TumblingWindow(20), TumblingWindow(15, 5), SlidingWindow(30, 10), SessionWindow(12)]
 #: Triggers that never finish, so no element is dropped because its window closed.
 OPEN_TRIGGERS = [
     DefaultTrigger(),
@@ -204,8 +207,8 @@ def test_state_bytes_round_trip_mid_stream_changes_nothing(elems, adv, window_fn
 def test_reference_self_check():
     """The reference itself on hand examples (one key; event times 0, 5, 30)."""
     elems = [(1, 0, "a"), (1, 5, "a"), (1, 30, "a")]
-    assert sorted(reference(Sessions(12), elems).values()) == [[0, 1], [2]]
-    sliding = reference(SlidingWindows(30, 10), elems)
+    assert sorted(reference(SessionWindow(12), elems).values()) == [[0, 1], [2]]
+    sliding = reference(SlidingWindow(30, 10), elems)
     assert {(w.start_ms, w.end_ms): v for (_, w), v in sliding.items()} == {
         (-20, 10): [0, 1], (-10, 20): [0, 1], (0, 30): [0, 1], (10, 40): [2], (20, 50): [2], (30, 60): [2],
     }

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from dataflow_kafka.watermarks import GLOBAL_WINDOW, AccumulationMode, AfterCount, AfterWatermark, AtPeriod, TriggerDriver
-from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, SumCombiner
+from dataflow_kafka.watermarks import (
+    GLOBAL_WINDOW, AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver,
+)
+from dataflow_kafka.windowing import END_OF_TIME_MS, Sum, TumblingWindow
 from dataflow_kafka.watermarks.running_example import ELEMENTS, EXAMPLES, MINUTE, streaming_steps
 from dataflow_kafka.watermarks.transcript import run_transcript
 
@@ -143,8 +145,8 @@ def test_final_panes_sum_to_the_batch_total():
 
 def test_beam_spelling_of_figure_13_gives_the_same_panes():
     beam = TriggerDriver(
-        FixedWindows(2 * MINUTE), AfterWatermark(early=AtPeriod(MINUTE), late=AfterCount(1)),
-        AccumulationMode.ACCUMULATING, allowed_lateness_ms=5 * MINUTE, combiner=SumCombiner(),
+        TumblingWindow(2 * MINUTE), AfterWatermark(early=AfterProcessingTime(align_ms=MINUTE), late=AfterCount(1)),
+        AccumulationMode.ACCUMULATING, allowed_lateness_ms=5 * MINUTE, combiner=Sum(),
     )
     assert _rows(beam, streaming_steps()) == EXPECTED["fixed windows, streaming, partial"]
 

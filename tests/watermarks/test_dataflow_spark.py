@@ -24,7 +24,7 @@ import pytest
 
 from tests.support import BatchCollector, forget_batches_from, offset_log
 from dataflow_kafka.watermarks import AccumulationMode, AfterCount, AfterProcessingTime, AfterWatermark, TriggerDriver
-from dataflow_kafka.windowing import FixedWindows, Sessions, SumCombiner
+from dataflow_kafka.windowing import SessionWindow, Sum, TumblingWindow
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
@@ -41,10 +41,10 @@ BATCHES = [
 ]
 
 CONFIGS = {
-    "fixed": dict(windows=FixedWindows(60_000),
+    "fixed": dict(windows=TumblingWindow(60_000),
                   trigger=AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
                   accumulation_mode=AccumulationMode.ACCUMULATING, allowed_lateness_ms=60_000),
-    "sessions": dict(windows=Sessions(30_000),
+    "sessions": dict(windows=SessionWindow(30_000),
                      trigger=AfterWatermark(early=AfterProcessingTime(1_000), late=AfterCount(1)),
                      accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING,
                      allowed_lateness_ms=60_000),
@@ -60,7 +60,7 @@ def pane_row(key, start, end, value, timing, index, first, last, retraction, ts,
 def expected_panes(config: dict, processing_times: list[int]) -> list[dict]:
     """Per batch: {key: [pane rows in emission order]}, and per batch {key: dropped_late}."""
     d = TriggerDriver(config["windows"], config["trigger"], config["accumulation_mode"],
-                      config["allowed_lateness_ms"], combiner=SumCombiner())
+                      config["allowed_lateness_ms"], combiner=Sum())
     newest: dict[int, int] = {}
     out = []
     for batch, pt in zip(BATCHES, processing_times):
@@ -114,7 +114,7 @@ def test_early_on_time_late_panes_and_session_retractions_survive_restart_and_re
     # Both operators in one query (one plan, one checkpoint): a union of two independent branches.
     panes = None
     for name, cfg in CONFIGS.items():
-        branch = apply_windowing(src, "CAST(key AS STRING)", VALUE, aggregation=SumCombiner(), num_key_groups=2,
+        branch = apply_windowing(src, "CAST(key AS STRING)", VALUE, aggregations=[Sum()], num_key_groups=2,
                                  name=name, **cfg).withColumn("query", F.lit(name))
         panes = branch if panes is None else panes.unionByName(branch)
     ck, col = str(tmp_path / "ck"), BatchCollector()

@@ -3,6 +3,7 @@ whatever the number of key groups, with a window query added halfway by a modifi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -15,7 +16,7 @@ from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark, MultiQueryDriver
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import FixedWindows, Sessions, SlidingWindow, Sum, parse_command
+from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
 
 from tests.suite import examples
 
@@ -50,10 +51,10 @@ def _batches(seed: int, n: int = 6):
 
 
 def _stage(n: int) -> WindowingStage:
-    return WindowingStage(key="k", value="v", windows={"fixed": FixedWindows(1000), "session": Sessions(400)},
+    return WindowingStage(key="k", value="v", windows={"fixed": TumblingWindow(1000), "session": SessionWindow(400)},
                           trigger=AfterWatermark(early=AfterProcessingTime(500), late=AfterCount(1)),
                           accumulation_mode="accumulating_and_retracting", allowed_lateness_ms=1000,
-                          aggregation=Sum(), num_key_groups=n, name="panes")
+                          aggregations=[Sum()], num_key_groups=n, name="panes")
 
 
 def _reference(batches) -> list[list[tuple]]:
@@ -133,6 +134,36 @@ def test_configuration_errors_name_the_problem():
     with pytest.raises(ValueError, match="needs windows="):
         WindowingStage(key="k", value="v")
     with pytest.raises(ValueError, match="allowed_lateness_ms"):
-        WindowingStage(key="k", value="v", windows=FixedWindows(10), allowed_lateness_ms=-1)
+        WindowingStage(key="k", value="v", windows=TumblingWindow(10), allowed_lateness_ms=-1)
     with pytest.raises(ValueError, match="clash"):
         WindowingStage(key="query_id", value="v", windows=SlidingWindow(10, 5))
+
+
+def test_several_aggregations_give_one_column_each_equal_to_one_stage_per_aggregation():
+    """``aggregations=[...]`` as the slicer takes them: each column equals the stage that runs that
+    aggregation alone, on the same batches (M4 gets event times, Sum does not)."""
+    from dataflow_kafka.windowing import M4, Count, Mean
+
+    batches = _batches(3)
+    several = Pipeline([dataclasses.replace(_stage(2), aggregations=[Sum(), M4(), Count(), Mean()])]).run_local(batches)
+    cols = ["k", "query_id", "window_start_ms", "window_end_ms", "pane_index", "is_retraction"]
+    m4 = ["m4_min", "m4_max", "m4_first", "m4_last"]
+    assert [c for c, _ in _stage(1).output_columns()][-1] == "sum"
+    for agg, names in ((Sum(), ["sum"]), (M4(), m4), (Count(), ["count"]), (Mean(), ["mean"])):
+        alone = Pipeline([dataclasses.replace(_stage(2), aggregations=[agg])]).run_local(batches)
+        for got, want in zip(several, alone):
+            got, want = (f.loc[f["kind"] == "data", cols + names].sort_values(cols).reset_index(drop=True)
+                         for f in (got, want))
+            pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    assert sum(len(f[f["kind"] == "data"]) for f in several) > 10
+
+
+def test_the_old_aggregation_keyword_still_works_with_a_warning():
+    with pytest.warns(DeprecationWarning, match=r"WindowingStage\(aggregation=...\) is deprecated"):
+        old = WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregation=Sum())
+    assert old == WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregations=[Sum()])
+    assert old.aggregations == [Sum()] and old.output_columns()[-1] == ("sum", "double")
+    with pytest.raises(ValueError, match="give aggregations= only"):
+        WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregation=Sum(), aggregations=[Sum()])
+    with pytest.raises(TypeError, match=r"aggregations=Sum\(\): expected a list, e.g. aggregations=\[Sum\(\)\]"):
+        WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregations=Sum())

@@ -7,13 +7,21 @@ trigger waits for; over out-of-order batches and 1-3 key groups."""
 
 from __future__ import annotations
 
+import warnings
+from unittest.mock import patch
+
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
 
 from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.state_view import local_state
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark, DefaultTrigger, TriggerDriver
+from dataflow_kafka.watermarks.columnar import ColumnarDriver
+from dataflow_kafka.watermarks.stage import WindowingStage
+from dataflow_kafka.windowing import Count, Max, Mean, Min, Sum, TumblingWindow
 from tests.watermarks.test_dataflow_stage import _batches, _stage
 from tests.suite import examples
 
@@ -118,9 +126,9 @@ def test_trigger_states_read_as_text():
     """Early firings counted down, a processing-time deadline, finished triggers of closed windows."""
     from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark, Repeatedly
     from dataflow_kafka.watermarks.driver import TriggerDriver
-    from dataflow_kafka.windowing import FixedWindows, Sum
+    from dataflow_kafka.windowing import Sum, TumblingWindow
 
-    d = TriggerDriver(FixedWindows(100), AfterWatermark(early=AfterCount(3), late=AfterProcessingTime(50)),
+    d = TriggerDriver(TumblingWindow(100), AfterWatermark(early=AfterCount(3), late=AfterProcessingTime(50)),
                       "accumulating", allowed_lateness_ms=500, combiner=Sum())
     d.add([(1, 10), (2, 20)], key="a")
     d.advance_processing_time(1_000)
@@ -132,12 +140,53 @@ def test_trigger_states_read_as_text():
     assert states[(0, 100)].waiting == "late: processing time 1050 ms"
     assert (states[(0, 100)].panes, states[(0, 100)].new_data, states[(0, 100)].accumulator) == (1, True, 10)
     with pytest.warns(UserWarning, match="can finish"):
-        once = TriggerDriver(FixedWindows(100), AfterCount(2), "discarding", combiner=Sum())
+        once = TriggerDriver(TumblingWindow(100), AfterCount(2), "discarding", combiner=Sum())
     once.add([(1, 10), (1, 11)], key="b")
     (w,) = once.window_states()
     assert w.closed and w.waiting == "finished" and w.accumulator is None and w.panes == 1
-    every = TriggerDriver(FixedWindows(100), Repeatedly(AfterCount(2)), "discarding", combiner=Sum())
+    every = TriggerDriver(TumblingWindow(100), Repeatedly(AfterCount(2)), "discarding", combiner=Sum())
     every.add([(1, 10), (1, 11)], key="c")                  # one bundle: fires once
     every.add([(1, 12)], key="c")
     (w,) = every.window_states()
     assert (w.closed, w.waiting, w.panes, w.accumulator) == (False, "1 more element(s) (AfterCount(2))", 1, 1)
+
+
+_TRIGGERS = [DefaultTrigger(), AfterWatermark(), AfterWatermark(early=AfterCount(2), late=AfterCount(1)),
+             AfterWatermark(late=AfterCount(2))]
+
+
+def _described(view, item: str) -> pd.DataFrame:
+    t = view.table("panes", item)
+    keys = [c for c in ("key_group", "key", "query_id", "start_ms", "end_ms") if c in t]
+    return t.sort_values(keys, key=lambda c: c.map(repr) if c.dtype == object else c).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("mode", ["discarding", "accumulating"])
+@pytest.mark.parametrize("aggregation", [Count, Sum, Mean, Min, Max])
+@settings(max_examples=examples(8), deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 3), count=st.integers(1, 6), trigger=st.sampled_from(_TRIGGERS))
+def test_vectorised_driver_describes_as_the_per_element_driver(seed, n, count, trigger, mode, aggregation):
+    """The stage's queries on the vectorised driver (ColumnarDriver) and on the per-element one
+    (the vectorised one refused while the stage runs) fed the same batches: the same described
+    state (clock, queries, held elements, every live window with its panes, flags, expiry, what
+    its trigger waits for and value, pending panes), also for the sliding query added halfway."""
+    # integer values (bound as bigint, as the stage is built: a state view decodes with the unbound stage)
+    batches = [b.assign(v=b["v"].astype("Int64")) for b in _batches(seed, count)]
+
+    def view():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")            # AfterWatermark() finishes: warned at construction
+            stage = WindowingStage(key="k", value="v", windows={"fixed": TumblingWindow(1000)}, trigger=trigger,
+                                   accumulation_mode=mode, allowed_lateness_ms=LATENESS, aggregations=[aggregation()],
+                                   num_key_groups=n, name="panes", integral_values=True)
+        states: dict = {}
+        Pipeline([stage]).run_local(batches, states=states)
+        return local_state(Pipeline([stage]), states), type(stage.new_state().driver("fixed"))
+
+    vectorised, kind = view()
+    with patch.object(ColumnarDriver, "supports", staticmethod(lambda *args, **kwargs: False)):
+        per_element, reference_kind = view()
+    assert (kind, reference_kind) == (ColumnarDriver, TriggerDriver)
+    assert_frame_equal(vectorised.watermarks, per_element.watermarks)
+    for item in ("time", "query", "held", "window", "pane"):
+        assert_frame_equal(_described(vectorised, item), _described(per_element, item))

@@ -1,7 +1,7 @@
 """Every trigger and composite as a transcript: inputs, time advances, hand-derived panes.
 
 Rows are ``(start, end, value, timing, index, flags)`` (``Pane.brief()``), flags F first, L last,
-R retraction. Unless said otherwise: FixedWindows(10), sums, no allowed lateness.
+R retraction. Unless said otherwise: TumblingWindow(10), sums, no allowed lateness.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ import warnings
 
 import pytest
 
-from dataflow_kafka.watermarks import GLOBAL_WINDOW, AfterAll, AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, AtCount, AtPeriod, AtWatermark, DefaultTrigger, OrFinally, Repeat, Repeatedly, RepeatUntil, SequenceOf, TriggerDriver
-from dataflow_kafka.windowing import END_OF_TIME_MS, FixedWindows, GlobalWindows, Sessions, SumCombiner
+from dataflow_kafka.watermarks import (
+    GLOBAL_WINDOW, AfterAll, AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, DefaultTrigger,
+    OrFinally, Repeatedly, TriggerDriver,
+)
+from dataflow_kafka.windowing import END_OF_TIME_MS, GlobalWindow, SessionWindow, Sum, TumblingWindow
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.triggers import finishes
 
@@ -25,7 +28,7 @@ G0, G1 = GLOBAL_WINDOW
 def driver(trigger, mode="accumulating", window_fn=None, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return TriggerDriver(window_fn or FixedWindows(10), trigger, mode, combiner=SumCombiner(), **kw)
+        return TriggerDriver(window_fn or TumblingWindow(10), trigger, mode, combiner=Sum(), **kw)
 
 
 def _per_step(d, steps):
@@ -83,11 +86,11 @@ def test_after_count_fires_once_and_closes_the_window():
 
 
 def test_after_processing_time_delay_and_alignment():
-    d = driver(AfterProcessingTime(10), window_fn=GlobalWindows())
+    d = driver(AfterProcessingTime(10), window_fn=GlobalWindow())
     steps = [("processing", 100), add((1, 1)), ("processing", 109), ("processing", 110)]
     assert _per_step(d, steps) == [[], [], [], [(G0, G1, 1, "EARLY", 0, "FL")]]
 
-    d = driver(Repeatedly(AtPeriod(60)), window_fn=GlobalWindows())
+    d = driver(Repeatedly(AfterProcessingTime(align_ms=60)), window_fn=GlobalWindow())
     steps = [("processing", 61), add((1, 1)), ("processing", 119), ("processing", 120),
              add((2, 2)),  # arrives exactly on a boundary: belongs to the next period
              ("processing", 179), ("processing", 180)]
@@ -97,7 +100,7 @@ def test_after_processing_time_delay_and_alignment():
 
 
 def test_repeatedly_count_discarding_then_final_pane_at_garbage_collection():
-    d = driver(Repeatedly(AfterCount(2)), "discarding", window_fn=GlobalWindows())
+    d = driver(Repeatedly(AfterCount(2)), "discarding", window_fn=GlobalWindow())
     steps = [add((v, v)) for v in (1, 2, 3, 4, 5)] + [("watermark", END_OF_TIME_MS)]
     assert _per_step(d, steps) == [
         [], [(G0, G1, 3, "EARLY", 0, "F")], [], [(G0, G1, 7, "EARLY", 1, "")], [],
@@ -106,7 +109,7 @@ def test_repeatedly_count_discarding_then_final_pane_at_garbage_collection():
 
 
 def test_after_each_runs_children_in_sequence():
-    d = driver(AfterEach(AfterCount(2), AfterCount(3)), window_fn=FixedWindows(100))
+    d = driver(AfterEach(AfterCount(2), AfterCount(3)), window_fn=TumblingWindow(100))
     steps = [add((v, v)) for v in (1, 2, 3, 4, 5, 6)]
     assert _per_step(d, steps) == [
         [], [(0, 100, 3, "EARLY", 0, "F")], [], [], [(0, 100, 15, "EARLY", 1, "L")], []
@@ -115,12 +118,12 @@ def test_after_each_runs_children_in_sequence():
 
 
 def test_after_any_fires_on_the_first_ready_child():
-    d = driver(AfterAny(AfterCount(3), AfterProcessingTime(10)), "discarding", window_fn=FixedWindows(100))
+    d = driver(AfterAny(AfterCount(3), AfterProcessingTime(10)), "discarding", window_fn=TumblingWindow(100))
     assert _per_step(d, [("processing", 0), add((1, 1)), ("processing", 10)]) == [
         [], [], [(0, 100, 1, "EARLY", 0, "FL")]
     ]
     d = driver(Repeatedly(AfterAny(AfterCount(3), AfterProcessingTime(10))), "discarding",
-               window_fn=FixedWindows(100))
+               window_fn=TumblingWindow(100))
     steps = [("processing", 0), add((1, 1)), ("processing", 10), ("processing", 11),
              add((2, 2)), add((3, 3)), add((4, 4)), ("processing", 21)]
     assert _per_step(d, steps) == [
@@ -131,7 +134,7 @@ def test_after_any_fires_on_the_first_ready_child():
 
 def test_after_all_waits_for_every_child():
     d = driver(Repeatedly(AfterAll(AfterCount(2), AfterProcessingTime(10))), "discarding",
-               window_fn=FixedWindows(100))
+               window_fn=TumblingWindow(100))
     steps = [("processing", 0), add((1, 1)), ("processing", 10), add((2, 2)),
              ("processing", 12), add((3, 3)), add((4, 4)), ("processing", 21), ("processing", 22)]
     assert _per_step(d, steps) == [
@@ -140,7 +143,7 @@ def test_after_all_waits_for_every_child():
 
 
 def test_or_finally_fires_a_last_time_when_until_fires():
-    d = driver(OrFinally(Repeatedly(AfterCount(1)), AfterCount(3)), window_fn=FixedWindows(100))
+    d = driver(OrFinally(Repeatedly(AfterCount(1)), AfterCount(3)), window_fn=TumblingWindow(100))
     steps = [add((v, v)) for v in (1, 2, 3, 4)]
     assert _per_step(d, steps) == [
         [(0, 100, 1, "EARLY", 0, "F")], [(0, 100, 3, "EARLY", 1, "")],
@@ -163,7 +166,7 @@ def test_default_trigger_fires_at_the_watermark_and_for_each_late_datum():
 def test_repeat_at_watermark_behaves_as_the_default_trigger():
     steps = [add((1, 1)), ("watermark", 10), add((2, 2)), ("watermark", 20), add((3, 3))]
     a = run_transcript(driver(DefaultTrigger(), allowed_lateness_ms=15), steps)
-    b = run_transcript(driver(Repeat(AtWatermark()), allowed_lateness_ms=15), steps)
+    b = run_transcript(driver(Repeatedly(AfterWatermark()), allowed_lateness_ms=15), steps)
     assert a == b and len(a) == 3
 
 
@@ -179,14 +182,14 @@ def test_on_time_pane_fires_always_by_default_and_can_be_skipped():
 
 
 def test_counts_merge_when_sessions_merge():
-    d = driver(Repeatedly(AfterCount(3)), window_fn=Sessions(10))
+    d = driver(Repeatedly(AfterCount(3)), window_fn=SessionWindow(10))
     steps = [add((1, 0)), add((2, 20)), add((3, 5)), add((4, 12))]
     # [0,10) and [5,15) merge (count 2); [12,22) bridges [0,15) and [20,30): 2 + 1 + 1 = 4 >= 3
     assert _per_step(d, steps) == [[], [], [], [(0, 30, 10, "EARLY", 0, "F")]]
 
 
 def test_a_processing_time_deadline_merges_to_the_earliest():
-    d = driver(Repeatedly(AfterProcessingTime(10)), window_fn=Sessions(10))
+    d = driver(Repeatedly(AfterProcessingTime(10)), window_fn=SessionWindow(10))
     steps = [("processing", 0), add((1, 0)), ("processing", 5), add((2, 15)),  # deadlines 10, 15
              ("processing", 6), add((4, 7)),  # bridges [0,10) and [15,25): deadline min(10, 15)
              ("processing", 10)]
@@ -194,7 +197,7 @@ def test_a_processing_time_deadline_merges_to_the_earliest():
 
 
 def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_end():
-    d = driver(AfterWatermark(early=AfterCount(5), late=AfterCount(5)), window_fn=Sessions(10),
+    d = driver(AfterWatermark(early=AfterCount(5), late=AfterCount(5)), window_fn=SessionWindow(10),
                allowed_lateness_ms=100)
     steps = [add((1, 0)), ("watermark", 10), add((2, 8)), ("watermark", 17), ("watermark", 18)]
     assert _per_step(d, steps) == [
@@ -205,22 +208,13 @@ def test_a_session_extended_past_the_watermark_fires_on_time_again_at_its_new_en
 
 
 def test_late_data_merging_into_a_session_behind_the_watermark_stay_in_the_late_phase():
-    d = driver(AfterWatermark(late=AfterCount(2)), window_fn=Sessions(10), allowed_lateness_ms=100)
+    d = driver(AfterWatermark(late=AfterCount(2)), window_fn=SessionWindow(10), allowed_lateness_ms=100)
     steps = [add((1, 0)), ("watermark", 20), add((2, 5)), add((4, 3))]
     assert _per_step(d, steps) == [
         [], [(0, 10, 1, "ON_TIME", 0, "F")],
         [],  # [0,15) is still behind the watermark: the late count (1 of 2) decides
         [(0, 10, 1, "ON_TIME", 0, "FR"), (0, 15, 7, "LATE", 1, "")],      # [0, 10) retracted first
     ]
-
-
-def test_paper_aliases_are_the_beam_triggers():
-    assert AtWatermark() == AfterWatermark()
-    assert AtCount(2) == AfterCount(2)
-    assert AtPeriod(60_000) == AfterProcessingTime(align_ms=60_000)
-    assert SequenceOf(AtCount(1), AtWatermark()) == AfterEach(AfterCount(1), AfterWatermark())
-    assert RepeatUntil(AtCount(1), AtWatermark()) == OrFinally(Repeatedly(AfterCount(1)), AfterWatermark())
-    assert Repeat(AtCount(1)) == Repeatedly(AfterCount(1))
 
 
 def test_triggers_are_immutable_values_with_readable_repr():
@@ -259,8 +253,9 @@ def test_bad_triggers_are_rejected_naming_the_value(make, message):
         (DefaultTrigger(), "never"),
         (AfterCount(1), "before the watermark"),
         (Repeatedly(AfterCount(1)), "never"),
-        (RepeatUntil(AtPeriod(1), AtWatermark()), "at the watermark"),
-        (SequenceOf(RepeatUntil(AtPeriod(1), AtWatermark()), Repeat(AtWatermark())), "never"),
+        (OrFinally(Repeatedly(AfterProcessingTime(align_ms=1)), AfterWatermark()), "at the watermark"),
+        (AfterEach(OrFinally(Repeatedly(AfterProcessingTime(align_ms=1)), AfterWatermark()), Repeatedly(AfterWatermark())),
+         "never"),
         (AfterAny(AfterWatermark(), AfterCount(3)), "before the watermark"),
         (AfterAll(AfterWatermark(), AfterCount(3)), "at the watermark"),
     ],

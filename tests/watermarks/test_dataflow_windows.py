@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dataflow_kafka.watermarks import GLOBAL_WINDOW, DefaultTrigger, IntervalWindow, TriggerDriver, WindowFn
-from dataflow_kafka.windowing import FixedWindows, GlobalWindows, Sessions, SlidingWindows, SumCombiner
+from dataflow_kafka.windowing import GlobalWindow, SessionWindow, SlidingWindow, Sum, TumblingWindow
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.windows import compile_window_fn, windows_of
 
@@ -18,32 +18,32 @@ def fn(window):
 
 
 def test_global_windows():
-    assert fn(GlobalWindows()).assign_windows(-5) == [GLOBAL_WINDOW]
-    assert GlobalWindows() == GlobalWindows()
+    assert fn(GlobalWindow()).assign_windows(-5) == [GLOBAL_WINDOW]
+    assert GlobalWindow() == GlobalWindow()
 
 
 @pytest.mark.parametrize(
     "t, expected", [(0, W(0, 10)), (9, W(0, 10)), (10, W(10, 20)), (-1, W(-10, 0))]
 )
 def test_fixed_windows(t, expected):
-    assert fn(FixedWindows(10)).assign_windows(t) == [expected]
+    assert fn(TumblingWindow(10)).assign_windows(t) == [expected]
 
 
 def test_fixed_windows_offset():
-    assert fn(FixedWindows(10, 3)).assign_windows(2) == [W(-7, 3)]
-    assert fn(FixedWindows(10, 3)).assign_windows(3) == [W(3, 13)]
+    assert fn(TumblingWindow(10, 3)).assign_windows(2) == [W(-7, 3)]
+    assert fn(TumblingWindow(10, 3)).assign_windows(3) == [W(3, 13)]
 
 
 def test_sliding_windows_copy_each_element_into_every_overlapping_window():
     # Figure 3: two-minute windows every minute; an element at 12:01:30 is in two windows
-    assert fn(SlidingWindows(120, 60)).assign_windows(90) == [W(0, 120), W(60, 180)]
-    assert fn(SlidingWindows(10, 5, 2)).assign_windows(7) == [W(2, 12), W(7, 17)]
-    assert fn(SlidingWindows(3, 5)).assign_windows(4) == []  # in the gap between windows
-    assert fn(SlidingWindows(3, 5)).assign_windows(6) == [W(5, 8)]
+    assert fn(SlidingWindow(120, 60)).assign_windows(90) == [W(0, 120), W(60, 180)]
+    assert fn(SlidingWindow(10, 5, 2)).assign_windows(7) == [W(2, 12), W(7, 17)]
+    assert fn(SlidingWindow(3, 5)).assign_windows(4) == []  # in the gap between windows
+    assert fn(SlidingWindow(3, 5)).assign_windows(6) == [W(5, 8)]
 
 
 def test_sessions_merge_overlapping_not_touching():
-    s = fn(Sessions(10))
+    s = fn(SessionWindow(10))
     assert s.assign_windows(5) == [W(5, 15)]
     assert s.merge_windows([W(0, 10), W(10, 20)]) == []
     assert s.merge_windows([W(20, 30), W(0, 10), W(9, 19), W(40, 50)]) == [
@@ -56,18 +56,18 @@ def test_sessions_merge_overlapping_not_touching():
 
 
 def test_windows_of_is_the_batch_reference():
-    assert windows_of(Sessions(60), [70, 130, 100]) == [W(70, 190)]
-    assert windows_of(FixedWindows(10), [1, 2, 15]) == [W(0, 10), W(10, 20)]
+    assert windows_of(SessionWindow(60), [70, 130, 100]) == [W(70, 190)]
+    assert windows_of(TumblingWindow(10), [1, 2, 15]) == [W(0, 10), W(10, 20)]
 
 
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: FixedWindows(0), "TumblingWindow: size_ms=0: expected a positive integer"),
-        (lambda: FixedWindows(10, 10), "TumblingWindow: offset_ms=10: expected an integer in [0, 10)"),
-        (lambda: SlidingWindows(10, period_ms=-5), "SlidingWindow: period_ms=-5: expected a positive integer"),
-        (lambda: Sessions(1.5), "SessionWindow: gap_ms=1.5: expected a positive integer"),
-        (lambda: TriggerDriver(FixedWindows(10, measure="count"), DefaultTrigger()),
+        (lambda: TumblingWindow(0), "TumblingWindow: size_ms=0: expected a positive integer"),
+        (lambda: TumblingWindow(10, 10), "TumblingWindow: offset_ms=10: expected an integer in [0, 10)"),
+        (lambda: SlidingWindow(10, period_ms=-5), "SlidingWindow: period_ms=-5: expected a positive integer"),
+        (lambda: SessionWindow(1.5), "SessionWindow: gap_ms=1.5: expected a positive integer"),
+        (lambda: TriggerDriver(TumblingWindow(10, measure="count"), DefaultTrigger()),
          "TumblingWindow(size_ms=10, offset_ms=0, measure='count'): the Dataflow driver supports "
          "measure='time' only (windows of records: use the slicer)"),
     ],
@@ -79,10 +79,10 @@ def test_bad_window_specs_name_the_value(make, message):
 
 
 def test_window_functions_are_values():
-    assert FixedWindows(10, 2) == FixedWindows(10, 2) != FixedWindows(10, 3)
-    assert hash(Sessions(5)) == hash(Sessions(5))
-    assert repr(SlidingWindows(10, 5)) == "SlidingWindow(size_ms=10, slide_ms=5, offset_ms=0)"
-    assert SlidingWindows(10, period_ms=5) == SlidingWindows(10, 5)
+    assert TumblingWindow(10, 2) == TumblingWindow(10, 2) != TumblingWindow(10, 3)
+    assert hash(SessionWindow(5)) == hash(SessionWindow(5))
+    assert repr(SlidingWindow(10, 5)) == "SlidingWindow(size_ms=10, slide_ms=5, offset_ms=0)"
+    assert SlidingWindow(10, period_ms=5) == SlidingWindow(10, 5)
 
 
 class HourActivity(WindowFn):
@@ -105,6 +105,6 @@ class HourActivity(WindowFn):
 
 
 def test_custom_merging_window_function_through_the_driver():
-    d = TriggerDriver(HourActivity(), DefaultTrigger(), "accumulating", combiner=SumCombiner())
+    d = TriggerDriver(HourActivity(), DefaultTrigger(), "accumulating", combiner=Sum())
     out = run_transcript(d, [("add", [(1, 10), (2, 90), (4, 150), (8, 40)]), ("watermark", 1000)])
     assert [p.brief() for _, p in out] == [(10, 91, 11, "ON_TIME", 0, "FL"), (150, 151, 4, "ON_TIME", 0, "FL")]

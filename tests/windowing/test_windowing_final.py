@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import Count, FixedWindows, Sum, TumblingWindow
+from dataflow_kafka.windowing import Count, Sum, TumblingWindow
 from dataflow_kafka.windowing.final import UpsertWindows, WindowFold, current_windows
 
 from tests.suite import examples
@@ -74,11 +74,28 @@ def test_rows_of_one_key_group_are_taken_in_offset_order_and_result_rows_by_stag
     assert as_dict(current_windows(mixed, stage)) == {("a", 0): 9}
 
 
+def test_current_results_folds_a_windowing_stage_as_current_windows_and_refuses_a_stage_without_results():
+    import dataflow_kafka as dk
+    from dataflow_kafka.keygroups.examples import RunningCount
+
+    mixed = pd.concat([rows(("a", 0, 1, False), kind="result", topic="w"), rows(("a", 0, 9, False)),
+                       rows(("a", 0, 9, True), ("b", 10, 2, False))])
+    for stage in (SlicerStage(key="k", value="v", windows=[TumblingWindow(10)], aggregations=[Sum()], name="w"),
+                  WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregations=[Sum()], name="w",
+                                 accumulation_mode="accumulating")):
+        for kind in ("data", "result"):
+            pd.testing.assert_frame_equal(dk.current_results([mixed], stage, kind=kind),
+                                          current_windows([mixed], stage, kind=kind))
+    assert as_dict(dk.current_results(mixed, key_columns=["k"])) == {("b", 10): 2}
+    with pytest.raises(ValueError, match="has no results to fold"):
+        dk.current_results([mixed], RunningCount())
+
+
 def test_discarding_panes_are_refused():
-    panes = WindowingStage(key="k", value="v", windows=FixedWindows(10), aggregation=Count())   # discarding
+    panes = WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregations=[Count()])   # discarding
     with pytest.raises(ValueError, match="discarding mode: its panes are deltas"):
         WindowFold.of(panes)
-    acc = WindowingStage(key="k", value="v", windows=FixedWindows(10), aggregation=Count(),
+    acc = WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregations=[Count()],
                          accumulation_mode="accumulating")
     assert WindowFold.of(acc).window_columns == COLS
 

@@ -19,9 +19,10 @@ from dataflow_kafka import windowing
 from dataflow_kafka.slicer import SlicingWindowOperator
 from dataflow_kafka.watermarks import DefaultTrigger, TriggerDriver
 from dataflow_kafka.windowing import (
-    END_OF_TIME_MS, M4, AggregateFunction, Combiner, Count, GlobalWindow, Max, Mean, Median, Min, Quantile,
-    SessionWindow, SlidingWindow, Sum, ToList, TumblingWindow, WindowMeasure, window_from_json,
+    END_OF_TIME_MS, M4, AggregateFunction, Combiner, Count, GlobalWindow, Max, Mean, Measure, Median, Min, Quantile,
+    SessionWindow, SlidingWindow, Sum, ToList, TumblingWindow, window_from_json,
 )
+from dataflow_kafka.windowing.aggregations import combine_fn
 
 from tests.suite import examples
 
@@ -103,13 +104,13 @@ def test_bad_json_names_the_field_and_value(form, message):
     assert str(err.value).startswith(message)
 
 
-def test_aliases_are_the_same_objects_and_exported_from_windowing_only():
-    assert windowing.FixedWindows is TumblingWindow and windowing.SlidingWindows is SlidingWindow
-    assert windowing.Sessions is SessionWindow and windowing.GlobalWindows is GlobalWindow
-    for beam, ours in [("SumCombiner", Sum), ("CountCombiner", Count), ("MeanCombiner", Mean),
-                       ("MinCombiner", Min), ("MaxCombiner", Max), ("ToListCombiner", ToList)]:
-        assert getattr(windowing, beam) is ours
-    # each public name has one home: the engines do not export the vocabulary again
+def test_one_name_per_concept_and_each_exported_from_windowing_only():
+    """Other systems' names are not among the vocabulary (they live in dataflow_kafka.compat,
+    tests/test_compat.py), and the engines do not export the vocabulary again."""
+    other = {"FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "WindowMeasure", "SumCombiner",
+             "CountCombiner", "MeanCombiner", "MinCombiner", "MaxCombiner", "ToListCombiner"}
+    assert not other & set(windowing.__all__) and not other & set(dir(windowing.windows))
+    assert not {"AtWatermark", "AtCount", "AtPeriod", "SequenceOf", "Repeat", "RepeatUntil"} & set(watermarks.__all__)
     for engine in (slicer, watermarks):
         assert not set(engine.__all__) & set(windowing.__all__), engine.__name__
 
@@ -146,7 +147,27 @@ def test_lift_combine_lower_runs_in_the_dataflow_driver_with_retractions():
     d.add([(2, 1), (3, 2), (4, 3)])
     d.add_retractions([(4, 4)])
     assert [p.value for p in d.advance_watermark(10)] == [6.0]
-    assert Product().create_accumulator() is None and Product().extract_output(None) is None
+    beam = combine_fn(Product())                    # Beam's view: None is the empty accumulator
+    assert beam.create_accumulator() is None and beam.extract_output(None) is None
+    assert beam.uncombine(beam.add_input(beam.add_input(None, 2), 3), 3) == 2.0
+    assert combine_fn(Sum()) == Sum() and combine_fn(SumOfSquares()) == SumOfSquares()
+
+
+def test_an_aggregation_missing_a_hook_fails_when_built():
+    class NoCombine(AggregateFunction):
+        def lift(self, v):
+            return v
+
+    class NoMerge(Combiner):
+        def create_accumulator(self):
+            return 0
+
+        def add_input(self, acc, v):
+            return acc + v
+
+    for cls in (NoCombine, NoMerge):
+        with pytest.raises(TypeError, match="abstract"):
+            cls()
 
 
 def test_beam_style_combiner_runs_in_the_slicer():
@@ -159,14 +180,18 @@ def test_beam_style_combiner_runs_in_the_slicer():
 
 
 # --------------------------------------------------------------------------- Scotty's shapes
-def test_scotty_constructor_shapes_take_the_measure_first():
-    assert TumblingWindow(WindowMeasure.Time, 5_000) == TumblingWindow(5_000) == TumblingWindow(5_000, measure="time")
-    assert SlidingWindow(WindowMeasure.Count, 10, 5) == SlidingWindow(10, 5, measure="count")
-    assert SessionWindow(WindowMeasure.Time, 2_000) == SessionWindow(2_000)
-    assert TumblingWindow(10, measure=WindowMeasure.Count).measure == "count"      # stored as the plain string
-    assert pickle.loads(pickle.dumps(SlidingWindow(WindowMeasure.Time, 10, 5))) == SlidingWindow(10, 5)
-    assert window_from_json(TumblingWindow(WindowMeasure.Count, 3).to_json()) == TumblingWindow(3, measure="count")
-    assert repr(WindowMeasure.Time) == "WindowMeasure.Time" and WindowMeasure.Count == "count"
+def test_one_measure_enum_for_both_engines():
+    from dataflow_kafka.slicer.compile import compile_window
+    from dataflow_kafka.slicer.windows import COUNT, measure_of
+
+    assert TumblingWindow(10, measure=Measure.COUNT) == TumblingWindow(10, measure="count")
+    assert TumblingWindow(10, measure=Measure.COUNT).measure == "count"      # stored as the plain string
+    assert pickle.loads(pickle.dumps(SlidingWindow(10, 5, measure=Measure.COUNT))) == SlidingWindow(10, 5, measure="count")
+    assert window_from_json(TumblingWindow(3, measure=Measure.COUNT).to_json()) == TumblingWindow(3, measure="count")
+    assert Measure.COUNT == "count" and str(Measure.TIME) == "time" and Measure.parse("Time") is Measure.TIME
+    assert measure_of(compile_window(TumblingWindow(3, measure=Measure.COUNT))) is COUNT is Measure.COUNT
+    with pytest.raises(ValueError, match="measure='rows': expected 'time' or 'count'"):
+        Measure.parse("rows")
 
 
 def test_a_session_gap_of_exactly_gap_ms_joins_in_the_slicer_and_splits_in_the_dataflow_driver():

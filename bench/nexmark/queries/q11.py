@@ -3,7 +3,7 @@ session's start (its first bid) and end (its last bid + the gap), as the Flink n
 states it (``GROUP BY bidder, SESSION(dateTime, INTERVAL '10' SECOND)``).
 
 One stage, keyed by bidder: the slicer (Scotty's sessions: a bid exactly the gap after the
-session's last one joins it, as in Flink) or the Dataflow stage (Beam's ``Sessions``: exactly
+session's last one joins it, as in Flink) or the Dataflow stage (Beam's session rule: exactly
 the gap apart starts a new session; ``docs/semantics.md``), accumulating, a late pane per late
 bid. A late bid can extend or fuse sessions already emitted: both engines then retract the old
 sessions before the new one, so the folded rows (:func:`windowing.final.current_windows`) are
@@ -64,7 +64,7 @@ class Q11(Query):
                   num_key_groups=settings.key_groups, name="q11_sessions")
         if variant == "slicer":
             return Pipeline([SlicerStage(windows={"session": SessionWindow(GAP_MS)}, aggregations=[Count()], **kw)])
-        return Pipeline([WindowingStage(windows={"session": SessionWindow(GAP_MS)}, aggregation=Count(),
+        return Pipeline([WindowingStage(windows={"session": SessionWindow(GAP_MS)}, aggregations=[Count()],
                                         trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
                                         **kw)])
 

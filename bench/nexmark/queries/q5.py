@@ -20,7 +20,7 @@ from dataflow_kafka.keygroups import Pipeline, json_field, json_object
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import Count, FixedWindows, SlidingWindow
+from dataflow_kafka.windowing import Count, SlidingWindow, TumblingWindow
 
 from bench.nexmark.aggregations import ArgMax
 from bench.nexmark.query import Query, Settings, window_rows
@@ -57,11 +57,11 @@ class Q5(Query):
                                  aggregations=[Count()], allowed_lateness_ms=late, num_key_groups=n, name="q5_counts")
         else:
             counts = WindowingStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
-                                    aggregation=Count(), trigger=AfterWatermark(late=AfterCount(1)),
+                                    aggregations=[Count()], trigger=AfterWatermark(late=AfterCount(1)),
                                     accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
                                     name="q5_counts")
         hot = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"),
-                             windows=FixedWindows(SLIDE_MS), aggregation=ArgMax("count", key=("auction",)),
+                             windows=TumblingWindow(SLIDE_MS), aggregations=[ArgMax("count", key=("auction",))],
                              accumulation_mode="accumulating", num_key_groups=n, name="q5_hot")
         return Pipeline([counts, hot])
 

@@ -24,7 +24,7 @@ from dataflow_kafka.keygroups import Pipeline, json_field, json_object
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import FixedWindows, Max, TumblingWindow
+from dataflow_kafka.windowing import Max, TumblingWindow
 
 from bench.nexmark.aggregations import ArgMax
 from bench.nexmark.query import Query, Settings, raw_value, window_rows
@@ -64,13 +64,13 @@ class Q7(Query):
                                 aggregations=[Max()], allowed_lateness_ms=late, num_key_groups=n, name="q7_max")
             value, top = json_object("auction", "bidder", "max"), ArgMax("max", key=("auction", "bidder"))
         else:
-            first = WindowingStage(key={"auction": json_field("auction")}, value=raw_value, windows=FixedWindows(SIZE_MS),
-                                   aggregation=ArgMax("price", name="bids"), trigger=AfterWatermark(late=AfterCount(1)),
+            first = WindowingStage(key={"auction": json_field("auction")}, value=raw_value, windows=TumblingWindow(SIZE_MS),
+                                   aggregations=[ArgMax("price", name="bids")], trigger=AfterWatermark(late=AfterCount(1)),
                                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
                                    name="q7_max")
             value, top = "bids", ArgMax("price")
-        highest = WindowingStage(key={"w": "window_end_ms"}, value=value, windows=FixedWindows(SIZE_MS),
-                                 aggregation=top, accumulation_mode="accumulating", num_key_groups=n, name="q7_highest")
+        highest = WindowingStage(key={"w": "window_end_ms"}, value=value, windows=TumblingWindow(SIZE_MS),
+                                 aggregations=[top], accumulation_mode="accumulating", num_key_groups=n, name="q7_highest")
         return Pipeline([first, highest])
 
     def results(self, variant, frames, settings=Settings()):
