@@ -208,6 +208,14 @@ def passthrough_kafka(rate: float = 20.0, punctuated: bool = False, partitions: 
                     base.expected, {}, rate, poisson=False, source_format="kafka", needs_input_topic=punctuated)
 
 
+def passthrough_floor(rate: float = 20.0) -> Pipeline:
+    """:func:`passthrough` through :class:`bench.python_floor.FloorSource` (``format("bench-python-floor")``:
+    Spark's Python source path without reading Kafka): key, value."""
+    base = passthrough(rate)
+    return Pipeline("passthrough, Python floor source", lambda src, out_topic: src.selectExpr("key", "value"),
+                    base.record, None, {}, rate, poisson=False, source_format="bench-python-floor")
+
+
 def inverted_index(stages: int = 2, key_groups: int = 4, skew_ms: int = 100, rate: float = 10.0,
                    output_partitions: int = 2, fused: bool = False, io: str = "dataflow-kafka",
                    partitions: int = 2) -> Pipeline:

@@ -6,7 +6,7 @@ connector (``format("kafka")``), as a source into ``noop`` and as source and sin
     python -m bench.connector_cost [--shape passthrough|stages] [--quick] [--cycles 3] [--phase 12]
                                    [--csv bench/out/connector_cost.csv]
 
-Five queries run at the same time in one session and take turns (``bench._stream.interleaved``:
+Seven queries run at the same time in one session and take turns (``bench._stream.interleaved``:
 in each cycle one query gets ``--phase`` seconds of input while the others' inputs are paused,
 the order rotating), each on its own 2-partition input topic fed by its own trickle of about 20
 JSON records/s (even gaps), Spark's default trigger, ``spark_session()`` defaults on ``local[2]``:
@@ -16,7 +16,11 @@ JSON records/s (even gaps), Spark's default trigger, ``spark_session()`` default
 * ``dataflow-kafka -> dataflow-kafka``: our source and our sink (a 2-partition output topic);
 * ``kafka -> kafka``: Spark's connector and Spark's Kafka sink;
 * ``kafka -> punctuate -> noop``: Spark's connector through :func:`jvm_ingest.punctuate` (the
-  source's rows rebuilt in one ``mapInArrow`` step), data rows' key and value, ``noop``.
+  source's rows rebuilt in one ``mapInArrow`` step), data rows' key and value, ``noop``;
+* the platform's floor for a Python source and sink (:mod:`bench.python_floor`): ``python floor ->
+  noop``, a Python source that asks Kafka for the high watermarks and yields prebuilt rows, and
+  ``python floor -> null sink``, the same into a Python sink that drops its rows
+  (:class:`bench.sink_cost.NullSink`): what any Python data source pays per batch on Spark.
 
 ``--shape stages``: four queries at 10 documents/s (the latency experiment's base point, 2 input
 partitions):
@@ -46,12 +50,17 @@ from pathlib import Path
 
 
 ARMS = ("dataflow-kafka -> noop", "kafka -> noop", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka",
-        "kafka -> punctuate -> noop")
+        "kafka -> punctuate -> noop", "python floor -> noop", "python floor -> null sink")
 RATIOS = (("source into noop: ours / Spark's", "dataflow-kafka -> noop", "kafka -> noop"),
           ("source and sink: ours / Spark's", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka"),
           ("our sink / noop (our source)", "dataflow-kafka -> dataflow-kafka", "dataflow-kafka -> noop"),
           ("Spark's sink / noop (Spark's source)", "kafka -> kafka", "kafka -> noop"),
-          ("punctuate() / nothing (Spark's source, noop)", "kafka -> punctuate -> noop", "kafka -> noop"))
+          ("punctuate() / nothing (Spark's source, noop)", "kafka -> punctuate -> noop", "kafka -> noop"),
+          ("Python floor source / Spark's source, noop", "python floor -> noop", "kafka -> noop"),
+          ("Python floor source and sink / Spark's", "python floor -> null sink", "kafka -> kafka"),
+          ("our source / Python floor source, noop", "dataflow-kafka -> noop", "python floor -> noop"),
+          ("our source and sink / Python floor's", "dataflow-kafka -> dataflow-kafka", "python floor -> null sink"),
+          ("null sink / noop (Python floor source)", "python floor -> null sink", "python floor -> noop"))
 
 
 STAGE_ARMS = ("fused, dataflow-kafka in and out", "fused, format(kafka) + punctuate, Spark's sink", "spark-jvm",
@@ -77,7 +86,9 @@ def arms(rate: float, shape: str = "passthrough", partitions: int = 2):
     ours, spark = _stream.passthrough(rate), _stream.passthrough_kafka(rate)
     return [_stream.Arm(ARMS[0], ours, "noop"), _stream.Arm(ARMS[1], spark, "noop"),
             _stream.Arm(ARMS[2], ours, "kafka"), _stream.Arm(ARMS[3], spark, "kafka", sink_format="kafka"),
-            _stream.Arm(ARMS[4], _stream.passthrough_kafka(rate, punctuated=True, partitions=partitions), "noop")]
+            _stream.Arm(ARMS[4], _stream.passthrough_kafka(rate, punctuated=True, partitions=partitions), "noop"),
+            _stream.Arm(ARMS[5], _stream.passthrough_floor(rate), "noop"),
+            _stream.Arm(ARMS[6], _stream.passthrough_floor(rate), "kafka", sink_format="bench-null-sink")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         bs = broker.bootstrap_servers
         spark = spark_session(app_name="bench-connector-cost", extra=spark_kafka.session_extra())
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        from bench import python_floor, sink_cost   # classes by reference: the Python workers import them
+        spark.dataSource.register(python_floor.FloorSource)
+        spark.dataSource.register(sink_cost.NullSink)
         print(f"broker {broker.kind}; {args.shape}; {rate:g} records/s over {args.partitions} partitions per query; "
-              f"local[2]; {4 if stages else 5} queries take turns, {cycles} cycles of {phase:g} s of input each; Spark's connector "
+              f"local[2]; {4 if stages else len(ARMS)} queries take turns, {cycles} cycles of {phase:g} s of input each; Spark's connector "
               f"{spark_kafka.CONNECTOR_VERSION} in pyspark {spark.version}; {_stream.machine()}", flush=True)
         try:
             _stream.interleaved(spark, bs, arms(rate, args.shape, args.partitions), 1, 2, 2,

@@ -622,9 +622,22 @@ def _task_identity() -> tuple[str, int, int]:
     return query_id, int(batch_id), tc.partitionId()
 
 
+#: Access checks that passed in this process: (Kafka configuration, topic option, commit topic)
+_access_allowed: set[tuple] = set()
+
+
 def _check_access(opts: SinkOptions) -> None:
     """On the driver, before any task writes: may the principal WRITE the ``topic`` option's topic
-    (and, with exactlyOnce, WRITE and READ the commit topic)?"""
+    (and, with exactlyOnce, WRITE and READ the commit topic)?
+
+    Spark's commit runner creates the writer again for every micro-batch's commit, after the
+    tasks have written: a check that passed is not asked again in the same process (it cost an
+    admin client and a DescribeTopics round trip per micro-batch, about 7 ms at a trickle). A
+    permission revoked later still fails the next task's deliveries, naming the principal and
+    topic (:meth:`_TaskDelivery.failure`)."""
+    key = (tuple(sorted(opts.kafka.items())), opts.topic, opts.commit_topic if opts.exactly_once else None)
+    if key in _access_allowed:
+        return
     needs, why = {}, {}
     if opts.topic:
         needs[opts.topic], why[opts.topic] = ["WRITE"], "the sink writes to it (option 'topic')"
@@ -632,6 +645,7 @@ def _check_access(opts: SinkOptions) -> None:
         needs[opts.commit_topic] = ["WRITE", "READ"]
         why[opts.commit_topic] = "the exactly-once sink's commit topic (option 'exactlyOnceCommitTopic')"
     kafka_security.require_topic_operations(opts.kafka, needs, why)
+    _access_allowed.add(key)
 
 
 class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):

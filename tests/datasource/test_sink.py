@@ -141,6 +141,35 @@ def _source(spark, kafka, topic: str, **options):
     return reader.load().filter("kind = 'data'")
 
 
+def test_the_access_check_runs_once_per_process_and_configuration_not_per_commit(kafka, monkeypatch):
+    """Spark's commit runner creates the stream writer again for every micro-batch's commit: the
+    topic ACL check (an admin client and a DescribeTopics round trip) runs once per process and
+    Kafka configuration; another topic or configuration is checked on its own."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from dataflow_kafka.datasource import kafka_security
+
+    asked = []
+    real = kafka_security.require_topic_operations
+
+    def counting(conf, needs, why, *a, **kw):
+        asked.append(sorted(needs))
+        return real(conf, needs, why, *a, **kw)
+
+    monkeypatch.setattr(kafka_security, "require_topic_operations", counting)
+    monkeypatch.setattr(sink, "_access_allowed", set(), raising=False)
+    schema = StructType([StructField("value", BinaryType())])
+    a, b = kafka.topic(1, prefix="sink-acl"), kafka.topic(1, prefix="sink-acl")
+    source = DataflowKafkaDataSource({"kafka.bootstrap.servers": kafka.bootstrap, "topic": a})
+    for batch_id in range(3):      # what the commit runner does per micro-batch
+        source.streamWriter(schema, False).commit([], batch_id)
+    assert asked == [[a]]
+    DataflowKafkaDataSource({"kafka.bootstrap.servers": kafka.bootstrap, "topic": b}).streamWriter(schema, False)
+    DataflowKafkaDataSource({"kafka.bootstrap.servers": kafka.bootstrap, "topic": a,
+                             "kafka.client.id": "other"}).streamWriter(schema, False)
+    assert asked == [[a], [b], [a]]
+
+
 def test_streaming_tasks_reuse_producers_across_micro_batches_and_lose_nothing(spark, kafka, tmp_path):
     spark.dataSource.register(RecordingSink)
     src, dst = kafka.topic(4, prefix="reuse-in"), kafka.topic(2, prefix="reuse-out")
