@@ -402,7 +402,7 @@ def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
     """Raise the task's failure for a ``SystemError`` whose chain holds a fatal ``KafkaError``
     (confluent-kafka raised it, then called a delivery callback with it still pending), or
     re-raise ``e`` when there is none."""
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError, KafkaException
 
     cause = e.__cause__ or e.__context__
     while cause is not None and task.entry.fatal is None:
@@ -419,6 +419,18 @@ def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
                 task.entry.producer.poll(0.1)
             except Exception:  # noqa: BLE001 - the same pending state again; the recorded error decides
                 pass
+    if task.entry.fatal is None:
+        # error_cb's call can be the one whose exception was lost: a transactional call on a
+        # producer in a fatal state raises that error again, whole (a producer without
+        # transactions answers with a non-fatal error; the task fails either way)
+        try:
+            task.entry.producer.abort_transaction(1.0)
+        except KafkaException as again:
+            err = again.args[0] if again.args and isinstance(again.args[0], KafkaError) else None
+            if err is not None and err.fatal():
+                task.entry.fatal = err
+        except Exception:  # noqa: BLE001 - another pending state: the recorded error decides
+            pass
     if task.entry.fatal is None:
         raise e
     raise KafkaClientError(task.failure(conf, 0)) from e
