@@ -40,6 +40,14 @@ def _descendants(pid: int) -> list[str]:
     return out
 
 
+def _starts_this_python(folder: Path) -> bool:
+    """Whether the wrapper in ``folder`` starts this process's interpreter (unreadable: counted)."""
+    try:
+        return sys.executable in (folder / "python").read_text(errors="replace")
+    except OSError:
+        return True
+
+
 def _kafka_threads() -> list[str]:
     names = []
     for t in Path("/proc/self/task").iterdir():
@@ -88,8 +96,10 @@ def main() -> None:
     from dataflow_kafka.datasource.session import python_without_pyspark_zip
     shared = python_without_pyspark_zip()
     allowed = {Path(shared).parent} if shared else set()
+    # tests running beside this job (another pytest-xdist worker) make wrappers for other
+    # interpreters (a fresh virtualenv's): only wrappers that start this job's Python are its own
     report["new_wrapper_dirs"] = sorted(str(p) for p in set(Path(tempfile.gettempdir()).glob(
-        "dataflow-kafka-python-*")) - wrappers_before - allowed)
+        "dataflow-kafka-python-*")) - wrappers_before - allowed if _starts_this_python(p))
     print("REPORT " + json.dumps(report), flush=True)
 
 
