@@ -58,6 +58,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: each socket stays bound until all are taken (a port freed by
+    :func:`free_port` can come back at the next call, and two listeners on one port stop Kafka)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def _group_gone(p: subprocess.Popen, timeout_s: float) -> bool:
     """Wait until no live process is left in the process group led by ``p`` (zombies count as gone)."""
     deadline = time.monotonic() + timeout_s
@@ -297,14 +312,15 @@ def close_producers(timeout_s: float = 5.0) -> None:
 
 
 def _embedded(kind: str, workdir: Path, scram: Scram | None = None, tls: Tls | None = None) -> Broker:
-    port = free_port()
+    names = [lst.name for lst in tls.listeners] if tls else []
+    port, controller, *others = free_ports(2 + len(names))    # client, controller, TLS listeners
     addr = f"127.0.0.1:{port}"
     data_dir = workdir / "data"
     if (scram is not None or tls is not None) and kind != "kafka":
         raise BrokerError(f"SASL/SCRAM and TLS need the Apache Kafka broker, not {kind!r}")
     if kind == "kafka":
-        tls_ports = {lst.name: free_port() for lst in tls.listeners} if tls else {}
-        node = KafkaNode(workdir, port, free_port(), scram, tls, tls_ports)
+        tls_ports = dict(zip(names, others))
+        node = KafkaNode(workdir, port, controller, scram, tls, tls_ports)
         try:
             node.prepare()
         except KafkaSetupError as e:
