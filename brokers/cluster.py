@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Iterator
 
 from dataflow_kafka.brokers.apache_kafka import KafkaNode, KafkaSetupError
-from dataflow_kafka.brokers.launcher import Broker, close_producers, free_port, wait_until_healthy
+from dataflow_kafka.brokers.launcher import Broker, close_producers, free_port, free_ports, wait_until_healthy
 from dataflow_kafka.errors import BrokerError, KafkaTimeoutError
 
 __all__ = ["KafkaCluster", "ClusterNode", "kafka_cluster", "java_string_hash", "CLUSTER_SETTINGS",
@@ -296,7 +296,8 @@ class KafkaCluster:
 
 
 def _start_cluster(workdir: Path, brokers: int, heap: str) -> KafkaCluster:
-    ports = {i: (free_port(), free_port()) for i in range(1, brokers + 1)}
+    drawn = free_ports(2 * brokers)                  # all distinct (a freed port can come back)
+    ports = {i: (drawn[2 * i - 2], drawn[2 * i - 1]) for i in range(1, brokers + 1)}
     voters = {i: c for i, (_, c) in ports.items()}
     cluster = KafkaCluster([], workdir)
     cid = None                           # the first node's, for all
