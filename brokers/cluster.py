@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Iterator
 
 from dataflow_kafka.brokers.apache_kafka import KafkaNode, KafkaSetupError
-from dataflow_kafka.brokers.launcher import Broker, close_producers, free_port, free_ports, wait_until_healthy
+from dataflow_kafka.brokers.launcher import Broker, close_producers, free_ports, wait_until_healthy
 from dataflow_kafka.errors import BrokerError, KafkaTimeoutError
 
 __all__ = ["KafkaCluster", "ClusterNode", "kafka_cluster", "java_string_hash", "CLUSTER_SETTINGS",
