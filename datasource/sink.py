@@ -148,7 +148,7 @@ class _Entry:
     broker refused (a login, a TLS handshake: librdkafka reports them only to the client's
     callbacks, between "all brokers down" errors; ``refused``)."""
 
-    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at", "refused")
+    __slots__ = ("producer", "fatal", "pid", "last_error", "last_error_at", "healthy_at", "refused")
 
     def __init__(self, conf: dict) -> None:
         self.producer = None
@@ -156,6 +156,7 @@ class _Entry:
         self.pid = os.getpid()
         self.last_error = None
         self.last_error_at = 0.0
+        self.healthy_at = 0.0   # when a task last ended with every record acknowledged
         self.refused = kafka_security.ClientErrors(conf)
 
     def on_error(self, err) -> None:   # librdkafka's error_cb: client-level errors, fatal ones included
@@ -330,13 +331,16 @@ class _TaskDelivery:
     def failure(self, conf: dict, timeout_s: float) -> str | None:
         """The task's failure message, or None if every record was acknowledged: what failed
         (topic, partition, error, records), the servers, and the client's last error during the
-        task (the cause of a timeout, e.g. ``Connection refused``)."""
+        task or since the producer's last fully acknowledged task (the cause of a timeout, e.g.
+        ``Connection refused``: librdkafka reports a repeated connection error once, so the report
+        may predate a task that starts after the broker went away)."""
         fatal = self.entry.fatal
         if fatal is not None:
             return (f"dataflow-kafka sink: the producer hit a fatal error: {fatal.str()} ({fatal.name()}) "
                     f"at {_servers(conf)}; the producer is discarded and Spark's retry of this task writes with a "
                     f"new one ({self.acked} of {self.sent} records were acknowledged before)")
         if not self.failed and not self.pending:
+            self.entry.healthy_at = time.monotonic()
             return None
         if self.denied:
             raise kafka_security.authorization_error(conf, "WRITE", f"topic {sorted(self.denied)[0]!r}",
@@ -350,7 +354,8 @@ class _TaskDelivery:
         else:
             what = f"{self.pending} of {self.sent} records not acknowledged within {timeout_s:.0f} s"
         cause = (f"; last client error: {last.str()} ({last.name()})"
-                 if last is not None and self.entry.last_error_at >= self.started else "")
+                 if last is not None and self.entry.last_error_at >= min(self.started, self.entry.healthy_at)
+                 else "")
         return (f"dataflow-kafka sink: {what} ({_servers(conf)}, kafka.delivery.timeout.ms="
                 f"{_delivery_timeout_s(conf) * 1000:.0f}{cause})")
 
