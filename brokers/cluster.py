@@ -167,13 +167,19 @@ class KafkaCluster:
             time.sleep(0.2)
         raise BrokerError(f"Kafka cluster nodes {sorted(node_ids)} not live within {timeout_s:.0f} s (last: {last})")
 
-    def partition_state(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+    def partition_state(self, topic: str, partition: int, timeout_s: float = 10.0) -> tuple[int, list[int], list[int]]:
         """``(leader node id, replicas, in-sync replicas)`` of ``topic``-``partition`` as the
-        cluster's metadata says now (leader -1: none)."""
-        md = self._admin().list_topics(topic, timeout=5).topics.get(topic)
-        if md is None or md.error is not None or partition not in md.partitions:
-            raise BrokerError(f"topic {topic!r} partition {partition} is not in the cluster's metadata"
-                              + (f": {md.error}" if md is not None and md.error is not None else ""))
+        cluster's metadata says now (leader -1: none). A topic just created may not have reached
+        the answering node's metadata cache yet: asked again for up to ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = self._admin().list_topics(topic, timeout=5).topics.get(topic)
+            if md is not None and md.error is None and partition in md.partitions:
+                break
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"topic {topic!r} partition {partition} is not in the cluster's metadata"
+                                  + (f": {md.error}" if md is not None and md.error is not None else ""))
+            time.sleep(0.2)
         p = md.partitions[partition]
         return p.leader, list(p.replicas), list(p.isrs)
 
@@ -192,7 +198,7 @@ class KafkaCluster:
         last: object = None
         while time.monotonic() < deadline:
             try:
-                leader, _, _ = self.partition_state(topic, partition)
+                leader, _, _ = self.partition_state(topic, partition, timeout_s=0)
                 if leader >= 0 and leader != avoid:
                     return self.node(leader)
                 last = f"leader {leader}"
