@@ -643,6 +643,20 @@ def _task_identity() -> tuple[str, int, int]:
 _access_allowed: set[tuple] = set()
 
 
+#: Commit topics this process has found or created: (Kafka configuration, commit topic)
+_commit_topics_ready: set[tuple] = set()
+
+
+def _ensure_commit_topic(opts: SinkOptions) -> None:
+    """Create the exactly-once sink's commit topic unless it exists, once per process and
+    configuration (Spark creates the writer again for every micro-batch; as with
+    :func:`_check_access`, a later deletion fails the next task, naming the topic)."""
+    key = (tuple(sorted(opts.kafka.items())), opts.commit_topic)
+    if key not in _commit_topics_ready:
+        ensure_topic(opts.kafka, opts.commit_topic)
+        _commit_topics_ready.add(key)
+
+
 def _check_access(opts: SinkOptions) -> None:
     """On the driver, before any task writes: may the principal WRITE the ``topic`` option's topic
     (and, with exactlyOnce, WRITE and READ the commit topic)?
@@ -671,7 +685,7 @@ class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):
         _delivery_timeout_s(opts.kafka)
         self.opts = opts
         if opts.exactly_once:
-            ensure_topic(opts.kafka, opts.commit_topic)
+            _ensure_commit_topic(opts)
         _check_access(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:

@@ -170,6 +170,37 @@ def test_the_access_check_runs_once_per_process_and_configuration_not_per_commit
     assert asked == [[a], [b], [a]]
 
 
+def test_the_exactly_once_commit_topic_is_checked_once_per_process_and_configuration(kafka, monkeypatch):
+    """The exactly-once stream writer, created again for every micro-batch, finds or creates its
+    commit topic (an admin client and a metadata round trip) once per process and configuration;
+    a commit topic that does not exist yet is created."""
+    from confluent_kafka.admin import AdminClient
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from dataflow_kafka.brokers.admin import admin_conf, unique_topic
+
+    ensured = []
+    real = sink.ensure_topic
+
+    def counting(conf, topic, *a, **kw):
+        ensured.append(topic)
+        return real(conf, topic, *a, **kw)
+
+    monkeypatch.setattr(sink, "ensure_topic", counting)
+    monkeypatch.setattr(sink, "_commit_topics_ready", set(), raising=False)
+    schema = StructType([StructField("value", BinaryType())])
+    out, commits = kafka.topic(1, prefix="eos-once"), unique_topic("eos-once-commits")
+    opts = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": out, "exactlyOnce": "true",
+            "exactlyOnceCommitTopic": commits}
+    for batch_id in range(3):      # what the commit runner does per micro-batch
+        DataflowKafkaDataSource(opts).streamWriter(schema, False).commit([], batch_id)
+    assert ensured == [commits]
+    md = AdminClient(admin_conf({"bootstrap.servers": kafka.bootstrap})).list_topics(commits, timeout=10).topics
+    assert md[commits].error is None and len(md[commits].partitions) == 1
+    DataflowKafkaDataSource({**opts, "kafka.client.id": "other"}).streamWriter(schema, False)
+    assert ensured == [commits, commits]
+
+
 def test_streaming_tasks_reuse_producers_across_micro_batches_and_lose_nothing(spark, kafka, tmp_path):
     spark.dataSource.register(RecordingSink)
     src, dst = kafka.topic(4, prefix="reuse-in"), kafka.topic(2, prefix="reuse-out")
