@@ -54,15 +54,18 @@ class Q5(Query):
         key, n, late = {"auction": json_field("auction")}, settings.key_groups, settings.lateness_ms
         if variant == "slicer":
             counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
-                                 aggregations=[Count()], allowed_lateness_ms=late, num_key_groups=n, name="q5_counts")
+                                 aggregations=[Count()], allowed_lateness_ms=late,
+                                 output_watermark="input", num_key_groups=n, name="q5_counts")
         else:
             counts = WindowingStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
                                     aggregations=[Count()], trigger=AfterWatermark(late=AfterCount(1)),
-                                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
+                                    accumulation_mode="accumulating", allowed_lateness_ms=late,
+                                    output_watermark="input", num_key_groups=n,
                                     name="q5_counts")
         hot = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"),
                              windows=TumblingWindow(SLIDE_MS), aggregations=[ArgMax("count", key=("auction",))],
-                             accumulation_mode="accumulating", num_key_groups=n, name="q5_hot")
+                             trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
+                             allowed_lateness_ms=late, num_key_groups=n, name="q5_hot")
         return Pipeline([counts, hot])
 
     def results(self, variant, frames, settings=Settings()):

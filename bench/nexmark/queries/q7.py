@@ -61,16 +61,20 @@ class Q7(Query):
         if variant == "slicer":
             first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
                                 value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
-                                aggregations=[Max()], allowed_lateness_ms=late, num_key_groups=n, name="q7_max")
+                                aggregations=[Max()], allowed_lateness_ms=late,
+                                output_watermark="input", num_key_groups=n, name="q7_max")
             value, top = json_object("auction", "bidder", "max"), ArgMax("max", key=("auction", "bidder"))
         else:
             first = WindowingStage(key={"auction": json_field("auction")}, value=raw_value, windows=TumblingWindow(SIZE_MS),
                                    aggregations=[ArgMax("price", name="bids")], trigger=AfterWatermark(late=AfterCount(1)),
-                                   accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
+                                   accumulation_mode="accumulating", allowed_lateness_ms=late,
+                                   output_watermark="input", num_key_groups=n,
                                    name="q7_max")
             value, top = "bids", ArgMax("price")
         highest = WindowingStage(key={"w": "window_end_ms"}, value=value, windows=TumblingWindow(SIZE_MS),
-                                 aggregations=[top], accumulation_mode="accumulating", num_key_groups=n, name="q7_highest")
+                                 aggregations=[top], trigger=AfterWatermark(late=AfterCount(1)),
+                                 accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
+                                 name="q7_highest")
         return Pipeline([first, highest])
 
     def results(self, variant, frames, settings=Settings()):
