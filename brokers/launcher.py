@@ -53,9 +53,8 @@ _QUIET.propagate = False
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """One free loopback port (for several at once, :func:`free_ports`: this one can come back)."""
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:

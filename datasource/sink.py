@@ -639,44 +639,32 @@ def _task_identity() -> tuple[str, int, int]:
     return query_id, int(batch_id), tc.partitionId()
 
 
-#: Access checks that passed in this process: (Kafka configuration, topic option, commit topic)
-_access_allowed: set[tuple] = set()
+#: Sink configurations this process has prepared: (Kafka configuration, topic option, commit topic)
+_writes_prepared: set[tuple] = set()
 
 
-#: Commit topics this process has found or created: (Kafka configuration, commit topic)
-_commit_topics_ready: set[tuple] = set()
-
-
-def _ensure_commit_topic(opts: SinkOptions) -> None:
-    """Create the exactly-once sink's commit topic unless it exists, once per process and
-    configuration (Spark creates the writer again for every micro-batch; as with
-    :func:`_check_access`, a later deletion fails the next task, naming the topic)."""
-    key = (tuple(sorted(opts.kafka.items())), opts.commit_topic)
-    if key not in _commit_topics_ready:
-        ensure_topic(opts.kafka, opts.commit_topic)
-        _commit_topics_ready.add(key)
-
-
-def _check_access(opts: SinkOptions) -> None:
-    """On the driver, before any task writes: may the principal WRITE the ``topic`` option's topic
-    (and, with exactlyOnce, WRITE and READ the commit topic)?
+def _prepare_writes(opts: SinkOptions) -> None:
+    """On the driver, before any task writes: with exactlyOnce, create the commit topic unless it
+    exists; then may the principal WRITE the ``topic`` option's topic (and WRITE and READ the
+    commit topic)?
 
     Spark's commit runner creates the writer again for every micro-batch's commit, after the
-    tasks have written: a check that passed is not asked again in the same process (it cost an
-    admin client and a DescribeTopics round trip per micro-batch, about 7 ms at a trickle). A
-    permission revoked later still fails the next task's deliveries, naming the principal and
-    topic (:meth:`_TaskDelivery.failure`)."""
+    tasks have written: a configuration prepared once is not prepared again in the same process
+    (it cost admin clients and metadata round trips per micro-batch, about 7 ms at a trickle for
+    the ACL check alone). A permission revoked or a commit topic deleted later still fails the
+    next task, naming the principal and topic (:meth:`_TaskDelivery.failure`)."""
     key = (tuple(sorted(opts.kafka.items())), opts.topic, opts.commit_topic if opts.exactly_once else None)
-    if key in _access_allowed:
+    if key in _writes_prepared:
         return
     needs, why = {}, {}
     if opts.topic:
         needs[opts.topic], why[opts.topic] = ["WRITE"], "the sink writes to it (option 'topic')"
     if opts.exactly_once:
+        ensure_topic(opts.kafka, opts.commit_topic)
         needs[opts.commit_topic] = ["WRITE", "READ"]
         why[opts.commit_topic] = "the exactly-once sink's commit topic (option 'exactlyOnceCommitTopic')"
     kafka_security.require_topic_operations(opts.kafka, needs, why)
-    _access_allowed.add(key)
+    _writes_prepared.add(key)
 
 
 class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -684,9 +672,7 @@ class DataflowKafkaStreamWriter(DataSourceStreamArrowWriter):
         validate_write_schema(schema, opts)
         _delivery_timeout_s(opts.kafka)
         self.opts = opts
-        if opts.exactly_once:
-            _ensure_commit_topic(opts)
-        _check_access(opts)
+        _prepare_writes(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         if self.opts.exactly_once:
@@ -709,7 +695,7 @@ class DataflowKafkaBatchWriter(DataSourceArrowWriter):
             raise OptionError("option 'exactlyOnce' applies to writeStream only: a batch write (df.write) has no "
                               "batch id to mark its transactions with")
         self.opts = opts
-        _check_access(opts)
+        _prepare_writes(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         return _produce(self.opts, iterator)

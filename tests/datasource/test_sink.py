@@ -157,7 +157,7 @@ def test_the_access_check_runs_once_per_process_and_configuration_not_per_commit
         return real(conf, needs, why, *a, **kw)
 
     monkeypatch.setattr(kafka_security, "require_topic_operations", counting)
-    monkeypatch.setattr(sink, "_access_allowed", set(), raising=False)
+    monkeypatch.setattr(sink, "_writes_prepared", set())
     schema = StructType([StructField("value", BinaryType())])
     a, b = kafka.topic(1, prefix="sink-acl"), kafka.topic(1, prefix="sink-acl")
     source = DataflowKafkaDataSource({"kafka.bootstrap.servers": kafka.bootstrap, "topic": a})
@@ -187,7 +187,7 @@ def test_the_exactly_once_commit_topic_is_checked_once_per_process_and_configura
         return real(conf, topic, *a, **kw)
 
     monkeypatch.setattr(sink, "ensure_topic", counting)
-    monkeypatch.setattr(sink, "_commit_topics_ready", set(), raising=False)
+    monkeypatch.setattr(sink, "_writes_prepared", set())
     schema = StructType([StructField("value", BinaryType())])
     out, commits = kafka.topic(1, prefix="eos-once"), unique_topic("eos-once-commits")
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": out, "exactlyOnce": "true",
