@@ -40,9 +40,10 @@ and :meth:`MultiQueryDriver.advance_watermark_columns` take and give columns (on
 as one :meth:`add` per key), so a vectorised query costs a fixed number of numpy calls per batch.
 
 Memory: the history holds every element of the last ``history_ms`` of event time (plus those
-ahead of the watermark), for each key: its ``(value, event_time_ms)`` pair costs about 12 bytes
-in the state blob for a small integer value (``history_ms=0`` keeps only elements not yet
-behind the watermark: a new query then covers windows from the watermark on).
+ahead of the watermark), for each key: held as columns (:class:`~watermarks.history.ElementHistory`,
+encoded in a fixed number of calls, not value by value), an element costs about 7 bytes in the
+state blob for a small integer value (``history_ms=0`` keeps only elements not yet behind the
+watermark: a new query then covers windows from the watermark on).
 
 Example
 -------
@@ -74,6 +75,7 @@ from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks.columnar import ColumnarDriver, PaneColumns
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver
+from dataflow_kafka.watermarks.history import ElementHistory
 from dataflow_kafka.watermarks.triggers import Trigger
 from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, GlobalWindowFn, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
@@ -84,8 +86,8 @@ from dataflow_kafka.errors import InvalidArgumentError, NotFoundError
 
 __all__ = ["MultiQueryDriver", "CoveredWindowFn"]
 
-_FORMAT = 2      # 2: a query's driver state may be the vectorised driver's (ColumnarDriver)
-_READS = (1, 2)
+_FORMAT = 3      # 2: a query's driver state may be the vectorised driver's (ColumnarDriver); 3: the history as columns
+_READS = (1, 2, 3)
 
 
 class CoveredWindowFn(WindowFn):
@@ -163,7 +165,7 @@ class MultiQueryDriver(WindowQueries):
         self.allowed_lateness_ms = allowed_lateness_ms
         self._history_setting = history_ms
         self._queries: dict[str, _Query] = {}
-        self._history: dict[Any, list] = {}
+        self._history = ElementHistory()
         self._floor = BEGINNING_OF_TIME_MS
         self._wm = self._now = BEGINNING_OF_TIME_MS
         self._pending: list[Pane] = []
@@ -230,8 +232,8 @@ class MultiQueryDriver(WindowQueries):
         d.advance_watermark(self._wm)
         d._warned_late = True                           # the replay's drops are not new: no warning
         panes = []
-        for key, elems in self._history.items():
-            panes += d.add(list(elems), key=key)
+        for key, elems in self._history.per_key().items():
+            panes += d.add(elems, key=key)
         d.dropped_late = d.dropped_closed = 0           # the replay drops nothing new
         self._queries[qid] = q
         self._pending += self._label(qid, q, panes)
@@ -257,9 +259,7 @@ class MultiQueryDriver(WindowQueries):
         """Add ``(value, event_time_ms)`` pairs for ``key`` to every query, as one bundle per query
         (:meth:`TriggerDriver.add`); returns the panes."""
         elements = list(elements)
-        kept = [(v, t) for v, t in elements if t >= self._floor]
-        if kept:
-            self._history.setdefault(key, []).extend(kept)
+        self._history.append_key(key, [(v, t) for v, t in elements if t >= self._floor])
         return self._each(lambda d: d.add(elements, key=key))
 
     def add_batch(self, keys: list, rows: np.ndarray, values: list, times: np.ndarray
@@ -304,16 +304,11 @@ class MultiQueryDriver(WindowQueries):
             cols = self._label_columns(qid, q, cols)
             parts.append((qi, cols))
         kept = times >= self._floor
-        if kept.all() and per_key is not None:          # the per-element queries' lists serve as they are
-            history = per_key
+        if kept.all():
+            self._history.append(keys, rows, values, times)
         elif kept.any():
             pick = np.flatnonzero(kept)
-            history = _per_key(n, rows[pick], [values[j] for j in pick.tolist()], times[pick])
-        else:
-            history = []
-        for i, elems in enumerate(history):
-            if elems:
-                self._history.setdefault(keys[i], []).extend(elems)
+            self._history.append(keys, rows[pick], [values[j] for j in pick.tolist()], times[pick])
         bundle = PaneColumns.concat(keys, [c for _, c in parts])
         qi = np.concatenate([np.full(len(c), q, np.int64) for q, c in parts]) if parts else np.zeros(0, np.int64)
         bundle = bundle.take(np.lexsort((np.arange(len(bundle)), qi, bundle.key)))     # by key, then query
@@ -351,12 +346,7 @@ class MultiQueryDriver(WindowQueries):
     def add_retractions(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Take back earlier inputs in every query (and in the history)."""
         elements = list(elements)
-        hist = self._history.get(key)
-        for e in elements if hist is not None else ():
-            if e in hist:
-                hist.remove(e)
-        if hist is not None and not hist:
-            del self._history[key]
+        self._history.retract(key, elements)
         return self._each(lambda d: d.add_retractions(elements, key=key))
 
     def advance_watermark(self, watermark_ms: int) -> list[Pane]:
@@ -400,7 +390,7 @@ class MultiQueryDriver(WindowQueries):
     def history(self) -> dict[Any, list[tuple[Any, int]]]:
         """The elements kept for queries added later, per key (``(value, event_time_ms)``, in
         arrival order); a copy."""
-        return {k: list(v) for k, v in self._history.items()}
+        return self._history.per_key()
 
     def pending_panes(self) -> list[Pane]:
         """Panes computed but not yet returned (a query added since the last call)."""
@@ -427,12 +417,7 @@ class MultiQueryDriver(WindowQueries):
         floor = max(self._floor, self._wm - self.history_ms)
         if floor > self._floor:
             self._floor = floor
-            for key in list(self._history):
-                kept = [e for e in self._history[key] if e[1] >= floor]
-                if kept:
-                    self._history[key] = kept
-                else:
-                    del self._history[key]
+            self._history.trim(floor)
 
     # -- state as bytes -----------------------------------------------------------------------
 
@@ -447,7 +432,7 @@ class MultiQueryDriver(WindowQueries):
                     q.coverage, q.report_from, q.driver.to_bytes()) for qid, q in self._queries.items()]
         pending = [(p.query_id, p.key, p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
                     p.is_first, p.is_last, p.is_retraction) for p in self._pending]
-        history = list(self._history.items())         # lists of (value, time) tuples
+        history = self._history.encode()
         return _codec.encode((_FORMAT, self._fingerprint(), self._wm, self._now, self._floor, self._next_id,
                               self.ignored_commands, self.dropped_late, self.dropped_closed, queries, history,
                               pending))
@@ -473,7 +458,7 @@ class MultiQueryDriver(WindowQueries):
                 raise InvalidArgumentError(f"query {qid!r}: its state was written by the vectorised driver, this "
                                            "configuration runs the per-element one (aggregation or value type changed?)")
             q.driver.load_bytes(blob)
-        self._history = {k: list(v) for k, v in history}
+        self._history = ElementHistory.decode(history) if fmt >= 3 else ElementHistory.of_items(history)
         self._pending = [Pane(k, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la, r, qid)
                          for qid, k, s, e, v, ts, tv, i, f, la, r in pending]
 

@@ -1,0 +1,103 @@
+"""The multi-query driver's element history held as columns (``watermarks.history``) against the
+per-key lists it replaced: the same elements, key order and retractions after any sequence of
+operations, through an encode/decode at any point; and a state written with the lists' form
+(format 2) still loads."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataflow_kafka.watermarks import _codec
+from dataflow_kafka.watermarks.history import ElementHistory
+from dataflow_kafka.watermarks.multi import MultiQueryDriver
+from dataflow_kafka.watermarks.triggers import DefaultTrigger
+from dataflow_kafka.windowing import Sum, TumblingWindow
+
+
+class _Lists:
+    """The reference: per-key lists in a dict, as MultiQueryDriver held them before."""
+
+    def __init__(self):
+        self.h: dict = {}
+
+    def append(self, keys, rows, values, times):
+        per = {}
+        for r, v, t in zip(rows, values, times):
+            per.setdefault(r, []).append((v, t))
+        for i, k in enumerate(keys):
+            if i in per:
+                self.h.setdefault(k, []).extend(per[i])
+
+    def trim(self, floor):
+        for k in list(self.h):
+            kept = [e for e in self.h[k] if e[1] >= floor]
+            if kept:
+                self.h[k] = kept
+            else:
+                del self.h[k]
+
+    def retract(self, key, elements):
+        hist = self.h.get(key)
+        for e in elements if hist is not None else ():
+            if e in hist:
+                hist.remove(e)
+        if hist is not None and not hist:
+            del self.h[key]
+
+
+KEYS = st.one_of(st.integers(0, 5), st.sampled_from(["a", "b", ("a", 1)]))
+VALUES = st.one_of(st.integers(-3, 3), st.integers(2**40, 2**40 + 3), st.text(max_size=3), st.none(),
+                   st.tuples(st.integers(0, 2), st.text(max_size=2)))
+TIMES = st.integers(-5, 40)
+BATCH = st.lists(KEYS, min_size=1, max_size=4, unique=True).flatmap(
+    lambda keys: st.tuples(st.just(keys), st.lists(st.tuples(st.integers(0, len(keys) - 1), VALUES, TIMES),
+                                                   max_size=8)))
+OPS = st.lists(st.one_of(st.tuples(st.just("append"), BATCH), st.tuples(st.just("trim"), TIMES),
+                         st.tuples(st.just("retract"), KEYS, st.lists(st.tuples(VALUES, TIMES), max_size=3)),
+                         st.tuples(st.just("roundtrip"))), max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_columns_hold_what_the_per_key_lists_held(ops):
+    h, ref = ElementHistory(), _Lists()
+    for op in ops:
+        if op[0] == "append":
+            keys, elems = op[1]
+            rows, values, times = [e[0] for e in elems], [e[1] for e in elems], [e[2] for e in elems]
+            h.append(keys, rows, values, times)
+            ref.append(keys, rows, values, times)
+        elif op[0] == "trim":
+            h.trim(op[1])
+            ref.trim(op[1])
+        elif op[0] == "retract":
+            h.retract(op[1], op[2])
+            ref.retract(op[1], op[2])
+        else:
+            h = ElementHistory.decode(_codec.decode(_codec.encode(h.encode())))
+        assert h.per_key() == ref.h
+        assert list(h.per_key()) == list(ref.h)          # the key order too
+        assert len(h) == sum(map(len, ref.h.values()))
+
+
+def test_a_state_written_with_per_key_lists_loads():
+    args = ([TumblingWindow(10)], DefaultTrigger(), "accumulating")
+    d = MultiQueryDriver(*args, allowed_lateness_ms=10, combiner=Sum())
+    d.add([(1, 5), (2, 25), (4, 41)], key="k")
+    d.add([(7, 30)], key="j")
+    d.advance_watermark(33)
+    fields = list(_codec.decode(d.to_bytes()))
+    assert fields[0] == 3
+    fields[0], fields[10] = 2, list(d.history().items())       # format 2: (key, [(value, time)]) items
+    old = MultiQueryDriver.from_bytes(_codec.encode(tuple(fields)), *args, allowed_lateness_ms=10, combiner=Sum())
+    assert old.history() == d.history() == {"k": [(2, 25), (4, 41)], "j": [(7, 30)]}
+    assert old.to_bytes() == d.to_bytes()
+
+
+def test_docstring_examples():
+    result = doctest.testmod(importlib.import_module("dataflow_kafka.watermarks.history"))
+    assert result.attempted > 0 and result.failed == 0

@@ -1,0 +1,166 @@
+"""The element history of a multi-query driver, held and encoded as columns.
+
+:class:`~watermarks.MultiQueryDriver` keeps, per key, every input ``(value, event_time_ms)`` of
+the last ``history_ms`` of event time, so that a window query added while running (a
+modification punctuation, enorm §3.2) can be computed from it (module docstring of
+:mod:`watermarks.multi`). On Spark the driver's state is decoded and encoded once per key group
+and micro-batch, so the history (about ``history_ms`` of a key group's input: three micro-batches
+of NEXMark Q5 at 50,000 records each) is read and written whole every batch. Held as per-key
+lists of tuples and encoded value by value, that was 20-30% of the Python workers' CPU of the
+NEXMark Dataflow variants (py-spy, 2026-11-28). :class:`ElementHistory` holds it as columns
+instead: each element's key (an index into the keys), event time and value, in arrival order,
+and encodes them in a fixed number of calls (numpy buffers; the values and keys pickled as
+lists, which pickle writes at C speed for plain values).
+
+Semantics are the per-key lists': elements of a key in arrival order; keys in order of their
+first element still held (a key whose elements are all dropped is forgotten, and comes last if
+it comes again); :meth:`ElementHistory.retract` removes the first equal element.
+
+>>> h = ElementHistory()
+>>> h.append(["a", "b"], [0, 1, 0], [10, 20, 30], [5, 6, 7])
+>>> h.per_key()
+{'a': [(10, 5), (30, 7)], 'b': [(20, 6)]}
+>>> h.trim(6); h.per_key()
+{'a': [(30, 7)], 'b': [(20, 6)]}
+>>> h.trim(7); list(h.per_key())
+['a']
+>>> ElementHistory.decode(h.encode()).per_key() == h.per_key()
+True
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["ElementHistory"]
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+class ElementHistory:
+    """Per key, ``(value, event_time_ms)`` elements in arrival order, held as columns (module docstring)."""
+
+    __slots__ = ("_keys", "_codes", "_kc", "_t", "_v")
+
+    def __init__(self) -> None:
+        self._keys: list = []              # distinct keys, in order of their first element held
+        self._codes: dict = {}             # key -> its index in _keys
+        self._kc = _EMPTY                  # per element: its key's index
+        self._t = _EMPTY                   # per element: event time (ms)
+        self._v: list = []                 # per element: value
+
+    def __len__(self) -> int:
+        return len(self._v)
+
+    def __bool__(self) -> bool:
+        return bool(self._v)
+
+    # -- adding and dropping ------------------------------------------------------------------
+    def append(self, keys: Sequence[Any], rows: Sequence[int] | np.ndarray, values: Sequence[Any],
+               times: Sequence[int] | np.ndarray) -> None:
+        """Add elements in arrival order: element ``i`` has key ``keys[rows[i]]``, value
+        ``values[i]`` and event time ``times[i]``. New keys are taken in the order of ``keys``
+        (as adding each key's elements in that order would)."""
+        rows = np.asarray(rows, np.int64)
+        if rows.size == 0:
+            return
+        present = np.bincount(rows, minlength=len(keys)) > 0
+        code_of = np.full(len(keys), -1, np.int64)
+        for i in np.flatnonzero(present).tolist():
+            k = keys[i]
+            c = self._codes.get(k)
+            if c is None:
+                c = self._codes[k] = len(self._keys)
+                self._keys.append(k)
+            code_of[i] = c
+        self._kc = np.concatenate([self._kc, code_of[rows]])
+        self._t = np.concatenate([self._t, np.asarray(times, np.int64)])
+        self._v.extend(values)
+
+    def append_key(self, key: Any, elements: Iterable[tuple[Any, int]]) -> None:
+        """Add ``(value, event_time_ms)`` elements of one key, in arrival order."""
+        elements = list(elements)
+        if elements:
+            self.append([key], np.zeros(len(elements), np.int64), [v for v, _ in elements],
+                        np.fromiter((t for _, t in elements), np.int64, len(elements)))
+
+    def trim(self, floor_ms: int) -> None:
+        """Drop the elements with event time before ``floor_ms`` (and the keys left with none)."""
+        if self._t.size == 0 or int(self._t.min()) >= floor_ms:
+            return
+        self._keep(self._t >= floor_ms)
+
+    def retract(self, key: Any, elements: Iterable[tuple[Any, int]]) -> None:
+        """Remove, for each ``(value, event_time_ms)`` of ``key``, its first equal element held."""
+        code = self._codes.get(key)
+        if code is None:
+            return
+        mine = np.flatnonzero(self._kc == code).tolist()
+        gone: set[int] = set()
+        for e in elements:
+            for i in mine:
+                if i not in gone and (self._v[i], int(self._t[i])) == e:
+                    gone.add(i)
+                    break
+        if gone:
+            keep = np.ones(len(self._v), bool)
+            keep[list(gone)] = False
+            self._keep(keep)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        idx = np.flatnonzero(keep)
+        self._kc, self._t = self._kc[idx], self._t[idx]
+        self._v = [self._v[i] for i in idx.tolist()]
+        live = np.bincount(self._kc, minlength=len(self._keys)) > 0
+        if not live.all():                 # forget the keys left without elements, keeping the order
+            remap = np.cumsum(live) - 1
+            self._kc = remap[self._kc]
+            self._keys = [k for k, u in zip(self._keys, live.tolist()) if u]
+            self._codes = {k: i for i, k in enumerate(self._keys)}
+
+    # -- reading ------------------------------------------------------------------------------
+    def per_key(self) -> dict[Any, list[tuple[Any, int]]]:
+        """``{key: [(value, event_time_ms), ...]}``: every key held, in order, its elements in
+        arrival order (new lists)."""
+        order = np.argsort(self._kc, kind="stable")
+        bounds = np.searchsorted(self._kc[order], np.arange(len(self._keys) + 1)).tolist()
+        vs = [self._v[i] for i in order.tolist()]
+        ts = self._t[order].tolist()
+        return {k: list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]]))
+                for i, k in enumerate(self._keys)}
+
+    @classmethod
+    def of_items(cls, items: Iterable[tuple[Any, Sequence[tuple[Any, int]]]]) -> "ElementHistory":
+        """The history holding ``(key, [(value, event_time_ms), ...])`` items (the lists' form of
+        a state written before this class)."""
+        h = cls()
+        for key, elements in items:
+            h.append_key(key, elements)
+        return h
+
+    # -- bytes --------------------------------------------------------------------------------
+    def encode(self) -> tuple:
+        """The history as a tuple of plain values and bytes (for :mod:`watermarks._codec`):
+        the keys and the values pickled as lists, each element's key index in the smallest
+        unsigned type that holds it, event times as 32-bit offsets from the first when they fit."""
+        kc = self._kc.astype(np.min_scalar_type(max(len(self._keys) - 1, 0)))
+        base = int(self._t.min()) if self._t.size else 0
+        span = int(self._t.max()) - base if self._t.size else 0
+        t = (self._t - base).astype(np.uint32) if span < 2**32 else self._t
+        return (pickle.dumps(self._keys, protocol=5), kc.dtype.str, kc.tobytes(), base, t.dtype.str, t.tobytes(),
+                pickle.dumps(self._v, protocol=5))
+
+    @classmethod
+    def decode(cls, encoded: Sequence[Any]) -> "ElementHistory":
+        """The history :meth:`encode` wrote."""
+        keys, kc_type, kc, base, t_type, t, values = encoded
+        h = cls()
+        h._keys = pickle.loads(keys)
+        h._codes = {k: i for i, k in enumerate(h._keys)}
+        h._kc = np.frombuffer(kc, np.dtype(kc_type)).astype(np.int64)
+        h._t = np.frombuffer(t, np.dtype(t_type)).astype(np.int64) + base
+        h._v = pickle.loads(values)
+        return h
