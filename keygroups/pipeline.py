@@ -24,6 +24,17 @@ Fusion rule (``fuse=None``, the default, decides automatically):
 ``fuse=True`` forces fusion (a Python-routed stage then checks at run time that every row stays
 in its key group, :class:`~errors.FusionError` otherwise); ``fuse=False`` forbids it.
 
+``fuse="partial"`` runs a stage with column keys in the previous stage's key groups although its
+key is another: within each key group it groups by its own key, so its results are **partials
+per key group**, and a later stage keyed the same way, not fused after it, merges them (a
+combiner before the shuffle: Spark's partial aggregation, Beam's combiner lifting; enorm §4.3's
+compute / consolidate). The results equal the pipeline's without the partial stage when the later
+stage's aggregation merges partials (its input is the partial stage's output, e.g.
+``bench.nexmark.aggregations.ArgMax`` of its own lists; a count would have to sum counts), for
+any number of key groups, and with ``plan(fuse=False)``, where the partial stage runs alone on
+its own key. It saves the shuffle of every row the partial stage reduces: NEXMark Q5 sends one
+row per window and key group to its last stage instead of one per auction and window.
+
 The groups are decided by the fusion planner, :func:`keygroups.fusion.plan_chain` (Enorm §4.4.1,
 Algorithm 1), from the chain's view in :mod:`keygroups.plan`: a stage's partition attributes are its key, shared with the previous stage when the
 rule above says the key is kept; a link the rule does not fuse is ``None`` (never fused); the
@@ -54,7 +65,7 @@ from dataflow_kafka.keygroups.dag import QueryNode, apply_dag, dag_specs, distin
 from dataflow_kafka.keygroups.frames import run_chain_local
 from dataflow_kafka.keygroups.metrics import observe_stages
 from dataflow_kafka.keygroups.operator import OperatorSpec
-from dataflow_kafka.keygroups.plan import Chain, Link, configured_links, frame_types, named_links, unused_name
+from dataflow_kafka.keygroups.plan import PARTIAL, Chain, Link, configured_links, frame_types, named_links, unused_name
 from dataflow_kafka.keygroups.spark_steps import apply_chain
 from dataflow_kafka.keygroups.stage import StageLogic, check_routing
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
@@ -111,10 +122,11 @@ class Pipeline(QueryNode):
         return Pipeline(_links=self.chain.links, _emit=tuple(dict.fromkeys(self.chain.emit + stage_names)),
                         _upstreams=self.upstreams)
 
-    def then(self, stage: StageLogic | Pipeline, fuse: bool | None = None) -> Pipeline:
+    def then(self, stage: StageLogic | Pipeline, fuse: bool | str | None = None) -> Pipeline:
         """This pipeline followed by ``stage`` (or by every stage of a pipeline). A multi-input
         stage after it reads this pipeline's output on every input (each takes its rows by its
-        ``select``/``where``)."""
+        ``select``/``where``). ``fuse``: None (the fusion rule decides), True, False or
+        ``"partial"`` (module docstring)."""
         links, emit = [Link(lk.stage, lk.fuse) for lk in self.chain.links], self.chain.emit
         if isinstance(stage, Pipeline):
             ups = stage.upstreams
@@ -127,8 +139,8 @@ class Pipeline(QueryNode):
                                 _upstreams=head.upstreams)
             return Pipeline(_links=links + list(stage.chain.links), _emit=emit + stage.chain.emit,
                             _upstreams=self.upstreams)
-        if fuse not in (None, True, False):
-            raise InvalidArgumentError(f"fuse must be None, True or False, got {fuse!r}")
+        if fuse not in (None, True, False, PARTIAL):
+            raise InvalidArgumentError(f"fuse must be None, True, False or {PARTIAL!r}, got {fuse!r}")
         if isinstance(stage, StageLogic) and stage.stage_inputs():
             return Pipeline.join(stage, **{i.name: self for i in stage.stage_inputs()})
         return Pipeline(_links=links + [Link(stage, fuse)], _emit=emit, _upstreams=self.upstreams)
@@ -267,7 +279,7 @@ class Stage(StageLogic):
     ``stage_a.then(stage_b)`` or ``stage_a >> stage_b`` is ``Pipeline([stage_a, stage_b])``.
     Example: :class:`keygroups.examples.RunningCount`."""
 
-    def then(self, other: StageLogic | Pipeline, fuse: bool | None = None) -> Pipeline:
+    def then(self, other: StageLogic | Pipeline, fuse: bool | str | None = None) -> Pipeline:
         """A :class:`Pipeline` of this stage followed by ``other`` (a stage, or every stage of a pipeline)."""
         return Pipeline([self]).then(other, fuse=fuse)
 

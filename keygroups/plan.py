@@ -31,11 +31,14 @@ from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
 from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns_of, router_of
 from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["Link", "Chain", "Head", "plain_column", "named_links", "unused_name",
+__all__ = ["PARTIAL", "Link", "Chain", "Head", "plain_column", "named_links", "unused_name",
            "configured_links", "bind_stages", "expression_type", "frame_types", "ingest_columns", "link_rates",
            "chain_links", "fusable"]
 
 
+#: ``Pipeline.then(stage, fuse=PARTIAL)``: ``stage`` runs in the previous stage's key groups whatever
+#: its key (a partial aggregation before the shuffle; :mod:`keygroups.pipeline`).
+PARTIAL = "partial"
 _IDENT = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?$")
 
 
@@ -52,7 +55,7 @@ class Link:
     """A stage of a chain and its ``fuse`` choice (``Pipeline.then(stage, fuse=)``)."""
 
     stage: StageLogic
-    fuse: bool | None
+    fuse: bool | str | None         # None: the fusion rule decides; True, False; PARTIAL
 
 
 @dataclass(frozen=True)
@@ -260,18 +263,36 @@ def chain_links(links: Sequence[Link], rates: Sequence[float]) -> tuple[list[fro
     key is kept, else a new one), and per link its rate, None where :func:`fusable` says no."""
     attributes, out = [frozenset({"key0"})], []
     for i in range(1, len(links)):
-        kept = fusable(links[i - 1].stage, links[i].stage, links[i].fuse)
+        kept = fusable(links[i - 1].stage, links[i].stage, links[i].fuse, after_partial=links[i - 1].fuse == PARTIAL)
         attributes.append(attributes[-1] if kept else frozenset({f"key{i}"}))
         out.append(rates[i - 1] if kept else None)
     return attributes, out
 
 
-def fusable(prev: StageLogic, stage: StageLogic, fuse: bool | None) -> bool:
+def fusable(prev: StageLogic, stage: StageLogic, fuse: bool | str | None, after_partial: bool = False) -> bool:
     """Whether ``stage`` keeps ``prev``'s key (so it may run fused after it), by the fusion rule of
-    :mod:`keygroups.pipeline`; ``fuse=True`` forces it or refuses, ``fuse=False`` forbids it."""
+    :mod:`keygroups.pipeline`; ``fuse=True`` forces it or refuses, ``fuse=False`` forbids it,
+    ``fuse=PARTIAL`` runs it in ``prev``'s key groups whatever its key (or refuses).
+    ``after_partial``: ``prev`` runs as a partial stage, so its rows are not grouped by its key:
+    only another partial stage fuses after it."""
     if fuse is False:
         return False
     same_n = prev.num_key_groups == stage.num_key_groups
+    if fuse == PARTIAL:
+        inputs = stage.inputs()
+        produced = {c for c, _ in prev.output_columns()} | {"event_time_ms"}
+        plain = all(isinstance(e, Computed) or plain_column(e) in produced for e in inputs.values())
+        if router_of(stage) is not None or not same_n or not plain:
+            raise InvalidArgumentError(
+                f"fuse={PARTIAL!r}: {stage.name!r} cannot run in the key groups of {prev.name!r}: it needs the same "
+                f"number of key groups ({stage.num_key_groups} against {prev.num_key_groups}), column keys, and inputs "
+                f"that are columns of that stage's output (got {inputs})")
+        return True
+    if after_partial:
+        if fuse is True:
+            raise InvalidArgumentError(f"fuse=True: {stage.name!r} cannot run fused after {prev.name!r}, a partial "
+                                       "stage: its rows are grouped by the stage before it, not by its key")
+        return False
     router = router_of(stage)
     if router is not None:
         if fuse is True:

@@ -175,3 +175,48 @@ def test_emit_keeps_an_earlier_stage_output_as_result_rows(fuse):
     assert set(p.emit("tumbling_count").output_columns()) >= {("count", "bigint"), ("total", "bigint")}
     with pytest.raises(ValueError, match="no stage named 'nope'"):
         p.emit("nope")
+
+
+def _totals(n: int, partial: bool):
+    """Records counted per key and window, then the counts summed per window: with ``partial``
+    through a partial sum per key group (``fuse="partial"``) summed again after the shuffle."""
+    from dataflow_kafka.watermarks.stage import WindowingStage
+    from dataflow_kafka.windowing import Count, Sum, TumblingWindow
+
+    counts = WindowingStage(key={"k": "k"}, value="v", windows=TumblingWindow(1000), aggregations=[Count()],
+                            output_watermark="input", num_key_groups=n, name="counts")
+    if not partial:
+        return counts.then(WindowingStage(key={"w": "window_end_ms"}, value="count", windows=TumblingWindow(1000),
+                                          aggregations=[Sum()], num_key_groups=n, name="total"))
+    part = WindowingStage(key={"w": "window_end_ms"}, value="count", windows=TumblingWindow(1000), aggregations=[Sum()],
+                          output_watermark="input", num_key_groups=n, name="part")
+    return counts.then(part, fuse="partial").then(WindowingStage(
+        key={"w": "w"}, value="sum", windows=TumblingWindow(1000), aggregations=[Sum()], num_key_groups=n, name="total"))
+
+
+@pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
+@settings(max_examples=examples(10), deadline=None)
+@given(seed=st.integers(0, 10_000), n1=st.integers(1, 4))
+def test_a_partial_stage_changes_no_result_for_any_key_groups_or_fusion(seed, n1):
+    """``fuse="partial"``: the sum per window of counts per key, summed first per key group where
+    the counts are and then after the shuffle, equals the sum without the partial stage, for any
+    number of key groups, fused or not (then the partial stage runs on its own key)."""
+    batches = _random_batches(seed)
+    cols = ("w", "window_start_ms", "sum", "event_time_ms")
+    reference = _totals(1, partial=False).run_local(batches, fuse=False)
+    assume(any(_data(reference, cols)))
+    for n in (n1, 3):
+        for fuse in (True, False):
+            assert _data(_totals(n, partial=True).run_local(batches, fuse=fuse), cols) == _data(reference, cols)
+
+
+def test_a_partial_stage_runs_where_the_previous_stage_ran_and_the_next_one_is_shuffled():
+    p = _totals(3, partial=True)
+    assert [[s.name for s in op] for op in p.plan()] == [["counts", "part"], ["total"]]
+    assert [[s.name for s in op] for op in p.plan(fuse=False)] == [["counts"], ["part"], ["total"]]
+    with pytest.raises(ValueError, match="fuse=True: 'total' cannot run fused after 'part', a partial stage"):
+        p.stages[0].then(p.stages[1], fuse="partial").then(p.stages[2], fuse=True).plan()
+    with pytest.raises(ValueError, match="fuse='partial': 'running_total' cannot run in the key groups of 'counts'"):
+        p.stages[0].then(RunningTotal(num_key_groups=3), fuse="partial").plan()
+    with pytest.raises(ValueError, match="fuse must be None, True, False or 'partial', got 'yes'"):
+        p.stages[0].then(p.stages[1], fuse="yes")

@@ -2,13 +2,14 @@
 suite slides by 5 s), the auctions with the most bids, ties kept (the public SQL joins the
 counts with their maximum on ``num >= maxn``).
 
-This project's form, two stages: bids counted per auction and window (the slicer's keyed table,
-or the Dataflow stage in accumulating mode with a late pane per late bid), then re-keyed by the
-window's end, the entries with the highest count (:class:`~bench.nexmark.aggregations.ArgMax`
-in a Dataflow stage). The counting stage holds its output watermark until its windows are past
-the allowed lateness (``output_watermark="complete"``), so the second stage sees every update
-on time and fires once per window. Result rows: ``(window_start_ms, window_end_ms, auction,
-num)``.
+This project's form: bids counted per auction and window (the slicer's keyed table, or the
+Dataflow stage in accumulating mode with a late pane per late bid), then the entries with the
+highest count per window (:class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage) in two
+steps: per key group where the counts are (``fuse="partial"``: one row per window and key group
+leaves the counting operator, not one per auction and window), then re-keyed by the window's end,
+the highest of those. Every stage passes its input watermark on (``output_watermark="input"``):
+the last fires at the window's end and takes the counts' later updates as late panes. Result
+rows: ``(window_start_ms, window_end_ms, auction, num)``.
 """
 
 from __future__ import annotations
@@ -62,11 +63,15 @@ class Q5(Query):
                                     accumulation_mode="accumulating", allowed_lateness_ms=late,
                                     output_watermark="input", num_key_groups=n,
                                     name="q5_counts")
-        hot = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"),
-                             windows=TumblingWindow(SLIDE_MS), aggregations=[ArgMax("count", key=("auction",))],
-                             trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
-                             allowed_lateness_ms=late, num_key_groups=n, name="q5_hot")
-        return Pipeline([counts, hot])
+        top = dict(windows=TumblingWindow(SLIDE_MS), aggregations=[ArgMax("count", key=("auction",))],
+                   trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
+                   allowed_lateness_ms=late, num_key_groups=n)
+        # the top per window of each key group's auctions, where the counts are (a partial stage: no
+        # shuffle of a row per auction and window), then the top of those per window
+        partial = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"),
+                                 output_watermark="input", name="q5_hot_partial", **top)
+        hot = WindowingStage(key={"w": "w"}, value="top", name="q5_hot", **top)
+        return Pipeline([counts]).then(partial, fuse="partial").then(hot)
 
     def results(self, variant, frames, settings=Settings()):
         table = window_rows(frames, self.last_stage(variant, settings))

@@ -1,7 +1,9 @@
 """NEXMark Q7, highest bid: per tumbling window of 10 s, the bids with the highest price (all of
 them on a tie: the public SQL joins the bids with the window's maximum on ``price = maxprice``).
 
-This project's forms, two stages each (per auction, then re-keyed by the window's end):
+This project's forms, three stages each (per auction; the highest per window of each key group,
+where the first stage ran, ``fuse="partial"``; then re-keyed by the window's end, the highest of
+those):
 
 * ``dataflow``: the bids at the highest price per auction and window (the whole bid, JSON text,
   :class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage, accumulating, a late pane per
@@ -71,11 +73,14 @@ class Q7(Query):
                                    output_watermark="input", num_key_groups=n,
                                    name="q7_max")
             value, top = "bids", ArgMax("price")
-        highest = WindowingStage(key={"w": "window_end_ms"}, value=value, windows=TumblingWindow(SIZE_MS),
-                                 aggregations=[top], trigger=AfterWatermark(late=AfterCount(1)),
-                                 accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n,
-                                 name="q7_highest")
-        return Pipeline([first, highest])
+        per_window = dict(windows=TumblingWindow(SIZE_MS), aggregations=[top], trigger=AfterWatermark(late=AfterCount(1)),
+                          accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
+        # the highest per window of each key group's rows, where the first stage ran (a partial stage:
+        # no shuffle of its every row), then the highest of those per window
+        partial = WindowingStage(key={"w": "window_end_ms"}, value=value, output_watermark="input",
+                                 name="q7_highest_partial", **per_window)
+        highest = WindowingStage(key={"w": "w"}, value="top", name="q7_highest", **per_window)
+        return Pipeline([first]).then(partial, fuse="partial").then(highest)
 
     def results(self, variant, frames, settings=Settings()):
         table = window_rows(frames, self.last_stage(variant, settings))
