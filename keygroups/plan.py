@@ -277,24 +277,14 @@ def fusable(prev: StageLogic, stage: StageLogic, fuse: bool | str | None, after_
     only another partial stage fuses after it."""
     if fuse is False:
         return False
-    same_n = prev.num_key_groups == stage.num_key_groups
-    if fuse == PARTIAL:
-        inputs = stage.inputs()
-        produced = {c for c, _ in prev.output_columns()} | {"event_time_ms"}
-        plain = all(isinstance(e, Computed) or plain_column(e) in produced for e in inputs.values())
-        if router_of(stage) is not None or not same_n or not plain:
-            raise InvalidArgumentError(
-                f"fuse={PARTIAL!r}: {stage.name!r} cannot run in the key groups of {prev.name!r}: it needs the same "
-                f"number of key groups ({stage.num_key_groups} against {prev.num_key_groups}), column keys, and inputs "
-                f"that are columns of that stage's output (got {inputs})")
-        return True
-    if after_partial:
+    if after_partial and fuse != PARTIAL:
         if fuse is True:
             raise InvalidArgumentError(f"fuse=True: {stage.name!r} cannot run fused after {prev.name!r}, a partial "
                                        "stage: its rows are grouped by the stage before it, not by its key")
         return False
+    same_n = prev.num_key_groups == stage.num_key_groups
     router = router_of(stage)
-    if router is not None:
+    if router is not None and fuse != PARTIAL:
         if fuse is True:
             if not same_n:
                 raise InvalidArgumentError(f"fuse=True: {stage.name!r} has {stage.num_key_groups} key groups, "
@@ -305,6 +295,13 @@ def fusable(prev: StageLogic, stage: StageLogic, fuse: bool | str | None, after_
     produced = {c for c, _ in prev.output_columns()} | {"event_time_ms"}
     plain = {name: plain_column(e) for name, e in exprs.items()}
     all_plain = all(isinstance(exprs[n], Computed) or (c is not None and c in produced) for n, c in plain.items())
+    if fuse == PARTIAL:
+        if router is not None or not (same_n and all_plain):
+            raise InvalidArgumentError(
+                f"fuse={PARTIAL!r}: {stage.name!r} cannot run in the key groups of {prev.name!r}: it needs the same "
+                f"number of key groups ({stage.num_key_groups} against {prev.num_key_groups}), column keys, and inputs "
+                f"that are columns of that stage's output (got {exprs})")
+        return True
     keys = key_columns_of(stage) or []
     same_key = bool(keys) and [plain.get(k) for k in keys] == list(prev.output_key_columns() or [])
     if fuse is True:

@@ -35,9 +35,17 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["ElementHistory"]
+__all__ = ["ElementHistory", "elements_per_key"]
 
 _EMPTY = np.zeros(0, np.int64)
+
+
+def elements_per_key(n: int, rows: np.ndarray, values: Sequence[Any], times: np.ndarray) -> list[list[tuple]]:
+    """``[(value, time)]`` of each of ``n`` keys (``rows``: each element's key index), in arrival order."""
+    order = np.argsort(rows, kind="stable")
+    bounds = np.searchsorted(rows[order], np.arange(n + 1)).tolist()
+    vs, ts = [values[i] for i in order.tolist()], times[order].tolist()
+    return [list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]])) for i in range(n)]
 
 
 class ElementHistory:
@@ -54,9 +62,6 @@ class ElementHistory:
 
     def __len__(self) -> int:
         return len(self._v)
-
-    def __bool__(self) -> bool:
-        return bool(self._v)
 
     # -- adding and dropping ------------------------------------------------------------------
     def append(self, keys: Sequence[Any], rows: Sequence[int] | np.ndarray, values: Sequence[Any],
@@ -125,12 +130,7 @@ class ElementHistory:
     def per_key(self) -> dict[Any, list[tuple[Any, int]]]:
         """``{key: [(value, event_time_ms), ...]}``: every key held, in order, its elements in
         arrival order (new lists)."""
-        order = np.argsort(self._kc, kind="stable")
-        bounds = np.searchsorted(self._kc[order], np.arange(len(self._keys) + 1)).tolist()
-        vs = [self._v[i] for i in order.tolist()]
-        ts = self._t[order].tolist()
-        return {k: list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]]))
-                for i, k in enumerate(self._keys)}
+        return dict(zip(self._keys, elements_per_key(len(self._keys), self._kc, self._v, self._t)))
 
     @classmethod
     def of_items(cls, items: Iterable[tuple[Any, Sequence[tuple[Any, int]]]]) -> "ElementHistory":

@@ -75,7 +75,7 @@ from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks.columnar import ColumnarDriver, PaneColumns
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver
-from dataflow_kafka.watermarks.history import ElementHistory
+from dataflow_kafka.watermarks.history import ElementHistory, elements_per_key
 from dataflow_kafka.watermarks.triggers import Trigger
 from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, GlobalWindowFn, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
@@ -277,7 +277,7 @@ class MultiQueryDriver(WindowQueries):
         def elements():            # [(value, time)] per key, in arrival order (the per-element drivers)
             nonlocal per_key
             if per_key is None:
-                per_key = _per_key(n, rows, values, times)
+                per_key = elements_per_key(n, rows, values, times)
             return per_key
 
         position = {k: i for i, k in enumerate(keys)}
@@ -468,14 +468,6 @@ class MultiQueryDriver(WindowQueries):
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
-
-
-def _per_key(n: int, rows: np.ndarray, values: list, times: np.ndarray) -> list[list[tuple]]:
-    """``[(value, time)]`` of each of ``n`` keys (``rows``: each element's key), in arrival order."""
-    order = np.argsort(rows, kind="stable")
-    bounds = np.searchsorted(rows[order], np.arange(n + 1)).tolist()
-    vs, ts = [values[i] for i in order.tolist()], times[order].tolist()
-    return [list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]])) for i in range(n)]
 
 
 def _inner(fn: WindowFn) -> WindowFn:

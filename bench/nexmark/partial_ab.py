@@ -26,28 +26,16 @@ from bench.nexmark.queries.q7 import Q7
 from bench.nexmark.query import Settings
 
 
-def two_stage(query, variant: str, settings: Settings = Settings()) -> Pipeline:
-    """``query``'s pipeline without its partial stage: the last stage takes the first stage's rows."""
-    first, partial, last = type(query).pipeline(query, variant, settings).stages
-    return Pipeline([first, dataclasses.replace(last, key={"w": "window_end_ms"}, value=partial.value)])
+def two_stage(query):
+    """``query`` (a Q5 or Q7) in the two-stage form: its pipeline without the partial stage, the last
+    stage taking the first stage's rows; everything else (reference, results, Spark plan) its own."""
 
+    class TwoStage(type(query)):
+        def pipeline(self, variant, settings=Settings()):
+            first, partial, last = super().pipeline(variant, settings).stages
+            return Pipeline([first, dataclasses.replace(last, key={"w": "window_end_ms"}, value=partial.value)])
 
-class _TwoStage:
-    """A query whose ``pipeline`` is the two-stage form (everything else the query's own)."""
-
-    def __init__(self, query) -> None:
-        self.query = query
-
-    def __getattr__(self, name):
-        return getattr(self.query, name)
-
-    def pipeline(self, variant, settings=Settings()):
-        return two_stage(self.query, variant, settings)
-
-    def spark(self, variant, source, settings=Settings()):
-        from bench.nexmark.query import epoch_ms
-
-        return self.pipeline(variant, settings).apply(epoch_ms(source))
+    return TwoStage()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         h = T.Harness(spark, broker.bootstrap_servers, "kafka" if extra else "dataflow-kafka", a.events)
         for r in range(a.repeats):
             for q in (Q5(), Q7()):
-                forms = [("partial", q), ("two-stage", _TwoStage(q))]
+                forms = [("partial", q), ("two-stage", two_stage(q))]
                 for variant in q.variants:
                     for form, query in forms if r % 2 == 0 else forms[::-1]:
                         row = h.arm(query, "ours", variant, a.batch_size, r)
