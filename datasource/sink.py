@@ -320,7 +320,7 @@ class _TaskDelivery:
             self.timed_out = True
         if err.code() == _TOPIC_AUTHORIZATION_FAILED:
             self.denied.add(msg.topic())
-        what = (msg.topic(), msg.partition(), f"{err.str()} ({err.name()})")
+        what = (msg.topic(), msg.partition(), f"{_error_text(err)} ({err.name()})")
         if what in self.errors or len(self.errors) < _MAX_ERRORS:
             self.errors[what] += 1
 
@@ -439,6 +439,17 @@ def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
     if task.entry.fatal is None:
         raise e
     raise KafkaClientError(task.failure(conf, 0)) from e
+
+
+_REFUSED_PREFIX = "Unable to produce message: "
+
+
+def _error_text(err) -> str:
+    """An error's text without the prefix confluent-kafka puts on a record ``produce()`` refused at
+    once, so a record refused at once and one whose delivery failed for the same reason (which of
+    the two depends on the producer's metadata at the time) are counted as one error."""
+    text = err.str()
+    return text[len(_REFUSED_PREFIX):] if text.startswith(_REFUSED_PREFIX) else text
 
 
 class _Refused:

@@ -73,6 +73,22 @@ def test_delivery_timeout_defaults_to_30_s_and_a_bad_value_names_the_option():
         _writer(_opts("127.0.0.1:9", "t", exactlyOnce="true"))
 
 
+def test_a_record_refused_at_once_and_one_whose_delivery_failed_count_as_one_error():
+    # produce() refuses a record for a partition its metadata lacks with the text "Unable to produce
+    # message: Local: Unknown partition"; when the metadata arrives later, the delivery report says
+    # "Local: Unknown partition". Which one a record gets is timing: the failure counts them together.
+    from confluent_kafka import KafkaError
+
+    task = sink._TaskDelivery(sink._Entry({"bootstrap.servers": "127.0.0.1:9"}))
+    task.sent = 5
+    at_once = KafkaError(KafkaError._UNKNOWN_PARTITION, "Unable to produce message: Local: Unknown partition")
+    for err in [at_once, at_once, KafkaError(KafkaError._UNKNOWN_PARTITION)] + [KafkaError(KafkaError._UNKNOWN_PARTITION)] * 2:
+        task.on_delivery(err, sink._Refused("t", 5))
+    msg = task.failure({"bootstrap.servers": "127.0.0.1:9"}, 0)
+    assert "delivery failed for 5 of 5 records: topic 't' partition 5: Local: Unknown partition " \
+        "(_UNKNOWN_PARTITION): 5 records (" in msg, msg
+
+
 def test_unreachable_broker_fails_the_task_naming_bootstrap_servers_and_the_cause(fresh_producers):
     addr = f"127.0.0.1:{free_port()}"       # nothing listens there
     w = _writer(_opts(addr, "nowhere", **{"kafka.delivery.timeout.ms": "1500"}))
