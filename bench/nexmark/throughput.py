@@ -71,7 +71,8 @@ FLOOR_LABEL = "no-op transformWithStateInPandas"
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
-          "load_before", "load_after", "profile"]
+          "load_before", "load_after", "profile", *(f"ms_{p}" for p in ("latestOffset", "getBatch", "queryPlanning",
+                                                                         "addBatch", "walCommit", "commitOffsets"))]
 
 
 class ProcessCpu:
@@ -352,12 +353,15 @@ class Harness:
                "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
                "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
                "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
-               "load_before": before, "load_after": load1(), "profile": run.profile, **check}
+               "load_before": before, "load_after": load1(), "profile": run.profile, **check,
+               **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
                                                             "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s",
                                                             "events_per_cpu_s", "correct",
-                                                            "missing", "extra", "open", "load_after")))
+                                                            "missing", "extra", "open", "load_after",
+                                                            "ms_latestOffset", "ms_addBatch", "ms_walCommit",
+                                                            "ms_commitOffsets")))
         return row
 
     def _check(self, q: Query, side: str, variant: str, run: Steady) -> dict:
@@ -429,6 +433,14 @@ class Harness:
         self.log(f"wrote {write_rows(path, FIELDS, self.rows)}")
 
 
+def _phase_ms(progress: list[dict]) -> dict:
+    """Milliseconds per steady batch (batches 1..) of each phase of Spark's ``durationMs``: where a
+    micro-batch's wall time goes (``addBatch`` runs the query's tasks; the others are the driver's)."""
+    steady = [p["durationMs"] for p in progress if p["batchId"] >= 1]
+    return {f"ms_{k[3:]}": round(sum(d.get(k[3:], 0) for d in steady) / len(steady), 1) if steady else None
+            for k in FIELDS if k.startswith("ms_")}
+
+
 def _native_label(q: Query) -> str:
     return "sql" if isinstance(q, Projection) else f"withWatermark {NATIVE_DELAY}"
 
@@ -447,6 +459,8 @@ def main(argv=None) -> None:
     p.add_argument("--profile", metavar="DIR", help="py-spy flame graphs of the Python workers, ours' steady states")
     p.add_argument("--csv", default="bench/out/nexmark_throughput.csv")
     p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for the session (repeatable), e.g. to measure one setting's effect")
     a = p.parse_args(argv)
     if a.quick:
         a.events, a.batch_sizes = min(a.events, 100_000), "10000,50000"
@@ -462,12 +476,17 @@ def main(argv=None) -> None:
     if not extra:
         print(f"{spark_kafka.missing_message()}; Spark's native queries read format('dataflow-kafka') data rows")
     extra["spark.sql.streaming.numRecentProgressUpdates"] = "1000"    # every batch's progress, for the timing
+    for kv in a.conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            p.error(f"--conf {kv!r}: expected KEY=VALUE")
+        extra[key] = value
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-steady-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()
         print(f"{started:%Y-%m-%d %H:%M}: broker {broker.kind} at {broker.bootstrap_servers}; Spark {spark.version} "
               f"local[2], {a.shuffle_partitions} shuffle partitions; native on format({connector!r}); "
-              f"load {load1()}", flush=True)
+              f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True))
         try:

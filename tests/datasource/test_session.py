@@ -74,6 +74,31 @@ def test_the_session_runs_stateful_queries_with_changelog_checkpoints(spark, tmp
     assert {"1.changelog", "2.changelog"} <= files and not any(f.endswith(".zip") for f in files), files
 
 
+def test_the_session_talks_to_python_workers_over_unix_domain_sockets(spark):
+    """The setting reached the Python workers: Spark tells a worker's daemon to listen on a Unix
+    socket through its environment, and the worker's connection to the executor is one."""
+    def probe(batches):
+        import os
+        import socket
+
+        import pyarrow as pa
+
+        kinds = sorted({s.family.name for s in _open_sockets()})
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"uds": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "")] * b.num_rows,
+                                              "families": [",".join(kinds)] * b.num_rows})
+
+    def _open_sockets():
+        import gc
+        import socket
+
+        return [o for o in gc.get_objects() if isinstance(o, socket.socket) and o.fileno() >= 0]
+
+    row = spark.range(1).mapInArrow(probe, "uds string, families string").collect()[0]
+    assert row.uds.lower() == "true", row
+    assert "AF_UNIX" in row.families.split(","), row
+
+
 def test_the_wrapper_is_one_file_per_script_not_one_directory_per_session():
     first, second = python_without_pyspark_zip(), python_without_pyspark_zip()
     if first is None:
