@@ -1,0 +1,122 @@
+"""``python -m bench.nexmark.task_times``: where a NEXMark micro-batch's wall time goes, stage by
+stage, for this project's variants, Spark's native query and the no-op floor, in one session.
+
+The throughput table (:mod:`bench.nexmark.throughput`) gives rows/s and CPU per arm; this gives
+the shape behind them. Every arm runs as there (the same :class:`~bench.nexmark.throughput.Harness`,
+Trigger.AvailableNow, ``maxOffsetsPerTrigger``); the session has Spark's UI on (loopback) so its
+REST API can be read after each arm: per stage of the micro-batches (told apart by their number of
+tasks and call site), the median over the steady batches' tasks (batches 2..) of the task's
+duration, ``executorRunTime`` and ``executorCpuTime`` (the JVM thread's CPU: a Python step's work
+is outside it, so run time minus CPU is mostly the task waiting on its Python worker or on I/O).
+
+Every arm runs ``--rounds`` times (default 2); the last round is reported (the first warms the
+JIT and the Python workers). ``--conf KEY=VALUE`` sets a Spark setting for the session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import statistics
+import tempfile
+import urllib.request
+
+from bench.nexmark.queries import get
+from bench.nexmark.stats import load1
+
+__all__ = ["stage_tasks", "main"]
+
+UI_PORT = 4099
+
+
+def _get(spark, path: str):
+    url, app = spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/{path}", timeout=30) as r:
+        return json.load(r)
+
+
+def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
+    """Per kind of stage completed after the stages ``since`` (call site and task count), in the
+    order the first of each kind started: its stage count and the median task duration, run time
+    and JVM CPU in ms over every task of its stages but the first ``skip`` (batches 0 and 1)."""
+    stages = sorted((s for s in _get(spark, "stages") if s["stageId"] not in since and s["status"] == "COMPLETE"),
+                    key=lambda s: s["stageId"])
+    kinds: dict[tuple, list] = collections.OrderedDict()
+    for s in stages:
+        kinds.setdefault((s["name"].split(" at ")[0], s["numTasks"]), []).append(s)
+    out = []
+    for (name, n), group in kinds.items():
+        m = collections.defaultdict(list)
+        for s in group[skip:]:
+            for t in _get(spark, f"stages/{s['stageId']}/{s['attemptId']}/taskList?length=1000"):
+                tm = t.get("taskMetrics", {})
+                m["task_ms"].append(t.get("duration", 0))
+                m["run_ms"].append(tm.get("executorRunTime", 0))
+                m["jvm_cpu_ms"].append(tm.get("executorCpuTime", 0) / 1e6)
+        if m:
+            out.append({"stage": f"{name} x{n}", "stages": len(group),
+                        **{k: round(statistics.median(v), 1) for k, v in m.items()}})
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.nexmark.task_times", description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--batch-size", type=int, default=10_000)
+    p.add_argument("--query", default="q5")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    a = p.parse_args(argv)
+
+    from bench import spark_kafka
+    from bench.nexmark.throughput import FLOOR_KEYS, FLOOR_LABEL, NATIVE_DELAY, Harness
+    from dataflow_kafka.brokers import kafka_broker
+    from dataflow_kafka.datasource.session import spark_session
+
+    q = get(a.query)
+    extra = spark_kafka.session_extra()
+    connector = "kafka" if extra else "dataflow-kafka"
+    extra.update({"spark.sql.streaming.numRecentProgressUpdates": "1000", "spark.ui.enabled": "true",
+                  "spark.ui.port": str(UI_PORT), "spark.ui.retainedStages": "100000",
+                  "spark.ui.retainedTasks": "1000000"})
+    for kv in a.conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            p.error(f"--conf {kv!r}: expected KEY=VALUE")
+        extra[key] = value
+    arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
+    if q.name in FLOOR_KEYS:
+        arms.append(("floor", FLOOR_LABEL))
+    with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-tasks-broker-")) as broker:
+        spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
+        started = dt.datetime.now()
+        h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, log=lambda s: None)
+        print(f"{started:%Y-%m-%d %H:%M}: {a.query}, {a.events} events, batches of {a.batch_size}, "
+              f"{a.shuffle_partitions} shuffle partitions, native on format({connector!r}), load {load1()}"
+              f"{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
+        try:
+            for r in range(a.rounds):
+                for side, variant in arms:
+                    since = {s["stageId"] for s in _get(spark, "stages")}
+                    row = h.arm(q, side, variant, a.batch_size, r)
+                    if r < a.rounds - 1:
+                        continue
+                    print(f"\n{side} {row['variant']}: {row['batches']} batches, median per steady batch: addBatch "
+                          f"{row['ms_addBatch']} ms, rows/s {row['rows_per_s']}, correct {row['correct']}, "
+                          f"load {row['load_after']}")
+                    print("| stage (call site x tasks) | stages | task ms | run ms | JVM CPU ms |")
+                    print("| --- | --- | --- | --- | --- |")
+                    for s in stage_tasks(spark, since):
+                        print(f"| {s['stage']} | {s['stages']} | {s['task_ms']:.0f} | {s['run_ms']:.0f} | "
+                              f"{s['jvm_cpu_ms']:.0f} |", flush=True)
+        finally:
+            print(f"\n{started:%H:%M}-{dt.datetime.now():%H:%M}, load {load1()}")
+            spark.stop()
+
+
+if __name__ == "__main__":
+    main()
