@@ -58,6 +58,7 @@ import atexit
 import itertools
 import json
 import os
+import sys
 import time
 from collections import Counter
 from typing import Iterator
@@ -364,11 +365,21 @@ def _flush(task: _TaskDelivery, conf: dict, timeout_s: float) -> None:
     """Flush the task's producer. confluent-kafka can leave a fatal error set as a pending Python
     exception while it calls the next callback, which then surfaces as ``SystemError`` (seen as
     ``<method '__contains__' of 'dict' objects> returned a result with an exception set`` and as
-    ``_PyErr_SetObject``): report the fatal error the callbacks recorded instead."""
+    ``_PyErr_SetObject``), or as the ``KafkaError`` object itself raised from ``flush()`` (not an
+    exception class: only a bare ``except`` catches it; seen once, a fenced transactional
+    producer): report the fatal error the callbacks recorded, or that one, instead."""
     try:
         task.entry.producer.flush(timeout_s)
     except SystemError as e:
         _raise_fatal(task, conf, e)
+    except BaseException:
+        raise
+    except:  # noqa: E722 - a raised object that is not an exception (docstring)
+        raised = sys.exc_info()[1]
+        if task.entry.fatal is None and callable(getattr(raised, "fatal", None)) and raised.fatal():
+            task.entry.fatal = raised
+        _raise_fatal(task, conf, KafkaClientError(f"dataflow-kafka sink: the producer's flush raised {raised!r} "
+                                                  f"at {_servers(conf)}"))
 
 
 #: the longest one lookup of the exactly-once index waits before it is tried again with a new
@@ -403,10 +414,10 @@ def _committed(make_index, tp, timeout_s: float):
             index = make_index()
 
 
-def _raise_fatal(task: _TaskDelivery, conf: dict, e: SystemError) -> None:
+def _raise_fatal(task: _TaskDelivery, conf: dict, e: Exception) -> None:
     """Raise the task's failure for a ``SystemError`` whose chain holds a fatal ``KafkaError``
-    (confluent-kafka raised it, then called a delivery callback with it still pending), or
-    re-raise ``e`` when there is none."""
+    (confluent-kafka raised it, then called a delivery callback with it still pending), or for
+    the fatal error the task recorded, or re-raise ``e`` when there is none."""
     from confluent_kafka import KafkaError, KafkaException
 
     cause = e.__cause__ or e.__context__

@@ -89,6 +89,46 @@ def test_a_record_refused_at_once_and_one_whose_delivery_failed_count_as_one_err
         "(_UNKNOWN_PARTITION): 5 records (" in msg, msg
 
 
+def test_a_flush_that_raises_the_kafka_error_object_itself_fails_the_task_naming_it():
+    # Seen once in a clean-clone run: a fenced transactional producer's flush() raised its
+    # KafkaError object itself, which is not an exception class (only a bare except catches it)
+    # and crashed the pytest worker. Reproduced with the same C call confluent-kafka makes.
+    import ctypes
+
+    from confluent_kafka import KafkaError
+
+    def raise_raw(obj):
+        for o in (type(obj), obj):
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(o))      # PyErr_Restore steals both
+        ctypes.pythonapi.PyErr_Restore(ctypes.py_object(type(obj)), ctypes.py_object(obj), None)
+
+    class Producer:
+        def __init__(self, err):
+            self.err = err
+
+        def flush(self, timeout):
+            raise_raw(self.err)
+
+        def poll(self, timeout):
+            return 0
+
+        def abort_transaction(self, timeout):
+            return None
+
+    conf = {"bootstrap.servers": "127.0.0.1:9"}
+    for err, expected in [
+            (KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True),
+             r"^dataflow-kafka sink: the producer hit a fatal error: fenced by a newer instance \(_FENCED\) at "
+             r"kafka.bootstrap.servers='127.0.0.1:9'"),
+            (KafkaError(KafkaError._TRANSPORT, "broker gone"),
+             r"^dataflow-kafka sink: the producer's flush raised KafkaError\{code=_TRANSPORT.*broker gone.* at "
+             r"kafka.bootstrap.servers='127.0.0.1:9'")]:
+        entry = sink._Entry(conf)
+        entry.producer = Producer(err)
+        with pytest.raises(RuntimeError, match=expected):
+            sink._flush(sink._TaskDelivery(entry), conf, 1.0)
+
+
 def test_unreachable_broker_fails_the_task_naming_bootstrap_servers_and_the_cause(fresh_producers):
     addr = f"127.0.0.1:{free_port()}"       # nothing listens there
     w = _writer(_opts(addr, "nowhere", **{"kafka.delivery.timeout.ms": "1500"}))
