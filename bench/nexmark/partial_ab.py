@@ -44,15 +44,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=2)
     a = p.parse_args(argv)
-    from bench import spark_kafka
     from dataflow_kafka.brokers import kafka_broker
     from dataflow_kafka.datasource.session import spark_session
 
-    extra = spark_kafka.session_extra()
-    extra["spark.sql.streaming.numRecentProgressUpdates"] = "1000"
+    extra, connector = T.session_extra(p, [])
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="partial-ab-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=2, extra=extra)
-        h = T.Harness(spark, broker.bootstrap_servers, "kafka" if extra else "dataflow-kafka", a.events)
+        h = T.Harness(spark, broker.bootstrap_servers, connector, a.events)
         for r in range(a.repeats):
             for q in (Q5(), Q7()):
                 forms = [("partial", q), ("two-stage", two_stage(q))]

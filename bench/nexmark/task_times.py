@@ -72,22 +72,14 @@ def main(argv=None) -> None:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     a = p.parse_args(argv)
 
-    from bench import spark_kafka
-    from bench.nexmark.throughput import FLOOR_KEYS, FLOOR_LABEL, NATIVE_DELAY, Harness
+    from bench.nexmark.throughput import FLOOR_KEYS, FLOOR_LABEL, NATIVE_DELAY, Harness, session_extra
     from dataflow_kafka.brokers import kafka_broker
     from dataflow_kafka.datasource.session import spark_session
 
     q = get(a.query)
-    extra = spark_kafka.session_extra()
-    connector = "kafka" if extra else "dataflow-kafka"
-    extra.update({"spark.sql.streaming.numRecentProgressUpdates": "1000", "spark.ui.enabled": "true",
-                  "spark.ui.port": str(UI_PORT), "spark.ui.retainedStages": "100000",
-                  "spark.ui.retainedTasks": "1000000"})
-    for kv in a.conf:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            p.error(f"--conf {kv!r}: expected KEY=VALUE")
-        extra[key] = value
+    ui = ["spark.ui.enabled=true", f"spark.ui.port={UI_PORT}", "spark.ui.retainedStages=100000",
+          "spark.ui.retainedTasks=1000000"]
+    extra, connector = session_extra(p, ui + a.conf)
     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
     if q.name in FLOOR_KEYS:
         arms.append(("floor", FLOOR_LABEL))

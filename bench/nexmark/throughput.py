@@ -57,7 +57,7 @@ from bench.nexmark.query import Projection, Query, parse_bids
 from bench.nexmark.runs import final_watermark_ms, run_available_now, source_options
 from bench.nexmark.stats import load1, multiset_diff, write_rows
 
-__all__ = ["FLINK_PER_CORE", "BID_SHARE", "ProcessCpu", "Steady", "run_arm", "Harness", "main"]
+__all__ = ["FLINK_PER_CORE", "BID_SHARE", "ProcessCpu", "Steady", "run_arm", "Harness", "session_extra", "main"]
 
 #: Flink 1.13's NEXMark throughput per core (events per CPU-second), nexmark/nexmark README.
 FLINK_PER_CORE = {"q0": 155_020, "q1": 157_940, "q2": 175_210, "q3": 152_120, "q5": 22_140, "q7": 12_330,
@@ -71,8 +71,10 @@ FLOOR_LABEL = "no-op transformWithStateInPandas"
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
-          "load_before", "load_after", "profile", *(f"ms_{p}" for p in ("latestOffset", "getBatch", "queryPlanning",
-                                                                         "addBatch", "walCommit", "commitOffsets"))]
+          "load_before", "load_after", "profile"]
+#: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
+PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+FIELDS += [f"ms_{phase}" for phase in PHASES]
 
 
 class ProcessCpu:
@@ -437,8 +439,27 @@ def _phase_ms(progress: list[dict]) -> dict:
     """Milliseconds per steady batch (batches 1..) of each phase of Spark's ``durationMs``: where a
     micro-batch's wall time goes (``addBatch`` runs the query's tasks; the others are the driver's)."""
     steady = [p["durationMs"] for p in progress if p["batchId"] >= 1]
-    return {f"ms_{k[3:]}": round(sum(d.get(k[3:], 0) for d in steady) / len(steady), 1) if steady else None
-            for k in FIELDS if k.startswith("ms_")}
+    return {f"ms_{phase}": round(sum(d.get(phase, 0) for d in steady) / len(steady), 1) if steady else None
+            for phase in PHASES}
+
+
+def session_extra(parser: argparse.ArgumentParser, conf: list[str]) -> tuple[dict[str, str], str]:
+    """The harness's extra Spark settings and the native arms' connector: Spark's Kafka connector
+    when it is resolved (else our source's data rows), every batch's progress kept for the timing,
+    then each ``--conf KEY=VALUE`` (a malformed one is the parser's error)."""
+    from bench import spark_kafka
+
+    extra = spark_kafka.session_extra()
+    connector = "kafka" if extra else "dataflow-kafka"
+    if not extra:
+        print(f"{spark_kafka.missing_message()}; Spark's native queries read format('dataflow-kafka') data rows")
+    extra["spark.sql.streaming.numRecentProgressUpdates"] = "1000"    # every batch's progress, for the timing
+    for kv in conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            parser.error(f"--conf {kv!r}: expected KEY=VALUE")
+        extra[key] = value
+    return extra, connector
 
 
 def _native_label(q: Query) -> str:
@@ -467,20 +488,10 @@ def main(argv=None) -> None:
     queries = [get(n) for n in a.queries.split(",") if n]
     sizes = [int(x) for x in a.batch_sizes.split(",") if x]
 
-    from bench import spark_kafka
     from dataflow_kafka.brokers import kafka_broker
     from dataflow_kafka.datasource.session import spark_session
 
-    extra = spark_kafka.session_extra()
-    connector = "kafka" if extra else "dataflow-kafka"
-    if not extra:
-        print(f"{spark_kafka.missing_message()}; Spark's native queries read format('dataflow-kafka') data rows")
-    extra["spark.sql.streaming.numRecentProgressUpdates"] = "1000"    # every batch's progress, for the timing
-    for kv in a.conf:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            p.error(f"--conf {kv!r}: expected KEY=VALUE")
-        extra[key] = value
+    extra, connector = session_extra(p, a.conf)
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-steady-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()

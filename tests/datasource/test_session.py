@@ -79,7 +79,6 @@ def test_the_session_talks_to_python_workers_over_unix_domain_sockets(spark):
     socket through its environment, and the worker's connection to the executor is one."""
     def probe(batches):
         import os
-        import socket
 
         import pyarrow as pa
 
