@@ -138,3 +138,26 @@ def test_writing_from_another_thread_needs_the_session_active_there_and_register
     assert "DATA_SOURCE_NOT_FOUND" in outcome.get("before", ""), outcome
     assert outcome.get("after") == "ok", outcome
     assert sorted(m.value() for m in kafka.consume_all(topic)) == [b"b0", b"b1", b"b2"]
+
+
+def test_the_session_writes_checkpoints_through_the_file_system_api(spark, tmp_path):
+    """The class name is real and reaches Spark's factory with the Hadoop configuration a streaming
+    query gets (a typo would fail there; without the setting Spark picks the FileContext manager),
+    and a stateful query restarts from the checkpoint it wrote."""
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        jvm.org.apache.hadoop.fs.Path(str(tmp_path)), conf)
+    assert manager.getClass().getSimpleName() == "FileSystemBasedCheckpointFileManager"
+    ck = tmp_path / "ck"
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 20).load()
+          .selectExpr("value % 3 AS k").groupBy("k").count())
+    counts = []
+    for _ in range(2):
+        q = (df.writeStream.format("memory").queryName(f"fs_api_{len(counts)}").outputMode("complete")
+             .option("checkpointLocation", str(ck)).trigger(once=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        counts.append(sorted(tuple(r) for r in spark.table(f"fs_api_{len(counts)}").collect()))
+    assert counts == [[(0, 7), (1, 7), (2, 6)], [(0, 14), (1, 13), (2, 13)]]
+    assert sorted(p.name for p in (ck / "commits").iterdir() if not p.name.startswith(".")) == ["0", "1"]
