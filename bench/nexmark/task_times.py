@@ -62,6 +62,7 @@ def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
 
 
 def main(argv=None) -> None:
+    from bench.nexmark.throughput import FLOOR_KEYS, FLOOR_LABEL, MAX_PARTITIONS, NATIVE_DELAY, Harness, session_extra
     p = argparse.ArgumentParser(prog="python -m bench.nexmark.task_times", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--batch-size", type=int, default=10_000)
@@ -69,10 +70,11 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS, help="our source's maxPartitions (0: one task per "
+                   "Kafka partition)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     a = p.parse_args(argv)
 
-    from bench.nexmark.throughput import FLOOR_KEYS, FLOOR_LABEL, NATIVE_DELAY, Harness, session_extra
     from dataflow_kafka.brokers import kafka_broker
     from dataflow_kafka.datasource.session import spark_session
 
@@ -86,9 +88,11 @@ def main(argv=None) -> None:
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-tasks-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()
-        h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, log=lambda s: None)
+        h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, log=lambda s: None,
+                    max_partitions=a.max_partitions)
         print(f"{started:%Y-%m-%d %H:%M}: {a.query}, {a.events} events, batches of {a.batch_size}, "
-              f"{a.shuffle_partitions} shuffle partitions, native on format({connector!r}), load {load1()}"
+              f"{a.shuffle_partitions} shuffle partitions, our maxPartitions {a.max_partitions or '-'}, "
+              f"native on format({connector!r}), load {load1()}"
               f"{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         try:
             for r in range(a.rounds):

@@ -8,7 +8,9 @@ What it does, once per run:
 * per micro-batch size (``--batch-sizes``, default 10k, 50k and 200k records,
   ``maxOffsetsPerTrigger``) and query, runs every **arm** with Trigger.AvailableNow, the arms
   alternated (the order swapped every other query and repeat): our variants (``slicer``,
-  ``dataflow``, ``sql``) over ``format("dataflow-kafka")`` and Spark's native form over
+  ``dataflow``, ``sql``) over ``format("dataflow-kafka")`` (``maxPartitions`` = ``--max-partitions``,
+  default 2: at most one source task per core of ``local[2]``, the source's option for small
+  batches on few cores; 0 leaves one task per Kafka partition) and Spark's native form over
   ``format("kafka")`` (Spark's JVM connector; :mod:`bench.spark_kafka`) with ``withWatermark``
   5 s;
 * times the **steady state**: the first micro-batch (query start, Python workers' start, the
@@ -65,13 +67,15 @@ FLINK_PER_CORE = {"q0": 155_020, "q1": 157_940, "q2": 175_210, "q3": 152_120, "q
 #: Bids among NEXMark's events (46 of every 50): bids / BID_SHARE = the events behind them.
 BID_SHARE = 0.92
 NATIVE_DELAY = "5 seconds"
+#: Our source's ``maxPartitions`` in the harness: one task per core of ``local[2]`` (module docstring).
+MAX_PARTITIONS = 2
 #: The key of each windowed query's first stage: the floor arm groups by it (module docstring).
 FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder"}
 FLOOR_LABEL = "no-op transformWithStateInPandas"
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
-          "load_before", "load_after", "profile"]
+          "load_before", "load_after", "profile", "max_partitions"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 FIELDS += [f"ms_{phase}" for phase in PHASES]
@@ -275,9 +279,10 @@ class Harness:
 
     def __init__(self, spark, bootstrap: str, connector: str, events: int, partitions: int = 4, seed: int = 1,
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
+        self.max_partitions = max_partitions or None
         self.tmp = Path(tempfile.mkdtemp(prefix="nexmark-steady-"))
         self.rows: list[dict] = []
         self.cpu = ProcessCpu(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
@@ -329,8 +334,10 @@ class Harness:
             run = run_arm(out, ck, self.cpu, _count)
             steady_bids = run.steady_rows
         elif side == "ours":
-            reader = self.spark.readStream.format("dataflow-kafka").options(
-                **source_options(self.bootstrap, self.topic, batch_size))
+            opts = source_options(self.bootstrap, self.topic, batch_size)
+            if self.max_partitions:
+                opts["maxPartitions"] = str(self.max_partitions)
+            reader = self.spark.readStream.format("dataflow-kafka").options(**opts)
             out, connector = q.spark(variant, reader.load()), "dataflow-kafka"
             label = f"{q.name}-{variant}-{batch_size}-r{repeat}"
             run = run_arm(out, ck, self.cpu, summarise, self._profiler(label))
@@ -355,7 +362,8 @@ class Harness:
                "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
                "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
                "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
-               "load_before": before, "load_after": load1(), "profile": run.profile, **check,
+               "load_before": before, "load_after": load1(), "profile": run.profile,
+               "max_partitions": self.max_partitions if side == "ours" else None, **check,
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
@@ -475,6 +483,8 @@ def main(argv=None) -> None:
     p.add_argument("--delayed", type=float, default=0.1, help="share of events delayed up to 5 s")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS,
+                   help="our source's maxPartitions (0: one task per Kafka partition)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--floor", action="store_true", help="also a no-op Python stateful operator on Spark's connector")
     p.add_argument("--profile", metavar="DIR", help="py-spy flame graphs of the Python workers, ours' steady states")
@@ -496,10 +506,11 @@ def main(argv=None) -> None:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()
         print(f"{started:%Y-%m-%d %H:%M}: broker {broker.kind} at {broker.bootstrap_servers}; Spark {spark.version} "
-              f"local[2], {a.shuffle_partitions} shuffle partitions; native on format({connector!r}); "
+              f"local[2], {a.shuffle_partitions} shuffle partitions, our maxPartitions {a.max_partitions or '-'}; "
+              f"native on format({connector!r}); "
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
-                    profile_dir=a.profile, log=lambda s: print(s, flush=True))
+                    profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions)
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:
