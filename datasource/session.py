@@ -5,7 +5,9 @@ import the same packages; the RocksDB state store, which ``transformWithStateInP
 few shuffle partitions (tiny micro-batches are latency-bound on small machines); no UI.
 
 Low-latency defaults, for local masters (the machine the query runs on is small and its
-micro-batches are tiny; measured with ``bench.spark_settings``, figures in docs/latency.md):
+micro-batches are tiny; measured with ``bench.spark_settings``, figures in docs/latency.md); on
+other masters only the Unix domain sockets (``ANY_MASTER``: a Python worker talks to the executor
+on its own machine wherever that is; the cluster test checks the executors' workers use them):
 
 * one shuffle partition (``shuffle_partitions=None`` means 1 on local masters, 2 elsewhere): every
   stateful operator then runs one task per micro-batch instead of two that wait for each other
@@ -73,7 +75,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread", "is_connect",
-           "show_executor_events", "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS", "EXECUTOR_EVENT_LOGGERS"]
+           "show_executor_events", "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS", "ANY_MASTER",
+           "EXECUTOR_EVENT_LOGGERS"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -85,6 +88,9 @@ LOW_LATENCY_DEFAULTS = {
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
+#: The ``LOW_LATENCY_DEFAULTS`` that also apply on other masters: Python workers are forked on their
+#: executor's machine wherever it runs (the others concern where checkpoints live).
+ANY_MASTER = ("spark.python.unix.domain.socket.enabled",)
 LOCAL_SHUFFLE_PARTITIONS = 1    # default on local masters (module docstring)
 OTHER_SHUFFLE_PARTITIONS = 2    # default elsewhere
 
@@ -96,7 +102,7 @@ def spark_session(master: str = "local[2]", app_name: str = "dataflow-kafka",
 
     ``shuffle_partitions``: None means 1 on local masters, 2 elsewhere. ``extra``: more Spark
     settings; they override everything set here, including ``LOW_LATENCY_DEFAULTS`` (applied on
-    local masters when ``low_latency``)."""
+    local masters when ``low_latency``, their ``ANY_MASTER`` part on others)."""
     local = _is_local(master)
     if "PYSPARK_PYTHON" not in os.environ:
         wrapper = python_without_pyspark_zip() if fast_python_start and local else None
@@ -156,7 +162,8 @@ def register(spark) -> None:
 def session_settings(master: str = "local[2]", shuffle_partitions: int | None = None,
                      extra: dict[str, str] | None = None, low_latency: bool = True) -> dict[str, str]:
     """The Spark settings :func:`spark_session` applies: ours, then ``LOW_LATENCY_DEFAULTS`` (local
-    masters, ``low_latency``), then ``extra``, which overrides any of them."""
+    masters; on others the ``ANY_MASTER`` ones; with ``low_latency``), then ``extra``, which
+    overrides any of them."""
     local = _is_local(master)
     if shuffle_partitions is None:
         shuffle_partitions = LOCAL_SHUFFLE_PARTITIONS if local else OTHER_SHUFFLE_PARTITIONS
@@ -170,8 +177,8 @@ def session_settings(master: str = "local[2]", shuffle_partitions: int | None = 
     }
     if local:       # a cluster's executors must reach the driver at an address of the network
         settings.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
-    if low_latency and local:
-        settings.update(LOW_LATENCY_DEFAULTS)
+    if low_latency:
+        settings.update(LOW_LATENCY_DEFAULTS if local else {k: LOW_LATENCY_DEFAULTS[k] for k in ANY_MASTER})
     settings.update(extra or {})
     return settings
 

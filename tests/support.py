@@ -139,3 +139,23 @@ def venv_with_wheel(wheel: Path, env: Path) -> Path:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return env
+
+
+def python_worker_sockets(spark) -> dict:
+    """What a Python worker of ``spark``'s executors sees: whether Spark told its daemon to use Unix
+    domain sockets (``uds``, the daemon's environment) and the address families of the worker's
+    open sockets (``families``; its connection to the executor is one of them)."""
+    def probe(batches):
+        import gc
+        import os
+        import socket
+
+        import pyarrow as pa
+
+        kinds = sorted({o.family.name for o in gc.get_objects() if isinstance(o, socket.socket) and o.fileno() >= 0})
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"uds": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "")] * b.num_rows,
+                                              "families": [",".join(kinds)] * b.num_rows})
+
+    row = spark.range(1).mapInArrow(probe, "uds string, families string").collect()[0]
+    return {"uds": row.uds.lower() == "true", "families": row.families.split(",")}

@@ -119,6 +119,8 @@ def test_composed_pipeline_survives_a_lost_worker_exactly_once(standalone_cluste
     assert figures["rows"] > 100 and got == expected, figures
     seen = json.loads(out.split("CLUSTER ", 1)[1].splitlines()[0])
     assert seen["driver_host"] == socket.gethostname(), seen
+    # spark_session()'s Unix-socket default holds on a cluster too: the executors' Python workers
+    assert seen["python_workers"]["uds"] and "AF_UNIX" in seen["python_workers"]["families"], seen
     assert all(k["processes"] >= 3 for k in kills), kills    # worker, executor JVM, pyspark daemon (+ workers)
     # what the user sees on the driver's console although the session logs at ERROR: each lost executor
     assert len(set(re.findall(r"Lost executor (\d+) on 127.0.0.1: worker lost", stderr))) == KILLS, stderr[-3000:]

@@ -36,7 +36,7 @@ def test_wrapper_drops_only_pysparks_zip_and_runs_this_interpreter(tmp_path):
 # -- low-latency defaults -----------------------------------------------------------------------------
 
 def test_low_latency_defaults_on_local_masters_only_and_extra_overrides_them():
-    from dataflow_kafka.datasource.session import LOW_LATENCY_DEFAULTS, ROCKSDB_PROVIDER, session_settings
+    from dataflow_kafka.datasource.session import ANY_MASTER, LOW_LATENCY_DEFAULTS, ROCKSDB_PROVIDER, session_settings
 
     local = session_settings("local[2]")
     assert {k: local[k] for k in LOW_LATENCY_DEFAULTS} == LOW_LATENCY_DEFAULTS
@@ -45,7 +45,9 @@ def test_low_latency_defaults_on_local_masters_only_and_extra_overrides_them():
     assert session_settings("local[2]", shuffle_partitions=3)["spark.sql.shuffle.partitions"] == "3"
     cluster = session_settings("spark://127.0.0.1:7077")
     assert cluster["spark.sql.shuffle.partitions"] == "2"
-    assert not set(LOW_LATENCY_DEFAULTS) & set(cluster)
+    # elsewhere only the ones that do not depend on where checkpoints live (Unix sockets)
+    assert set(LOW_LATENCY_DEFAULTS) & set(cluster) == set(ANY_MASTER) == {"spark.python.unix.domain.socket.enabled"}
+    assert not set(LOW_LATENCY_DEFAULTS) & set(session_settings("spark://127.0.0.1:7077", low_latency=False))
     assert not set(LOW_LATENCY_DEFAULTS) & set(session_settings("local[2]", low_latency=False))
     key = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
     overridden = session_settings("local[2]", shuffle_partitions=1,
@@ -77,25 +79,10 @@ def test_the_session_runs_stateful_queries_with_changelog_checkpoints(spark, tmp
 def test_the_session_talks_to_python_workers_over_unix_domain_sockets(spark):
     """The setting reached the Python workers: Spark tells a worker's daemon to listen on a Unix
     socket through its environment, and the worker's connection to the executor is one."""
-    def probe(batches):
-        import os
+    from tests.support import python_worker_sockets
 
-        import pyarrow as pa
-
-        kinds = sorted({s.family.name for s in _open_sockets()})
-        for b in batches:
-            yield pa.RecordBatch.from_pydict({"uds": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "")] * b.num_rows,
-                                              "families": [",".join(kinds)] * b.num_rows})
-
-    def _open_sockets():
-        import gc
-        import socket
-
-        return [o for o in gc.get_objects() if isinstance(o, socket.socket) and o.fileno() >= 0]
-
-    row = spark.range(1).mapInArrow(probe, "uds string, families string").collect()[0]
-    assert row.uds.lower() == "true", row
-    assert "AF_UNIX" in row.families.split(","), row
+    seen = python_worker_sockets(spark)
+    assert seen["uds"] and "AF_UNIX" in seen["families"], seen
 
 
 def test_the_wrapper_is_one_file_per_script_not_one_directory_per_session():

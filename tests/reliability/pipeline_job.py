@@ -146,8 +146,11 @@ def main(mode: str, master: str, bootstrap: str, topic: str, out_topic: str, che
     failure = query.exception()
     sc = spark.sparkContext
     executors = sc._jsc.sc().getExecutorMemoryStatus().size() - 1        # minus the driver
-    print(f"CLUSTER {json.dumps({'executors': executors, 'driver_host': spark.conf.get('spark.driver.host')})}",
-          flush=True)
+    from tests.support import python_worker_sockets
+
+    seen = {'executors': executors, 'driver_host': spark.conf.get('spark.driver.host'),
+            'python_workers': python_worker_sockets(spark)}
+    print(f"CLUSTER {json.dumps(seen)}", flush=True)
     spark.stop()
     if failure is not None:
         raise SystemExit(f"query failed: {failure}")
