@@ -28,18 +28,14 @@ on its own machine wherever that is; the cluster test checks the executors' work
   ``mapInArrow`` task over 10 rows, ``local[2]``: 86 ms -> 37 ms; measurements in
   docs/latency.md). Nothing else changes: the workers run on the executor's machine either
   way (a Spark option since 4.1, off by default; the socket files go under ``java.io.tmpdir``).
-  ``spark.sql.streaming.checkpointFileManagerClass`` = Spark's
-  ``FileSystemBasedCheckpointFileManager``: checkpoint files (offset and commit logs, every state
-  store's changelog and snapshot) are written and renamed through Hadoop's ``FileSystem`` API
-  instead of ``FileContext``. Without Hadoop's native library (pip-installed pyspark has none),
-  ``FileContext.rename`` on the local file system runs ``readlink`` in a child process twice per
-  file (``RawLocalFileSystem.getFileLinkStatus``), each a few milliseconds: a
-  ``transformWithStateInPandas`` task that does nothing spent 87-91 ms after its processor's
-  ``close`` committing its state store (no-op task 143 -> 52 ms; Spark's own stateful tasks
-  106 -> 60 ms; docs/nexmark.md). ``FileSystem.rename`` on local files is one ``rename(2)``,
-  atomic as before; an existing file is still refused where Spark asks for that (checked
-  before the rename). Checkpoints on other file systems on a local master get the same manager,
-  which Spark uses for any file system without ``FileContext``.
+
+Measured and withdrawn: ``spark.sql.streaming.checkpointFileManagerClass`` = Spark's
+``FileSystemBasedCheckpointFileManager``. It removes the ``readlink`` child processes Hadoop starts
+for every checkpoint file ``FileContext.rename`` renames without its native library (a no-op
+``transformWithStateInPandas`` task 143 -> 52 ms; docs/latency.md), but on the local file system
+it silently keeps the old file when Spark asks to overwrite one (``createAtomic(path,
+overwriteIfPossible=True)``, which state stores use when a batch runs again): a test pins that
+the session's manager overwrites.
 
 Measured and not set: ``spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=false``
 (no effect with key-group state, a few rows written per batch; it would cost the
@@ -85,8 +81,6 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 LOW_LATENCY_DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.python.unix.domain.socket.enabled": "true",
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
 #: The ``LOW_LATENCY_DEFAULTS`` that also apply on other masters: Python workers are forked on their
 #: executor's machine wherever it runs (the others concern where checkpoints live).

@@ -127,15 +127,22 @@ def test_writing_from_another_thread_needs_the_session_active_there_and_register
     assert sorted(m.value() for m in kafka.consume_all(topic)) == [b"b0", b"b1", b"b2"]
 
 
-def test_the_session_writes_checkpoints_through_the_file_system_api(spark, tmp_path):
-    """The class name is real and reaches Spark's factory with the Hadoop configuration a streaming
-    query gets (a typo would fail there; without the setting Spark picks the FileContext manager),
-    and a stateful query restarts from the checkpoint it wrote."""
+def test_the_sessions_checkpoint_files_are_overwritten_when_spark_asks_and_queries_restart(spark, tmp_path):
+    """Spark's FileSystem-based checkpoint file manager (faster here: no readlink child processes)
+    keeps the old file on the local file system when Spark asks to overwrite one, which state
+    stores do when a batch runs again; so the session keeps Spark's default manager. Pinned
+    through Spark's factory with the Hadoop configuration a streaming query gets: a second
+    overwriting write wins. And a stateful query restarts from the checkpoint it wrote."""
     jvm = spark._jvm
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
         jvm.org.apache.hadoop.fs.Path(str(tmp_path)), conf)
-    assert manager.getClass().getSimpleName() == "FileSystemBasedCheckpointFileManager"
+    target = tmp_path / "file"
+    for content in (b"first", b"second"):
+        out = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(str(target)), True)
+        out.write(bytearray(content))
+        out.close()
+    assert target.read_bytes() == b"second", manager.getClass().getSimpleName()
     ck = tmp_path / "ck"
     df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 20).load()
           .selectExpr("value % 3 AS k").groupBy("k").count())
