@@ -623,9 +623,12 @@ def _settle(queries, timeout_s: float = 20.0) -> None:
 
 class FloorProcessor:
     """A ``transformWithStateInPandas`` processor that only does what any stateful processor must:
-    read its key's state once, pass its rows on, write the state once (``floor_shape``)."""
+    read its key's state once, pass its rows on, write the state once (``floor_shape``).
+    ``counts=True``: instead of its rows, one row per call, ``(key_group, n)`` with ``n`` the rows
+    it received (an operator whose output is small, as a partial aggregation's is)."""
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, counts: bool = False):
+        import pandas as pd
         from pyspark.sql.streaming import StatefulProcessor
 
         class _Floor(StatefulProcessor):
@@ -633,11 +636,14 @@ class FloorProcessor:
                 self.count = handle.getValueState("n", "n long")
 
             def handleInputRows(self, key, rows, timerValues):
-                n = self.count.get()[0] if self.count.exists() else 0
+                before = n = self.count.get()[0] if self.count.exists() else 0
                 for pdf in rows:
                     n += len(pdf)
-                    yield pdf
+                    if not counts:
+                        yield pdf
                 self.count.update((n,))
+                if counts:
+                    yield pd.DataFrame({"key_group": [int(key[0])], "n": [n - before]})
 
             def close(self) -> None:
                 pass

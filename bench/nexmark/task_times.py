@@ -62,7 +62,7 @@ def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
 
 
 def main(argv=None) -> None:
-    from bench.nexmark.throughput import FLOOR_KEYS, FLOOR_LABEL, MAX_PARTITIONS, NATIVE_DELAY, Harness, session_extra
+    from bench.nexmark.throughput import MAX_PARTITIONS, NATIVE_DELAY, Harness, floor_label, session_extra
     p = argparse.ArgumentParser(prog="python -m bench.nexmark.task_times", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--batch-size", type=int, default=10_000)
@@ -83,8 +83,8 @@ def main(argv=None) -> None:
           "spark.ui.retainedTasks=1000000"]
     extra, connector = session_extra(p, ui + a.conf)
     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
-    if q.name in FLOOR_KEYS:
-        arms.append(("floor", FLOOR_LABEL))
+    if floor_label(q) is not None:
+        arms.append(("floor", floor_label(q)))
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-tasks-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()

@@ -18,11 +18,17 @@ What it does, once per run:
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
   process from the end of batch 0 to the end of the run (``/proc``, sampled: :class:`ProcessCpu`;
   the broker is not counted);
-* ``--floor``: a third arm per windowed query, the evidence for a gap: Spark's connector, the
-  bids parsed in the JVM, hashed by the first stage's key into 4 key groups and passed through one
-  ``transformWithStateInPandas`` processor that only counts its rows in its state
-  (:class:`bench._stream.FloorProcessor`): what any Python stateful operator costs on Spark's own
-  connector, with no stage code (checked by the row count);
+* ``--floor``: a third arm per query, the evidence for a gap: the same query shape with no code
+  of ours. Windowed queries: Spark's connector, the bids parsed in the JVM, hashed by the first
+  stage's key into 4 key groups and passed through as many ``transformWithStateInPandas``
+  processors as our forms of the query run per micro-batch (:data:`FLOOR_SHAPES`: Q5 and Q7 two,
+  the second re-keyed and fed one row per key group and batch, as our merge per window is; Q11
+  one), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
+  Python stateful operators of that shape cost on Spark's own connector, with no stage code
+  (checked by the row count). Projections: Spark's native query over the simplest Python source
+  that reads Kafka (:class:`bench.python_floor.KafkaFloorSource`), what Spark's Python Data
+  Source API costs for the rows our source delivers (checked as Spark's arm). Before 2026-11-29
+  the floor was one operator for every windowed query and none for the projections;
 * checks every arm's final result: ours against the brute-force reference (every row), Spark's
   against the reference on the windows its final watermark closed (a bounded append-mode run never
   emits the rest, counted as ``open``); projections Q0/Q1 by a checksum per batch (count and
@@ -69,9 +75,22 @@ BID_SHARE = 0.92
 NATIVE_DELAY = "5 seconds"
 #: Our source's ``maxPartitions`` in the harness: one task per core of ``local[2]`` (module docstring).
 MAX_PARTITIONS = 2
-#: The key of each windowed query's first stage: the floor arm groups by it (module docstring).
-FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder"}
-FLOOR_LABEL = "no-op transformWithStateInPandas"
+#: The floor arm of each windowed query (module docstring): the key of its first stage, and how many
+#: Python stateful operators our forms of it run per micro-batch (Q5, Q7: the first stage with the
+#: partial stage fused into it, then the merge per window; Q11: one).
+FLOOR_SHAPES = {"q5": ("auction", 2), "q7": ("auction", 2), "q11": ("bidder", 1)}
+#: The projections' floor: Spark's native query on the simplest Python Kafka source.
+PROJECTION_FLOOR = "bench-python-kafka"
+
+
+def floor_label(q: Query) -> str | None:
+    """The floor arm's variant label for ``q`` (None: no floor for it)."""
+    if q.name in FLOOR_SHAPES:
+        n = FLOOR_SHAPES[q.name][1]
+        return f"{n} no-op transformWithStateInPandas" if n > 1 else "no-op transformWithStateInPandas"
+    if isinstance(q, Projection):
+        return f"native on format({PROJECTION_FLOOR!r})"
+    return None
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
@@ -270,6 +289,12 @@ def _count(df) -> tuple:
     return (df.count(),)
 
 
+def _sum_n(df) -> tuple:
+    from pyspark.sql import functions as F
+
+    return (df.agg(F.coalesce(F.sum("n"), F.lit(0))).collect()[0][0],)
+
+
 def _uses_checksum(q: Query) -> bool:
     return isinstance(q, Projection) and "extra" in q.columns     # Q0, Q1: one output row per bid
 
@@ -322,16 +347,20 @@ class Harness:
         before = load1()
         ck = str(self.tmp / uuid.uuid4().hex[:10])
         summarise = _checksum if _uses_checksum(q) else None
-        if side == "floor":
-            from bench._stream import FloorProcessor
-
-            key = FLOOR_KEYS[q.name]
-            keyed = self._native_source(batch_size).selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group",
-                                                               key, "ts_ms")
-            out = keyed.groupBy("key_group").transformWithStateInPandas(
-                FloorProcessor(), f"key_group int, {key} bigint, ts_ms bigint", "Append", "None")
+        if side == "floor" and q.name in FLOOR_SHAPES:
+            out, summarise = self._floor_operators(q, batch_size)
             connector = self.connector
-            run = run_arm(out, ck, self.cpu, _count)
+            run = run_arm(out, ck, self.cpu, summarise)
+            steady_bids = run.steady_rows
+        elif side == "floor":
+            from bench.python_floor import KafkaFloorSource
+
+            self.spark.dataSource.register(KafkaFloorSource)
+            src = (self.spark.readStream.format(PROJECTION_FLOOR)
+                   .options(**{"kafka.bootstrap.servers": self.bootstrap, "subscribe": self.topic,
+                               "maxOffsetsPerTrigger": str(batch_size)}).load())
+            out, connector = q.native(parse_bids(src, with_kind=False), NATIVE_DELAY), PROJECTION_FLOOR
+            run = run_arm(out, ck, self.cpu, summarise)
             steady_bids = run.steady_rows
         elif side == "ours":
             opts = source_options(self.bootstrap, self.topic, batch_size)
@@ -354,7 +383,7 @@ class Harness:
         events_per_cpu = steady_bids / BID_SHARE / cpu_s if cpu_s > 0 else None
         row = {"date": dt.datetime.now().isoformat(timespec="seconds"), "batch_size": batch_size, "repeat": repeat,
                "query": q.name, "side": side,
-               "variant": variant if side == "ours" else FLOOR_LABEL if side == "floor" else _native_label(q),
+               "variant": variant if side == "ours" else floor_label(q) if side == "floor" else _native_label(q),
                "connector": connector, "bids": len(self.records), "batches": run.batches, "steady_bids": steady_bids,
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
                "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "python_cpu_s": round(py_s, 2),
@@ -374,8 +403,27 @@ class Harness:
                                                             "ms_commitOffsets")))
         return row
 
+    def _floor_operators(self, q: Query, batch_size: int):
+        """The windowed floor (module docstring): its output DataFrame and summariser (a row count,
+        or the sum of the second operator's counts: both the number of bids)."""
+        from bench._stream import FloorProcessor
+
+        key, operators = FLOOR_SHAPES[q.name]
+        keyed = self._native_source(batch_size).selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group",
+                                                           key, "ts_ms")
+        if operators == 1:
+            return keyed.groupBy("key_group").transformWithStateInPandas(
+                FloorProcessor(), f"key_group int, {key} bigint, ts_ms bigint", "Append", "None"), _count
+        counts = keyed.groupBy("key_group").transformWithStateInPandas(
+            FloorProcessor(counts=True), "key_group int, n bigint", "Append", "None")
+        for _ in range(operators - 1):
+            counts = (counts.selectExpr("CAST(pmod(key_group + 1, 4) AS INT) AS key_group", "n")
+                      .groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, n bigint",
+                                                                        "Append", "None"))
+        return counts, _sum_n
+
     def _check(self, q: Query, side: str, variant: str, run: Steady) -> dict:
-        if side == "floor":
+        if side == "floor" and q.name in FLOOR_SHAPES:
             ok = sum(n for n, in run.frames) == len(self.records)
             return {"correct": ok, "expected": len(self.records), "missing": 0 if ok else None,
                     "extra": 0 if ok else None, "open": 0}
@@ -405,8 +453,8 @@ class Harness:
             for repeat in range(repeats):
                 for q in queries:
                     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
-                    if floor and q.name in FLOOR_KEYS:
-                        arms.append(("floor", FLOOR_LABEL))
+                    if floor and floor_label(q) is not None:
+                        arms.append(("floor", floor_label(q)))
                     for side, variant in arms if k % 2 == 0 else arms[::-1]:
                         self.arm(q, side, variant, batch_size, repeat)
                     k += 1
@@ -486,7 +534,9 @@ def main(argv=None) -> None:
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS,
                    help="our source's maxPartitions (0: one task per Kafka partition)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--floor", action="store_true", help="also a no-op Python stateful operator on Spark's connector")
+    p.add_argument("--floor", action="store_true", help="also the same query shape without our code: as many no-op Python stateful "
+                   "operators as our form runs, on Spark's connector (windowed queries); Spark's query on the "
+                   "simplest Python Kafka source (projections)")
     p.add_argument("--profile", metavar="DIR", help="py-spy flame graphs of the Python workers, ours' steady states")
     p.add_argument("--csv", default="bench/out/nexmark_throughput.csv")
     p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
