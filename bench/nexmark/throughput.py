@@ -38,10 +38,12 @@ What it does, once per run:
   Flink's published per-core rates (nexmark/nexmark README, Flink 1.13, 8 workers x 8 cores,
   100M events, throughput / cores where cores is the CPU the workers used), and writes a CSV.
 
-``--quick`` (100,000 events, 10k and 50k batches) is the smoke form; ``--profile DIR`` records
-py-spy flame graphs of Spark's Python workers during each steady state of ours (one SVG per arm;
-:mod:`bench.nexmark.profile`). The load average is recorded before and after every arm: on a
-shared machine read CPU per record rather than wall time.
+``--key-groups`` (default 4) sets our stages' key groups (results do not depend on it; each key
+group is one call of a stage's processor per batch). ``--quick`` (100,000 events, 10k and 50k
+batches) is the smoke form; ``--profile DIR`` records py-spy flame graphs of Spark's Python
+workers during each steady state of ours (one SVG per arm; :mod:`bench.nexmark.profile`). The
+load average is recorded before and after every arm: on a shared machine read CPU per record
+rather than wall time.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ import pandas as pd
 
 from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
 from bench.nexmark.queries import REGISTRY, get
-from bench.nexmark.query import Projection, Query, parse_bids
+from bench.nexmark.query import Projection, Query, Settings, parse_bids
 from bench.nexmark.runs import final_watermark_ms, run_available_now, source_options
 from bench.nexmark.stats import load1, multiset_diff, write_rows
 
@@ -94,7 +96,7 @@ def floor_label(q: Query) -> str | None:
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
-          "load_before", "load_after", "profile", "max_partitions"]
+          "load_before", "load_after", "profile", "max_partitions", "key_groups"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 FIELDS += [f"ms_{phase}" for phase in PHASES]
@@ -304,8 +306,10 @@ class Harness:
 
     def __init__(self, spark, bootstrap: str, connector: str, events: int, partitions: int = 4, seed: int = 1,
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
-                 log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS) -> None:
+                 log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
+                 key_groups: int = Settings().key_groups) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
+        self.settings = Settings(key_groups=key_groups)
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
         self.max_partitions = max_partitions or None
         self.tmp = Path(tempfile.mkdtemp(prefix="nexmark-steady-"))
@@ -367,7 +371,7 @@ class Harness:
             if self.max_partitions:
                 opts["maxPartitions"] = str(self.max_partitions)
             reader = self.spark.readStream.format("dataflow-kafka").options(**opts)
-            out, connector = q.spark(variant, reader.load()), "dataflow-kafka"
+            out, connector = q.spark(variant, reader.load(), self.settings), "dataflow-kafka"
             label = f"{q.name}-{variant}-{batch_size}-r{repeat}"
             run = run_arm(out, ck, self.cpu, summarise, self._profiler(label))
             steady_bids = run.steady_rows - self.partitions * (run.batches - 1)    # one punctuation row per partition
@@ -392,7 +396,8 @@ class Harness:
                "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
                "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
                "load_before": before, "load_after": load1(), "profile": run.profile,
-               "max_partitions": self.max_partitions if side == "ours" else None, **check,
+               "max_partitions": self.max_partitions if side == "ours" else None,
+               "key_groups": self.settings.key_groups if side == "ours" else None, **check,
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
@@ -435,7 +440,7 @@ class Harness:
         frames = [f for f in run.frames if len(f)]
         if side == "ours":
             expected = self._reference(q, variant)
-            got = q.results(variant, frames)
+            got = q.results(variant, frames, self.settings)
             missing, extra = multiset_diff(expected, got)
             return {"correct": missing == extra == 0, "expected": len(expected), "missing": missing, "extra": extra,
                     "open": 0}
@@ -531,6 +536,8 @@ def main(argv=None) -> None:
     p.add_argument("--delayed", type=float, default=0.1, help="share of events delayed up to 5 s")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--key-groups", type=int, default=Settings().key_groups,
+                   help="key groups of our stages (results do not depend on it; each costs a call per batch)")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS,
                    help="our source's maxPartitions (0: one task per Kafka partition)")
     p.add_argument("--seed", type=int, default=1)
@@ -560,7 +567,8 @@ def main(argv=None) -> None:
               f"native on format({connector!r}); "
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
-                    profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions)
+                    profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
+                    key_groups=a.key_groups)
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:
