@@ -59,3 +59,12 @@ def test_the_floor_arms_have_our_queries_shape_and_see_every_bid(spark, bootstra
         assert row["correct"] is True and row["batches"] >= 3, row
         assert row["variant"] == floor_label(q), row
     assert h.rows[-1]["connector"] == "bench-python-kafka"
+
+
+def test_the_warm_up_runs_first_and_is_not_in_the_table(spark, bootstrap):
+    logged = []
+    h = Harness(spark, bootstrap, "dataflow-kafka", events=1500, partitions=2, rate=200, log=logged.append)
+    h.run([get("q1")], [500])
+    assert [(r["side"], r["repeat"]) for r in h.rows] == [("ours", 0), ("spark", 0)]
+    assert any("warm-up: q1 ours and Spark's at 500" in line for line in logged), logged
+    assert logged.index(next(x for x in logged if "warm-up" in x)) < len(logged) - 2   # before the recorded arms
