@@ -211,7 +211,7 @@ def dag_specs(root: QueryNode, fuse: bool, idle_timeout_ms: int | None,
 # -- running the query ---------------------------------------------------------------------------------
 
 def apply_dag(root: QueryNode, sources: Any, *, fuse: bool = True, idle_timeout_ms: int | None = None,
-              pack_source: bool = True):
+              pack_source: bool = True, placement: str = "even"):
     """Spark: the query of ``root`` and its upstreams (:meth:`keygroups.Pipeline.apply`)."""
     outs: dict[int, Any] = {}
     specs: dict[int, list[OperatorSpec]] = {}
@@ -220,7 +220,8 @@ def apply_dag(root: QueryNode, sources: Any, *, fuse: bool = True, idle_timeout_
         claims = _claims(root) if p is root else None
         if p.upstreams is None:
             src = _source(sources, names.get(id(p), set()), "apply")
-            outs[id(p)], specs[id(p)] = apply_chain(p.chain, src, fuse, idle_timeout_ms, pack_source, claims=claims)
+            outs[id(p)], specs[id(p)] = apply_chain(p.chain, src, fuse, idle_timeout_ms, pack_source, claims=claims,
+                                                       placement=placement)
             continue
         stage = p.stages[0]
         groups = _by_source(_groups(p), sources)
@@ -230,7 +231,7 @@ def apply_dag(root: QueryNode, sources: Any, *, fuse: bool = True, idle_timeout_
         union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
         head = _head(p, specs)
         outs[id(p)], specs[id(p)] = apply_chain(p.chain, union, fuse, idle_timeout_ms, pack_source, head=head,
-                                                  claims=claims)
+                                                  claims=claims, placement=placement)
     return outs[id(root)]
 
 

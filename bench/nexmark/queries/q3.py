@@ -123,7 +123,8 @@ class PersonAuctionJoin(Query):
     def spark(self, variant, source, settings=Settings()):
         self._check(variant)
         df = with_fields(epoch_ms(source), self.filters())
-        return self.pipeline(variant, settings).apply(df, idle_timeout_ms=self.idle_timeout_ms)
+        return self.pipeline(variant, settings).apply(df, idle_timeout_ms=self.idle_timeout_ms,
+                                                      placement=settings.placement)
 
     def local(self, variant, batches, settings=Settings()):
         self._check(variant)
