@@ -36,17 +36,48 @@ from typing import Iterable
 
 import numpy as np
 from dataflow_kafka.errors import InvalidArgumentError
-from dataflow_kafka.keygroups.placement import murmur3_int, placement_ids
 
 __all__ = ["RoutingTable", "Move", "murmur3_int", "slot_ids_for", "parse_move", "move_command", "MOVE_OP"]
 
 MOVE_OP = "move"
+_M32 = 0xFFFFFFFF
+SPARK_HASH_SEED = 42
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def murmur3_int(value: int, seed: int = SPARK_HASH_SEED) -> int:
+    """Spark's ``hash(CAST(value AS INT))`` (``Murmur3_x86_32.hashInt``), a signed 32-bit int.
+    Spark's hash partitioning puts a row with grouping value ``v`` on ``pmod(murmur3_int(v), N)``."""
+    k1 = (value & _M32) * 0xCC9E2D51 & _M32
+    k1 = _rotl(k1, 15) * 0x1B873593 & _M32
+    h1 = _rotl((seed & _M32) ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _M32
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _M32
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def slot_ids_for(num_slots: int, num_partitions: int) -> tuple[int, ...]:
-    """Grouping values of ``num_slots`` slots, slot ``i`` on shuffle partition ``i % num_partitions``
-    (:func:`keygroups.placement.placement_ids`, which every stage operator's key groups use too)."""
-    return placement_ids(_positive("num_slots", num_slots), _positive("num_partitions", num_partitions))
+    """Grouping values of ``num_slots`` slots, slot ``i`` on shuffle partition ``i % num_partitions``:
+    the ``i // N``-th smallest non-negative int that Spark's hash sends there."""
+    _positive("num_slots", num_slots)
+    _positive("num_partitions", num_partitions)
+    per_partition: dict[int, list[int]] = {p: [] for p in range(num_partitions)}
+    need = -(-num_slots // num_partitions)
+    v = 0
+    while any(len(ids) < need for ids in per_partition.values()):
+        p = murmur3_int(v) % num_partitions
+        if len(per_partition[p]) < need:
+            per_partition[p].append(v)
+        v += 1
+    return tuple(per_partition[i % num_partitions][i // num_partitions] for i in range(num_slots))
 
 
 def _positive(name: str, v) -> int:

@@ -22,7 +22,6 @@ password.
     │   └── NotFoundError (KeyError)             a name that refers to nothing
     ├── FusionError (RuntimeError)               a fused stage routed a row to another key group
     ├── CapacityError (OverflowError)            a batch beyond an engine's packed representation
-    ├── StateLayoutError (RuntimeError)          a checkpoint's key groups placed another way
     ├── DataLossError (RuntimeError)             offsets gone from the broker (failOnDataLoss)
     ├── KafkaUnavailableError (ConnectionError)  the broker cannot be reached or keeps failing
     ├── KafkaSecurityError                       the connection's security does not fit the broker
@@ -45,7 +44,7 @@ __all__ = ["DataflowKafkaError", "InvalidArgumentError", "OptionError", "PlanErr
            "DataLossError", "KafkaUnavailableError", "KafkaSecurityError", "KafkaAuthenticationError", "KafkaTlsError",
            "KafkaAuthorizationError", "BrokerError", "KafkaSetupError", "TraceError", "TraceTypeError",
            "ArgumentTypeError", "NotFoundError", "KafkaClientError", "KafkaTimeoutError", "CapacityError",
-           "ConnectServerError", "StateLayoutError", "ModuleNameError", "require_module_name", "conditions_table"]
+           "ConnectServerError", "ModuleNameError", "require_module_name", "conditions_table"]
 
 
 class DataflowKafkaError(Exception):
@@ -78,15 +77,6 @@ class FusionError(DataflowKafkaError, RuntimeError):
     that stage's ``routing()`` / ``output_key_columns()``, found while the query runs."""
 
     condition = "FUSED_STAGE_ROUTED_ELSEWHERE"
-
-
-class StateLayoutError(DataflowKafkaError, RuntimeError):
-    """A checkpoint's stage-operator state was written with another placement of key groups on
-    shuffle partitions than the query runs with now (an earlier version's grouping by key-group
-    number, or another number of shuffle partitions): found at the first batch, before any state
-    is read as another key group's."""
-
-    condition = "STATE_LAYOUT_MISMATCH"
 
 
 class ArgumentTypeError(InvalidArgumentError, TypeError):

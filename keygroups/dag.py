@@ -211,7 +211,7 @@ def dag_specs(root: QueryNode, fuse: bool, idle_timeout_ms: int | None,
 # -- running the query ---------------------------------------------------------------------------------
 
 def apply_dag(root: QueryNode, sources: Any, *, fuse: bool = True, idle_timeout_ms: int | None = None,
-              pack_source: bool = True, placement: str = "even"):
+              pack_source: bool = True):
     """Spark: the query of ``root`` and its upstreams (:meth:`keygroups.Pipeline.apply`)."""
     outs: dict[int, Any] = {}
     specs: dict[int, list[OperatorSpec]] = {}
@@ -220,8 +220,7 @@ def apply_dag(root: QueryNode, sources: Any, *, fuse: bool = True, idle_timeout_
         claims = _claims(root) if p is root else None
         if p.upstreams is None:
             src = _source(sources, names.get(id(p), set()), "apply")
-            outs[id(p)], specs[id(p)] = apply_chain(p.chain, src, fuse, idle_timeout_ms, pack_source, claims=claims,
-                                                       placement=placement)
+            outs[id(p)], specs[id(p)] = apply_chain(p.chain, src, fuse, idle_timeout_ms, pack_source, claims=claims)
             continue
         stage = p.stages[0]
         groups = _by_source(_groups(p), sources)
@@ -231,7 +230,7 @@ def apply_dag(root: QueryNode, sources: Any, *, fuse: bool = True, idle_timeout_
         union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
         head = _head(p, specs)
         outs[id(p)], specs[id(p)] = apply_chain(p.chain, union, fuse, idle_timeout_ms, pack_source, head=head,
-                                                  claims=claims, placement=placement)
+                                                  claims=claims)
     return outs[id(root)]
 
 

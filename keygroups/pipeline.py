@@ -201,7 +201,7 @@ class Pipeline(QueryNode):
 
     # -- Spark ------------------------------------------------------------------------------------
     def apply(self, df, *, fuse: bool = True, idle_timeout_ms: int | None = None, pack_source: bool = True,
-              metrics: bool | str = True, placement: str = "even"):
+              metrics: bool | str = True):
         """The streaming DataFrame of the pipeline's output rows (contract + last stage's data).
 
         ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``;
@@ -215,17 +215,11 @@ class Pipeline(QueryNode):
         (``observedMetrics["dataflow-kafka:<stage>"]``, :mod:`keygroups.metrics`); a string
         qualifies the names (``dataflow-kafka:<metrics>:<stage>``), which two pipelines with the
         same stage names in one query need (Spark refuses two observations of one name).
-        ``placement``: where each operator's key groups run (:mod:`keygroups.placement`):
-        ``"even"``, key group ``i`` on shuffle partition ``i % spark.sql.shuffle.partitions``;
-        ``"by_number"``, grouped by the key-group number (uneven: with 2 shuffle partitions key
-        groups 0, 1 and 3 share one), the layout of checkpoints written before 2026-11-29, which
-        need it to restart (a query refuses the other layout's checkpoint at its first batch).
         """
         if self.upstreams is not None:
-            out = apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source,
-                            placement=placement)
+            out = apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
         else:
-            out = apply_chain(self.chain, df, fuse, idle_timeout_ms, pack_source, placement=placement)[0]
+            out = apply_chain(self.chain, df, fuse, idle_timeout_ms, pack_source)[0]
         if not metrics:
             return out
         return observe_stages(out, [str(s.name) for s in self.all_stages()], None if metrics is True else str(metrics))

@@ -14,39 +14,23 @@ from typing import Iterator
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-from dataflow_kafka.errors import ArgumentTypeError, StateLayoutError
-from dataflow_kafka.keygroups.placement import BY_NUMBER_STATE, PLACED_COLUMN, PLACED_STATE
+from dataflow_kafka.errors import ArgumentTypeError
 
 __all__ = ["StageProcessor", "deferred"]
 
 
 class StageProcessor(StatefulProcessor):
-    """The ``transformWithStateInPandas`` processor of a stage operator: one value state per key
-    group, :func:`keygroups.operator.run_key_group` per call. ``packed``: the input comes from
-    :func:`keygroups.packed.pack_key_groups` (Arrow IPC blobs to unpack).
+    """The ``transformWithStateInPandas`` processor of a stage operator: one binary value state
+    per key group, :func:`keygroups.operator.run_key_group` per call. ``packed``: the input comes
+    from :func:`keygroups.packed.pack_key_groups` (Arrow IPC blobs to unpack)."""
 
-    ``placement``: each key group's grouping value (:func:`keygroups.placement.placement_ids` over
-    ``partitions`` shuffle partitions); its state ``key_group_state`` holds the key group's number
-    beside its bytes. ``None``: grouped by key-group number, state ``operator`` (the bytes only),
-    the layout of checkpoints written before 2026-11-29. A placed operator refuses, at a key
-    group's first batch, a checkpoint of the other layout or of another number of shuffle
-    partitions (:class:`~dataflow_kafka.errors.StateLayoutError`) rather than read another key
-    group's state or start from none."""
-
-    def __init__(self, spec, packed: bool = False, placement=None, partitions: int | None = None) -> None:
+    def __init__(self, spec, packed: bool = False) -> None:
         self.spec, self.packed = spec, packed
-        self.placement = None if placement is None else tuple(int(v) for v in placement)
-        self.partitions = partitions
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        if self.placement is None:
-            self._state = handle.getValueState(BY_NUMBER_STATE, _OPERATOR_STATE)
-            return
-        self._state = handle.getValueState(PLACED_STATE, _PLACED_STATE)
-        self._by_number = handle.getValueState(BY_NUMBER_STATE, _OPERATOR_STATE)   # read only to refuse it
-        self._key_groups = {v: kg for kg, v in enumerate(self.placement)}
+        self._state = handle.getValueState("operator", _OPERATOR_STATE)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         from dataflow_kafka.keygroups.operator import run_key_group
@@ -57,56 +41,18 @@ class StageProcessor(StatefulProcessor):
             pdf = unpack_key_group([p for part in rows for p in part[PAYLOAD_COLUMN]])
         else:
             pdf = pd.concat(list(rows), ignore_index=True)
-        if self.placement is None:
-            key_group = int(key[0])
-            stored = self._state.get()
-            blob = None if stored is None or stored[0] is None else bytes(stored[0])
-        else:
-            key_group, blob = self._placed_state(int(key[0]))
-            if PLACED_COLUMN in pdf.columns:
-                pdf = pdf.drop(columns=[PLACED_COLUMN])
-        out, blob = run_key_group(self.spec, key_group, pdf, blob)
-        self._state.update((blob,) if self.placement is None else (key_group, blob))
+        stored = self._state.get()
+        blob = None if stored is None or stored[0] is None else bytes(stored[0])
+        out, blob = run_key_group(self.spec, int(key[0]), pdf, blob)
+        self._state.update((blob,))
         if out is not None and len(out):
             yield out
-
-    def _placed_state(self, value: int) -> tuple[int, bytes | None]:
-        """``(key group, its state bytes or None)`` for the grouping value ``value``."""
-        name = self.spec.name
-        key_group = self._key_groups.get(value)
-        stored = self._state.get()
-        if key_group is None or (stored is not None and stored[0] is not None and int(stored[0]) != key_group):
-            held = "" if stored is None or stored[0] is None else f", whose state is key group {int(stored[0])}'s"
-            raise StateLayoutError(
-                f"stage operator {name!r}: grouping value {value}{held} is not where this query places key group "
-                f"{key_group}: the checkpoint was written with another number of shuffle partitions than the "
-                f"{self.partitions} of spark.sql.shuffle.partitions now; set it back (Spark keeps a stateful "
-                "query's shuffle partitions for the life of its checkpoint)")
-        if stored is not None and stored[1] is not None:
-            return key_group, bytes(stored[1])
-        # no state yet: this key group's first batch, unless the checkpoint has another layout's state
-        if self._by_number.exists():
-            raise StateLayoutError(
-                f"stage operator {name!r}: the checkpoint holds state grouped by key-group number (written "
-                "before 2026-11-29); run it with Pipeline.apply(..., placement='by_number'), or start a new "
-                "checkpoint for the even placement")
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if ctx is not None and self.partitions and ctx.partitionId() != key_group % self.partitions:
-            raise StateLayoutError(
-                f"stage operator {name!r}: key group {key_group} runs on shuffle partition {ctx.partitionId()}, "
-                f"not {key_group % self.partitions} as planned for spark.sql.shuffle.partitions={self.partitions}: "
-                "the checkpoint was written with another number of shuffle partitions; set it back (Spark keeps "
-                "a stateful query's shuffle partitions for the life of its checkpoint)")
-        return key_group, None
 
     def close(self) -> None:
         pass
 
 
 _OPERATOR_STATE = StructType([StructField("blob", BinaryType())])
-_PLACED_STATE = StructType([StructField("key_group", IntegerType()), StructField("blob", BinaryType())])
 
 
 def deferred(processor):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate, json_field_source
 from dataflow_kafka.keygroups.contract import CONTROL_NAMES, KIND_DATA, schema_ddl
 from dataflow_kafka.keygroups.frames import ingest_frame, pack_frame, packable
@@ -29,21 +28,15 @@ __all__ = ["apply_chain", "with_ms_columns", "compute_spark"]
 
 
 def apply_chain(chain: Chain, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
-                head: Head | None = None, claims: Any = "own", placement: str = "even") -> tuple[Any, list[OperatorSpec]]:
+                head: Head | None = None, claims: Any = "own") -> tuple[Any, list[OperatorSpec]]:
     """Spark: ``chain``'s operators on ``df`` (with ``head``: ``df`` is the multi-input first
     operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``, the specs
-    bound to the types Spark gives each operator's input. ``claims`` as :meth:`Chain.specs`.
-    ``placement``: ``"even"`` groups each operator by :func:`keygroups.placement.placement_ids`
-    (key group ``i`` on shuffle partition ``i % N``), ``"by_number"`` by the key-group number; an
-    operator whose first stage routes to slots of its own (``group_ids``) keeps them."""
+    bound to the types Spark gives each operator's input. ``claims`` as :meth:`Chain.specs`."""
     from pyspark.sql import functions as F
 
-    from dataflow_kafka.keygroups.placement import PLACED_COLUMN, PLACEMENTS, placement_ids
     from dataflow_kafka.keygroups.processor import StageProcessor, deferred
     from dataflow_kafka.keygroups.routing import with_key_groups
 
-    if placement not in PLACEMENTS:
-        raise InvalidArgumentError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     ops = chain.operators(fuse)
     if claims == "own":
         claims = tuple((str(s.name), frozenset(s.commands)) for op in ops for s in op)
@@ -86,16 +79,8 @@ def apply_chain(chain: Chain, df, fuse: bool, idle_timeout_ms: int | None, pack_
                                    claims if j == 0 else None, head if j == 0 else None)
         specs.append(spec)
         results = spec.result_columns
-        if placement == "even" and group_ids_of(first) is None:
-            partitions = int(slim.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-            ids = placement_ids(n, partitions)
-            slim = slim.withColumn(PLACED_COLUMN, F.element_at(F.array(*[F.lit(v) for v in ids]),
-                                                               F.col(KEY_GROUP_COLUMN) + 1))
-            grouping, processor = PLACED_COLUMN, StageProcessor(spec, packed, ids, partitions)
-        else:
-            grouping, processor = KEY_GROUP_COLUMN, StageProcessor(spec, packed)
-        df = slim.groupBy(grouping).transformWithStateInPandas(
-            deferred(processor), schema_ddl(spec.output_columns()), "Append", "None")
+        df = slim.groupBy(KEY_GROUP_COLUMN).transformWithStateInPandas(
+            deferred(StageProcessor(spec, packed)), schema_ddl(spec.output_columns()), "Append", "None")
     return df, specs
 
 

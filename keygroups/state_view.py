@@ -1,10 +1,10 @@
 """The state of a stopped query, for people: per stage and key, the open windows, slices, held
 records and watermarks.
 
-Each stage operator keeps one Spark value state per key group (``key_group_state``: the key
-group's number and its tracker, its stages' states and output watermarks, :mod:`keygroups.operator`).
-Spark's state data source reads it (``spark.read.format("statestore").option("operatorId", k)
-.option("stateVarName", "key_group_state").load(checkpoint)``: one row per key group, the state as
+Each stage operator keeps one Spark value state per key group (``operator``: the key group's
+tracker, its stages' states and output watermarks, :mod:`keygroups.operator`). Spark's state data
+source reads it (``spark.read.format("statestore").option("operatorId", k)
+.option("stateVarName", "operator").load(checkpoint)``: one row per key group, the state as
 bytes); :func:`read_state` does that for every operator of the checkpoint, decodes each key
 group's state with the pipeline's stages and asks each stage to describe its part
 (:meth:`keygroups.Stage.describe_state`).
@@ -15,10 +15,8 @@ an operator reading the source, ``<stage>-<key group>`` for one after another op
 identifies the operator before it, so the mapping is read from the state itself and checked.
 
 What Spark's own reader gives: ``format("statestore")`` reads our operators (``transformWithStateInPandas``
-state, ``stateVarName="key_group_state"``; ``"operator"`` for one grouped by key-group number,
-:mod:`keygroups.placement`) as rows ``key`` (the grouping value), ``value`` (``key_group``, and
-``blob``: the key group's state as bytes, a pickle of the stages' own codecs) and
-``partition_id``; the
+state, ``stateVarName="operator"``) as rows ``key`` (``key_group``), ``value`` (``blob``: the
+key group's state as bytes, a pickle of the stages' own codecs) and ``partition_id``; the
 ``state-metadata`` source names the operators and their state variables. Spark cannot look
 inside the bytes: the windows, slices and held records come from the stages (this module).
 
@@ -37,13 +35,12 @@ import pandas as pd
 
 from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups.operator import OperatorSpec, load_operator_state
-from dataflow_kafka.keygroups.placement import BY_NUMBER_STATE, PLACED_STATE
 from dataflow_kafka.keygroups.punctuation import InputWatermarks
 
 __all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "concat_rows", "ITEM_COLUMNS",
            "ROW_COLUMNS"]
 
-STATE_NAME = BY_NUMBER_STATE       # the value state every StageProcessor declares (keygroups.processor)
+STATE_NAME = "operator"            # the value state every StageProcessor keeps (keygroups.processor)
 ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "query_id", "start_ms", "end_ms", "count",
                 "detail"]
 ROW_COLUMNS = ITEM_COLUMNS[3:-1]   # what a stage's description gives besides its detail fields
@@ -310,14 +307,10 @@ def read_state(checkpoint: str, pipeline: Any, spark: Any = None, batch_id: int 
                                    f"{[r['operatorName'] for r in meta]})")
     decoded: dict[int, list[tuple[int, bytes]]] = {}
     for r in ours:
-        # an evenly placed operator keeps each key group's number in its state; one grouped by number
-        # (checkpoints written before 2026-11-29) has it as its grouping key (keygroups.placement)
-        placed = PLACED_STATE in (r["operatorProperties"] or "")
-        reader = (spark.read.format("statestore").option("operatorId", r["operatorId"])
-                  .option("stateVarName", PLACED_STATE if placed else STATE_NAME))
+        reader = spark.read.format("statestore").option("operatorId", r["operatorId"]).option("stateVarName", STATE_NAME)
         if batch_id is not None:
             reader = reader.option("batchId", batch_id)
-        rows = reader.load(checkpoint).select("value.key_group" if placed else "key.key_group", "value.blob").collect()
+        rows = reader.load(checkpoint).select("key.key_group", "value.blob").collect()
         decoded[r["operatorId"]] = sorted((int(k), bytes(b)) for k, b in rows if b is not None)
     decoded = {k: v for k, v in decoded.items() if v}
     mapping = _match(_expected_upstreams(pipeline, fuse), decoded)

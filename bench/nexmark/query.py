@@ -39,12 +39,10 @@ _BID_FIELDS = ("auction", "bidder", "price", "dateTime", "extra")
 
 @dataclass(frozen=True)
 class Settings:
-    """How our variants run: every windowing stage's allowed lateness and key groups, and where
-    the key groups run (``Pipeline.apply(placement=...)``, :mod:`keygroups.placement`)."""
+    """How our variants run: every windowing stage's allowed lateness and key groups."""
 
     lateness_ms: int = 5000
     key_groups: int = 4
-    placement: str = "even"
 
 
 def _text(frame: pd.DataFrame) -> list:
@@ -132,7 +130,7 @@ class Query(ABC):
     def spark(self, variant: str, source, settings: Settings = Settings()):
         """The output DataFrame over ``format("dataflow-kafka")`` rows."""
         self._check(variant)
-        return self.pipeline(variant, settings).apply(epoch_ms(source), placement=settings.placement)
+        return self.pipeline(variant, settings).apply(epoch_ms(source))
 
     def local(self, variant: str, batches: Sequence[pd.DataFrame], settings: Settings = Settings()
               ) -> list[pd.DataFrame]:

@@ -74,7 +74,6 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--key-groups", type=int, default=4, help="key groups of our stages")
-    p.add_argument("--placement", default="even", choices=("even", "by_number"), help="where our key groups run")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS, help="our source's maxPartitions (0: one task per "
                    "Kafka partition)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -94,10 +93,10 @@ def main(argv=None) -> None:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, log=lambda s: None,
-                    max_partitions=a.max_partitions, key_groups=a.key_groups, placement=a.placement)
+                    max_partitions=a.max_partitions, key_groups=a.key_groups)
         print(f"{started:%Y-%m-%d %H:%M}: {a.query}, {a.events} events, batches of {a.batch_size}, "
               f"{a.shuffle_partitions} shuffle partitions, our maxPartitions {a.max_partitions or '-'}, "
-              f"our key groups {a.key_groups} ({a.placement}), "
+              f"our key groups {a.key_groups}, "
               f"native on format({connector!r}), load {load1()}"
               f"{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         try:

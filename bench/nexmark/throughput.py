@@ -99,7 +99,7 @@ def floor_label(q: Query) -> str | None:
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
-          "load_before", "load_after", "profile", "max_partitions", "key_groups", "placement"]
+          "load_before", "load_after", "profile", "max_partitions", "key_groups"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 FIELDS += [f"ms_{phase}" for phase in PHASES]
@@ -310,9 +310,9 @@ class Harness:
     def __init__(self, spark, bootstrap: str, connector: str, events: int, partitions: int = 4, seed: int = 1,
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
                  log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
-                 key_groups: int = Settings().key_groups, placement: str = Settings().placement) -> None:
+                 key_groups: int = Settings().key_groups) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
-        self.settings = Settings(key_groups=key_groups, placement=placement)
+        self.settings = Settings(key_groups=key_groups)
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
         self.max_partitions = max_partitions or None
         self.tmp = Path(tempfile.mkdtemp(prefix="nexmark-steady-"))
@@ -400,8 +400,7 @@ class Harness:
                "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
                "load_before": before, "load_after": load1(), "profile": run.profile,
                "max_partitions": self.max_partitions if side == "ours" else None,
-               "key_groups": self.settings.key_groups if side == "ours" else None,
-               "placement": self.settings.placement if side == "ours" else None, **check,
+               "key_groups": self.settings.key_groups if side == "ours" else None, **check,
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
@@ -552,8 +551,6 @@ def main(argv=None) -> None:
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--key-groups", type=int, default=Settings().key_groups,
                    help="key groups of our stages (results do not depend on it; each costs a call per batch)")
-    p.add_argument("--placement", default=Settings().placement, choices=("even", "by_number"),
-                   help="where our key groups run (Pipeline.apply(placement=...))")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS,
                    help="our source's maxPartitions (0: one task per Kafka partition)")
     p.add_argument("--seed", type=int, default=1)
@@ -584,7 +581,7 @@ def main(argv=None) -> None:
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
-                    key_groups=a.key_groups, placement=a.placement)
+                    key_groups=a.key_groups)
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:

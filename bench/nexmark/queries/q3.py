@@ -123,8 +123,7 @@ class PersonAuctionJoin(Query):
     def spark(self, variant, source, settings=Settings()):
         self._check(variant)
         df = with_fields(epoch_ms(source), self.filters())
-        return self.pipeline(variant, settings).apply(df, idle_timeout_ms=self.idle_timeout_ms,
-                                                      placement=settings.placement)
+        return self.pipeline(variant, settings).apply(df, idle_timeout_ms=self.idle_timeout_ms)
 
     def local(self, variant, batches, settings=Settings()):
         self._check(variant)
