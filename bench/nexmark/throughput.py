@@ -15,7 +15,7 @@ What it does, once per run:
   5 s;
 * first a **warm-up**, not recorded: the first query's arms (ours, Spark's) once at the largest
   batch size, so the first measured arm does not pay for the JVM's and the Python workers' first
-  runs (until 2026-11-29 it did: Q0 at 10k, the first arm, ran 0.75x Q1's rate);
+  runs (Q0 at 10k, the first arm, ran at 0.75x Q1's rate without it, 0.83x with it);
 * times the **steady state**: the first micro-batch (query start, Python workers' start, the
   first state store) is left out: rows/s = the bids of batches 1.. over the sum of their
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
