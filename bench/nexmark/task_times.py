@@ -24,6 +24,7 @@ import tempfile
 import urllib.request
 
 from bench.nexmark.queries import get
+from bench.nexmark.query import Settings
 from bench.nexmark.stats import load1
 
 __all__ = ["stage_tasks", "main"]
@@ -73,7 +74,7 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
-    p.add_argument("--key-groups", type=int, default=4, help="key groups of our stages")
+    p.add_argument("--key-groups", type=int, default=Settings().key_groups, help="key groups of our stages")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS, help="our source's maxPartitions (0: one task per "
                    "Kafka partition)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")

@@ -24,7 +24,7 @@ What it does, once per run:
 * ``--floor``: a third arm per query, the evidence for a gap: the same query shape with no code
   of ours. Windowed queries: Spark's connector, the bids parsed in the JVM, hashed by the first
   stage's key into 4 key groups and passed through as many ``transformWithStateInPandas``
-  processors as our forms of the query run per micro-batch (:data:`FLOOR_SHAPES`: Q5 and Q7 two,
+  processors as our forms of the query run per micro-batch (:func:`floor_operators`: Q5 and Q7 two,
   the second re-keyed and fed one row per key group and batch, as our merge per window is; Q11
   one), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
   Python stateful operators of that shape cost on Spark's own connector, with no stage code
@@ -80,22 +80,28 @@ BID_SHARE = 0.92
 NATIVE_DELAY = "5 seconds"
 #: Our source's ``maxPartitions`` in the harness: one task per core of ``local[2]`` (module docstring).
 MAX_PARTITIONS = 2
-#: The floor arm of each windowed query (module docstring): the key of its first stage, and how many
-#: Python stateful operators our forms of it run per micro-batch (Q5, Q7: the first stage with the
-#: partial stage fused into it, then the merge per window; Q11: one).
-FLOOR_SHAPES = {"q5": ("auction", 2), "q7": ("auction", 2), "q11": ("bidder", 1)}
+#: The key of each windowed query's first stage: the floor arm groups by it (module docstring).
+FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder"}
 #: The projections' floor: Spark's native query on the simplest Python Kafka source.
 PROJECTION_FLOOR = "bench-python-kafka"
 
 
+def floor_operators(q: Query) -> int:
+    """How many Python stateful operators our form of windowed query ``q`` runs per micro-batch
+    (its first variant's plan: Q5 and Q7 two, the partial stage fused into the first; Q11 one)."""
+    return len(q.pipeline(q.variants[0]).plan())
+
+
 def floor_label(q: Query) -> str | None:
     """The floor arm's variant label for ``q`` (None: no floor for it)."""
-    if q.name in FLOOR_SHAPES:
-        n = FLOOR_SHAPES[q.name][1]
+    if q.name in FLOOR_KEYS:
+        n = floor_operators(q)
         return f"{n} no-op transformWithStateInPandas" if n > 1 else "no-op transformWithStateInPandas"
     if isinstance(q, Projection):
         return f"native on format({PROJECTION_FLOOR!r})"
     return None
+
+
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
           "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
@@ -354,8 +360,8 @@ class Harness:
         before = load1()
         ck = str(self.tmp / uuid.uuid4().hex[:10])
         summarise = _checksum if _uses_checksum(q) else None
-        if side == "floor" and q.name in FLOOR_SHAPES:
-            out, summarise = self._floor_operators(q, batch_size)
+        if side == "floor" and q.name in FLOOR_KEYS:
+            out, summarise = self._floor_query(q, batch_size)
             connector = self.connector
             run = run_arm(out, ck, self.cpu, summarise)
             steady_bids = run.steady_rows
@@ -411,12 +417,12 @@ class Harness:
                                                             "ms_commitOffsets")))
         return row
 
-    def _floor_operators(self, q: Query, batch_size: int):
+    def _floor_query(self, q: Query, batch_size: int):
         """The windowed floor (module docstring): its output DataFrame and summariser (a row count,
         or the sum of the second operator's counts: both the number of bids)."""
         from bench._stream import FloorProcessor
 
-        key, operators = FLOOR_SHAPES[q.name]
+        key, operators = FLOOR_KEYS[q.name], floor_operators(q)
         keyed = self._native_source(batch_size).selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group",
                                                            key, "ts_ms")
         if operators == 1:
@@ -431,7 +437,7 @@ class Harness:
         return counts, _sum_n
 
     def _check(self, q: Query, side: str, variant: str, run: Steady) -> dict:
-        if side == "floor" and q.name in FLOOR_SHAPES:
+        if side == "floor" and q.name in FLOOR_KEYS:
             ok = sum(n for n, in run.frames) == len(self.records)
             return {"correct": ok, "expected": len(self.records), "missing": 0 if ok else None,
                     "extra": 0 if ok else None, "open": 0}
