@@ -62,7 +62,7 @@ from dataflow_kafka.slicer.results import object_array
 from dataflow_kafka.windowing.commands import WINDOW_OPS
 from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
-    RESULT_COLUMNS, aggregation_columns, aggregation_list, key_specs, output_watermark, window_command,
+    RESULT_COLUMNS, aggregation_columns, aggregation_list, distinct_keys, key_specs, output_watermark, window_command,
 )
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -198,18 +198,12 @@ class SlicerStage(Stage):
     def _columns(self, data: pd.DataFrame):
         """``(keys, codes, values, ts, bad)``: the batch's distinct keys (first-seen order), each
         row's index into them, values, event times, and rows with a null value or time."""
-        names = [n for n, _ in self._keys]
-        if len(names) == 1:
-            codes, uniques = pd.factorize(data[names[0]], use_na_sentinel=False)
-            keys = [_none_if_na(k) for k in uniques]
-        else:
-            codes, uniques = pd.factorize(pd.MultiIndex.from_frame(data[names]), use_na_sentinel=False)
-            keys = [tuple(_none_if_na(x) for x in k) for k in uniques]
+        keys, codes = distinct_keys(data, [n for n, _ in self._keys])
         values = pd.to_numeric(data[_VALUE], errors="coerce").to_numpy(np.float64, na_value=np.nan)
         ts_col = data["event_time_ms"]
         bad = np.isnan(values) | ts_col.isna().to_numpy()
         ts = ts_col.to_numpy(np.int64, na_value=0) if bad.any() else ts_col.to_numpy(np.int64)
-        return keys, np.asarray(codes, np.int64), values, ts, bad
+        return keys, codes, values, ts, bad
 
     def _commands(self, state: Any, batch: StageInput) -> tuple[list[str], bool]:
         """Apply the batch's window commands; ``(error messages, whether any was applied)``: a
@@ -353,8 +347,3 @@ def _drops(keys: list, late: np.ndarray, nulls: np.ndarray) -> list[Dropped]:
         if nulls[i]:
             out.append(Dropped(keys[i], "null", int(nulls[i])))
     return out
-
-
-def _none_if_na(k):
-    """Null keys are one key (``None``), whatever pandas made of them (NaN, NA)."""
-    return None if k is None or k is pd.NA or (isinstance(k, float) and k != k) else k

@@ -278,7 +278,7 @@ class TriggerDriver:
 
     def add(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Add ``(value, event_time_ms)`` pairs for ``key``; returns the panes that fired."""
-        return self._ingest(elements, key, self._beam.add_input)
+        return self._ingest(elements, key, self._beam.add_input, self._beam.add_inputs)
 
     def add_retractions(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Take back earlier ``(value, event_time_ms)`` inputs with the combiner's ``uncombine``.
@@ -316,8 +316,12 @@ class TriggerDriver:
     def _fresh(self) -> _WindowState:
         return _WindowState(self._beam.create_accumulator(), self._layout.fresh())
 
-    def _ingest(self, elements: Iterable[tuple[Any, int]], key: Any, fold: Callable) -> list[Pane]:
-        """One bundle: add every element, then evaluate each touched window's trigger once."""
+    def _ingest(self, elements: Iterable[tuple[Any, int]], key: Any, fold: Callable,
+                fold_many: Callable | None = None) -> list[Pane]:
+        """One bundle: add every element, then evaluate each touched window's trigger once.
+        ``fold_many``: the combiner's ``add_inputs``; with a window function that does not merge,
+        each window's values are folded with one call after the loop (in arrival order: what the
+        per-element folds give, as nothing in the loop reads an accumulator)."""
         ws = self._keys.get(key)
         if ws is None:
             ws = self._keys[key] = {}
@@ -329,6 +333,7 @@ class TriggerDriver:
         # late: the watermark is at or past min(end + allowed lateness, END_OF_TIME_MS) (_gc_time)
         bar, all_late = ctx.watermark - self.allowed_lateness_ms, ctx.watermark >= END_OF_TIME_MS
         gone = self._gone.get(key, BEGINNING_OF_TIME_MS) if self._merging else BEGINNING_OF_TIME_MS
+        batched: dict[IntervalWindow, list] | None = {} if fold_many is not None and not self._merging else None
         for value, t in elements:
             for w in self.window_fn.assign_windows(t):
                 if bar >= w.end_ms or all_late or w.start_ms < gone:    # gone: would merge into a collected session
@@ -349,7 +354,13 @@ class TriggerDriver:
                 if st.closed:
                     self.dropped_closed += 1
                     continue
-                st.acc = fold(st.acc, (value, t) if self._timestamped else value)
+                if batched is None:
+                    st.acc = fold(st.acc, (value, t) if self._timestamped else value)
+                else:
+                    vs = batched.get(w)
+                    if vs is None:
+                        vs = batched[w] = []
+                    vs.append((value, t) if self._timestamped else value)
                 if holds and t >= out_wm:
                     c = st.cand
                     if c is None or (t < c if earliest else t > c):
@@ -358,6 +369,10 @@ class TriggerDriver:
                 ctx.end = w.end_ms
                 root.on_element(st.trig, ctx)
                 touched[w] = None
+        if batched:
+            for w, vs in batched.items():
+                st = ws[w]
+                st.acc = fold_many(st.acc, vs)
         out: list[Pane] = []
         if touched:
             if renames:  # windows merged later in the bundle: evaluate the window they became

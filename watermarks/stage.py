@@ -53,7 +53,7 @@ from dataflow_kafka.windowing.aggregations import Combined
 from dataflow_kafka.windowing.commands import WINDOW_OPS
 from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
-    RESULT_COLUMNS, aggregation_columns, aggregation_list, json_value, key_specs, output_watermark, window_command,
+    RESULT_COLUMNS, aggregation_columns, aggregation_list, distinct_keys, json_value, key_specs, output_watermark, window_command,
 )
 from dataflow_kafka.errors import InvalidArgumentError
 
@@ -249,17 +249,7 @@ class WindowingStage(Stage):
         """``(keys, rows, values, times, nulls)``: the batch's keys in order of first appearance,
         each row's key (an index into them) with its value and event time (rows with a null value
         left out), and the null values per key."""
-        names = [n for n, _ in self._keys]
-        if len(names) == 1:
-            codes, uniques = pd.factorize(data[names[0]], use_na_sentinel=False)
-            plain = [_plain_key(k) for k in uniques]
-        else:
-            codes, uniques = pd.factorize(pd.MultiIndex.from_frame(data[names]), use_na_sentinel=False)
-            plain = [_plain_key(tuple(k)) for k in uniques]
-        position: dict = {}
-        merged = np.array([position.setdefault(k, len(position)) for k in plain], np.int64)  # NaN and None: one key
-        keys = list(position)
-        rows = merged[np.asarray(codes, np.int64)] if len(plain) else np.zeros(len(data), np.int64)
+        keys, rows = distinct_keys(data, [n for n, _ in self._keys])
         col = data[_VALUE]
         null = col.isna().to_numpy()
         nulls = np.bincount(rows[null], minlength=len(keys))
@@ -319,13 +309,6 @@ def _components(value: Any, n: int) -> list:
         return list(value.values())[:n]
     return list(value)[:n]
 
-
-def _plain_key(k: Any) -> Any:
-    if isinstance(k, tuple):
-        return tuple(_plain_key(x) for x in k)
-    if k is None or k is pd.NA or (isinstance(k, float) and k != k):
-        return None
-    return k.item() if isinstance(k, np.generic) else k
 
 
 def _number(v: Any) -> float | None:

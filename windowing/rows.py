@@ -20,12 +20,13 @@ import re
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 from dataflow_kafka.windowing.aggregations import AggregateFunction
 from dataflow_kafka.windowing.commands import WindowCommand, parse_command
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["key_specs", "aggregation_list", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
+__all__ = ["key_specs", "distinct_keys", "aggregation_list", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
            "RESULT_COLUMNS"]
 
 #: How a windowing stage sets its output low watermark (see :func:`output_watermark`).
@@ -112,6 +113,44 @@ def aggregation_columns(aggregations: Sequence[AggregateFunction]) -> list[tuple
         seen[name] = n + 1
         out.append((name if n == 0 else f"{name}_{n}", t))
     return out
+
+
+def distinct_keys(frame: Any, names: Sequence[str]) -> tuple[list, np.ndarray]:
+    """``(keys, codes)`` of a batch's rows keyed by the columns ``names``: the distinct keys in
+    order of first appearance (a value for one column, a tuple for several; numpy scalars as
+    Python values; every kind of null, ``None``/``NaN``/``NA``, one ``None``) and each row's index
+    into them. Vectorised: each column is factorised once, several columns' codes are combined
+    into one integer per row and factorised again; Python touches each distinct value and key
+    once, not each row."""
+    if not names:
+        raise InvalidArgumentError("distinct_keys: no key columns")
+    per_column, sizes = [], []
+    for name in names:
+        codes, uniques = pd.factorize(frame[name], use_na_sentinel=False)
+        position: dict = {}
+        merged = np.array([position.setdefault(_plain_value(u), len(position)) for u in uniques], np.int64)
+        per_column.append((merged[codes] if len(merged) else np.asarray(codes, np.int64), list(position)))
+        sizes.append(len(position))
+    if len(names) == 1:
+        codes, values = per_column[0]
+        return values, codes
+    combined = per_column[0][0]
+    for (codes, _), size in zip(per_column[1:], sizes[1:]):
+        if combined.size and int(combined.max()) >= (1 << 62) // max(size, 1):
+            combined = pd.factorize(combined)[0].astype(np.int64)      # keep the product in int64
+        combined = combined * size + codes
+    codes, _ = pd.factorize(combined)
+    codes = np.asarray(codes, np.int64)
+    first = np.unique(codes, return_index=True)[1]     # each key's first row, in code order
+    columns = [[values[i] for i in c[first].tolist()] for c, values in per_column]
+    return list(zip(*columns)), codes
+
+
+def _plain_value(v: Any) -> Any:
+    """A key value as Python has it: nulls as ``None``, numpy scalars as Python scalars."""
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return None
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def json_value(v: Any) -> str:

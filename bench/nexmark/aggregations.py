@@ -17,6 +17,7 @@ the updates of counts and maxima only grow, so that is the latest one.
 from __future__ import annotations
 
 import json
+import json.scanner
 from typing import Any, Iterable, Sequence
 
 from dataflow_kafka.windowing import Combiner
@@ -66,6 +67,32 @@ class ArgMax(Combiner):
                 accumulator[1][self._identity(entry)] = entry
         return accumulator
 
+    def add_inputs(self, accumulator: list, values: Sequence[Any]) -> list:
+        """Every value in one pass (the Dataflow driver gives a window's values of a bundle at once):
+        each text parsed by the C scanner without ``json.loads``'s wrappers, then the highest
+        ``by`` found before any entry's identity is built; the same accumulator as ``add_input``
+        per value."""
+        by, entries = self.by, []
+        for value in values:
+            parsed = _parse(value) if isinstance(value, (str, bytes)) else value
+            if isinstance(parsed, list):
+                entries += parsed
+            else:
+                entries.append(parsed)
+        entries = [e for e in entries if e.get(by) is not None]
+        if not entries:
+            return accumulator
+        high = max(e[by] for e in entries)
+        if accumulator[0] is None or high > accumulator[0]:
+            accumulator[0], accumulator[1] = high, {}
+        elif high < accumulator[0]:
+            return accumulator
+        kept = accumulator[1]
+        for e in entries:
+            if e[by] == high:
+                kept[self._identity(e)] = e
+        return accumulator
+
     def merge_accumulators(self, accumulators: Iterable[list]) -> list:
         out = self.create_accumulator()
         for acc in accumulators:
@@ -80,3 +107,28 @@ class ArgMax(Combiner):
 
     def __repr__(self) -> str:
         return f"ArgMax(by={self.by!r}, key={self.key!r}, name={self._name!r})"
+
+
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def _parse(text: str | bytes) -> Any:
+    """``json.loads(text)``, faster for a compact text starting with ``{`` or ``[``: one call of
+    the decoder's scanner; any other text (whitespace around it, another encoding, not JSON) goes
+    to ``json.loads``, which parses it or raises as it would."""
+    if isinstance(text, bytes):
+        if text[:1] not in (b"{", b"["):
+            return json.loads(text)
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            return json.loads(text)
+    if text[:1] in ("{", "["):
+        try:
+            obj, end = _SCAN(text, 0)
+        except StopIteration:
+            pass
+        else:
+            if end == len(text):
+                return obj
+    return json.loads(text)

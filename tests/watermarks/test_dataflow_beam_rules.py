@@ -27,7 +27,7 @@ from dataflow_kafka.watermarks import (
     AfterCount, AfterWatermark, DefaultTrigger, IntervalWindow, LateDataDropped, MultiQueryDriver, Repeatedly,
     TriggerDriver,
 )
-from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, Sum, TumblingWindow
+from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, Sum, ToList, TumblingWindow
 from dataflow_kafka.watermarks.running_example import EXAMPLES
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.watermarks.transcript import run_transcript
@@ -68,6 +68,32 @@ def test_every_window_a_bundle_touched_is_asked_once_by_window_end():
     assert per_step(d, [("add", [(1, 15), (2, 3), (4, 12), (8, 5), (16, 25)])]) == [
         [(0, 10, 10, "EARLY", 0, "F"), (10, 20, 5, "EARLY", 0, "F")]
     ]
+
+
+class _Recording(ToList):
+    """ToList that records what each ``add_inputs`` call is given."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def add_inputs(self, accumulator, values):
+        self.calls.append(list(values))
+        return super().add_inputs(accumulator, values)
+
+
+def test_a_bundle_folds_each_window_s_values_with_one_add_inputs_call_in_arrival_order():
+    rec = _Recording()
+    d = TriggerDriver(SlidingWindow(20, 10), DefaultTrigger(), "accumulating", combiner=rec)
+    d.add([("a", 5), ("b", 15), ("c", 7), ("d", 12)])
+    # [-10, 10) takes a and c; [0, 20) every value; [10, 30) b and d: one call each, values in arrival order
+    assert sorted(rec.calls) == [["a", "b", "c", "d"], ["a", "c"], ["b", "d"]]
+    one_by_one = TriggerDriver(SlidingWindow(20, 10), DefaultTrigger(), "accumulating", combiner=ToList())
+    for v in [("a", 5), ("b", 15), ("c", 7), ("d", 12)]:
+        one_by_one.add([v])
+    assert d.advance_watermark(40) == one_by_one.advance_watermark(40)
+    sessions = _Recording()          # merging windows fold value by value (a merge may come between)
+    TriggerDriver(SessionWindow(10), DefaultTrigger(), combiner=sessions).add([("a", 0), ("b", 3)])
+    assert sessions.calls == []
 
 
 def test_sessions_of_a_bundle_merge_before_the_trigger_is_asked():
