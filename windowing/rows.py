@@ -127,10 +127,14 @@ def distinct_keys(frame: Any, names: Sequence[str]) -> tuple[list, np.ndarray]:
     per_column, sizes = [], []
     for name in names:
         codes, uniques = pd.factorize(frame[name], use_na_sentinel=False)
-        position: dict = {}
-        merged = np.array([position.setdefault(_plain_value(u), len(position)) for u in uniques], np.int64)
-        per_column.append((merged[codes] if len(merged) else np.asarray(codes, np.int64), list(position)))
-        sizes.append(len(position))
+        codes = np.asarray(codes, np.int64)
+        values = uniques.tolist()                  # Python scalars (numbers, str), NaN or NA for a null
+        if uniques.dtype == object or uniques.hasnans:
+            position: dict = {}
+            merged = np.array([position.setdefault(_plain_value(u), len(position)) for u in values], np.int64)
+            codes, values = (merged[codes] if len(merged) else codes), list(position)
+        per_column.append((codes, values))
+        sizes.append(len(values))
     if len(names) == 1:
         codes, values = per_column[0]
         return values, codes
