@@ -408,6 +408,8 @@ class TriggerDriver:
         existing = ws.keys()
         if self.window_fn.merges_overlapping_only:
             existing = [w for w in existing if w.start_ms < new.end_ms and new.start_ms < w.end_ms]
+            if len(existing) == 1 and existing[0].start_ms <= new.start_ms and new.end_ms <= existing[0].end_ms:
+                return self._merge_inside(ws, existing[0], new, renames)
         for group, result in self.window_fn.merge_windows([*existing, new]) if existing else ():
             if any(g != new and ws[g].closed for g in group):
                 if new in group:
@@ -429,6 +431,23 @@ class TriggerDriver:
         if target not in ws:
             ws[target] = self._fresh()
         return target
+
+    def _merge_inside(self, ws: dict, w: IntervalWindow, new: IntervalWindow, renames: dict) -> IntervalWindow | None:
+        """:meth:`_merge_new` when ``new`` lies inside one live window ``w`` (an element inside a
+        session): the merge's result is ``w``, so the general path's steps reduce to these (the
+        same state, dict order and renames, without sorting and spanning the windows)."""
+        if w == new:
+            return w                       # one window: nothing merges
+        st = ws[w]
+        if st.closed:
+            return None
+        renames[new] = w
+        del ws[w]
+        ws[w] = st                         # the merged window goes last, as the general path puts it
+        self._ctx.end = w.end_ms
+        st.trig = self._layout.merge([st.trig, self._layout.defaults], self._ctx)
+        st.after_end = st.after_end and self._ctx.watermark >= w.end_ms
+        return w
 
     def _merge_states(self, states: list[_WindowState], result: IntervalWindow, with_new: bool) -> _WindowState:
         """GroupAlsoByWindow's state merge; ``with_new``: the new element's (empty) window joins."""
@@ -563,9 +582,15 @@ class TriggerDriver:
 
 
 def _resolve(w: IntervalWindow, ws: dict, renames: dict) -> IntervalWindow:
-    """The live window ``w`` was merged into (following merges within one bundle)."""
+    """The live window ``w`` was merged into (following merges within one bundle). Every window
+    on the way is renamed to it (path compression), so a session grown by one element at a time
+    is not walked again from each of its earlier extents."""
+    path = []
     while w not in ws:
+        path.append(w)
         w = renames[w]
+    for p in path:
+        renames[p] = w
     return w
 
 

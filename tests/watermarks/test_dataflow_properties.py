@@ -20,8 +20,9 @@ from dataflow_kafka.watermarks import (
     TriggerDriver,
 )
 from dataflow_kafka.windowing import END_OF_TIME_MS, SessionWindow, SlidingWindow, TumblingWindow
+from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks.transcript import run_transcript
-from dataflow_kafka.watermarks.windows import compile_window_fn, windows_of
+from dataflow_kafka.watermarks.windows import SessionWindowFn, compile_window_fn, windows_of
 
 from tests.suite import examples
 
@@ -212,3 +213,34 @@ def test_reference_self_check():
     assert {(w.start_ms, w.end_ms): v for (_, w), v in sliding.items()} == {
         (-20, 10): [0, 1], (-10, 20): [0, 1], (0, 30): [0, 1], (10, 40): [2], (20, 50): [2], (30, 60): [2],
     }
+
+
+class _SessionsMergedInFull(SessionWindowFn):
+    """Sessions through the driver's general merge path: every live window of the key handed to
+    ``merge_windows`` (no shortcut for an element inside one session)."""
+
+    merges_overlapping_only = False
+
+
+#: elements close together, so that many land inside a session
+dense_elements = st.lists(st.tuples(st.integers(1, 9), st.integers(0, 40), st.sampled_from(["a", "b"])),
+                          min_size=1, max_size=25)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(dense_elements, advances, st.sampled_from(OPEN_TRIGGERS + [AfterCount(2)]),
+       st.sampled_from(["discarding", "accumulating", "accumulating_and_retracting"]),
+       st.sampled_from([0, 25, NO_DROPS]), st.integers(3, 15))
+def test_sessions_shortcuts_equal_the_general_merge(elems, adv, trigger, mode, lateness, gap):
+    """An element inside one session (the shortcut) and a bundle's chain of merges (renames
+    followed once) give the panes, drops and state bytes of the general path."""
+    steps = steps_for(elems, adv)
+    fast, general = make(SessionWindowFn(gap), trigger, mode, lateness), make(_SessionsMergedInFull(gap), trigger,
+                                                                             mode, lateness)
+    for step in steps:                  # after every step (the last one collects every window)
+        assert run_transcript(fast, [step]) == run_transcript(general, [step])
+        assert (fast.dropped_late, fast.dropped_closed) == (general.dropped_late, general.dropped_closed)
+        # the state but the configuration's fingerprint (the window functions' classes differ)
+        _, _, *state = _codec.decode(fast.to_bytes())
+        _, _, *general_state = _codec.decode(general.to_bytes())
+        assert state == general_state
