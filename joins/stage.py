@@ -53,7 +53,7 @@ from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehav
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
 from dataflow_kafka.watermarks.windows import IntervalWindow
 from dataflow_kafka.windowing import Window
-from dataflow_kafka.windowing.rows import key_specs, output_watermark
+from dataflow_kafka.windowing.rows import key_specs, output_watermark, plain_value
 
 __all__ = ["JoinInput", "WindowJoinStage", "IntervalJoinStage", "current_joins", "WINDOW_PANE_COLUMNS"]
 
@@ -391,21 +391,15 @@ class IntervalJoinStage(_JoinStage):
 
 # -- helpers ----------------------------------------------------------------------------------------------
 
-def _plain(v: Any) -> Any:
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return None
-    return v.item() if isinstance(v, np.generic) else v
-
-
 def _keys(part: pd.DataFrame, names: Sequence[str]) -> list:
-    cols = [[_plain(v) for v in part[n].tolist()] for n in names]
+    cols = [[plain_value(v) for v in part[n].tolist()] for n in names]
     return cols[0] if len(cols) == 1 else list(zip(*cols))
 
 
 def _column(col: pd.Series, ddl: str | None) -> list:
     """A value column as plain Python values of its declared type (nulls as None), so that rows
     read from Spark (Arrow) and from pandas frames compare and sort alike."""
-    values = [_plain(v) for v in col.tolist()]
+    values = [plain_value(v) for v in col.tolist()]
     t = (ddl or "").lower()
     if t in _INTEGRAL:
         return [None if v is None else int(v) for v in values]
@@ -457,6 +451,6 @@ def current_joins(frames: Iterable[pd.DataFrame], stage: WindowJoinStage | Inter
 
 
 def _side_rows(data: pd.DataFrame, inp: JoinInput) -> list:
-    times = [_plain(v) for v in data[inp.time_column].tolist()]
+    times = [plain_value(v) for v in data[inp.time_column].tolist()]
     values = list(zip(*(_column(data[c], None) for c in inp.columns))) if inp.columns else [()] * len(data)
     return [None if t is None else (int(t), tuple(v)) for t, v in zip(times, values)]

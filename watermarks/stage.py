@@ -310,7 +310,6 @@ def _components(value: Any, n: int) -> list:
     return list(value)[:n]
 
 
-
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         return None

@@ -26,7 +26,7 @@ from dataflow_kafka.windowing.aggregations import AggregateFunction
 from dataflow_kafka.windowing.commands import WindowCommand, parse_command
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["key_specs", "distinct_keys", "aggregation_list", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
+__all__ = ["key_specs", "distinct_keys", "plain_value", "aggregation_list", "aggregation_columns", "window_command", "output_watermark", "OUTPUT_WATERMARKS",
            "RESULT_COLUMNS"]
 
 #: How a windowing stage sets its output low watermark (see :func:`output_watermark`).
@@ -124,22 +124,22 @@ def distinct_keys(frame: Any, names: Sequence[str]) -> tuple[list, np.ndarray]:
     once, not each row."""
     if not names:
         raise InvalidArgumentError("distinct_keys: no key columns")
-    per_column, sizes = [], []
+    per_column = []
     for name in names:
         codes, uniques = pd.factorize(frame[name], use_na_sentinel=False)
         codes = np.asarray(codes, np.int64)
         values = uniques.tolist()                  # Python scalars (numbers, str), NaN or NA for a null
         if uniques.dtype == object or uniques.hasnans:
             position: dict = {}
-            merged = np.array([position.setdefault(_plain_value(u), len(position)) for u in values], np.int64)
+            merged = np.array([position.setdefault(plain_value(u), len(position)) for u in values], np.int64)
             codes, values = (merged[codes] if len(merged) else codes), list(position)
         per_column.append((codes, values))
-        sizes.append(len(values))
     if len(names) == 1:
         codes, values = per_column[0]
         return values, codes
     combined = per_column[0][0]
-    for (codes, _), size in zip(per_column[1:], sizes[1:]):
+    for codes, values in per_column[1:]:
+        size = len(values)
         if combined.size and int(combined.max()) >= (1 << 62) // max(size, 1):
             combined = pd.factorize(combined)[0].astype(np.int64)      # keep the product in int64
         combined = combined * size + codes
@@ -150,8 +150,9 @@ def distinct_keys(frame: Any, names: Sequence[str]) -> tuple[list, np.ndarray]:
     return list(zip(*columns)), codes
 
 
-def _plain_value(v: Any) -> Any:
-    """A key value as Python has it: nulls as ``None``, numpy scalars as Python scalars."""
+def plain_value(v: Any) -> Any:
+    """A value of a stage's frame as Python has it: every kind of null (``None``, ``NaN``, ``NA``)
+    as ``None``, numpy scalars as Python scalars."""
     if v is None or v is pd.NA or (isinstance(v, float) and v != v):
         return None
     return v.item() if isinstance(v, np.generic) else v
