@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import gc
 import io
 import itertools
 import json
@@ -32,7 +33,7 @@ from dataflow_kafka.errors import (
 )
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
-           "watermarks", "fetch_range", "RangeRecords", "records_to_batch", "event_times",
+           "watermarks", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
            "event_time_problem", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS"]
 
 CHUNK = 20_000
@@ -281,6 +282,25 @@ def _start_lost(topic: str, partition: int, start: int, end: int, low: int, high
     return lost_to, msg + "; skipped (failOnDataLoss=false)"
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while the block runs (a no-op when it is off already).
+
+    A consume of ``CHUNK`` records creates as many ``Message`` objects, which the collector tracks
+    and traverses again and again as they pass from generation to generation (and each full
+    collection walks the whole heap): with it on, half of a read's CPU time went to the collector
+    (``perf``, docs/source.md). Messages hold no cycles: reference counting frees them either way.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _position(c, topic: str, partition: int) -> int:
     """The consumer's fetch position in the partition (local, no broker round trip; -1001 unknown)."""
     from confluent_kafka import TopicPartition
@@ -289,8 +309,12 @@ def _position(c, topic: str, partition: int) -> int:
 
 
 def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeout_ms: int,
-                fail_on_data_loss: bool) -> Iterator[tuple[list, str | None]]:
+                fail_on_data_loss: bool, columns: bool = False) -> Iterator[tuple[Any, str | None]]:
     """Yield ``(messages, data_loss_note)`` chunks covering offsets ``[start, end)`` in order.
+
+    ``columns``: each chunk is a :class:`RecordColumns` instead of a list of ``confluent_kafka``
+    messages, built while Python's garbage collector is held off (:func:`collector_paused`), so no
+    message object outlives its poll: the source's reads take this form.
 
     Missing offsets (retention, truncation) raise :class:`DataLossError` when
     ``fail_on_data_loss``; otherwise the chunk carries a note saying what was skipped.
@@ -301,7 +325,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
     a ``start`` outside the log comes back as an error instead of a silent jump, and a first
     record after ``start`` (compaction, transaction markers, or retention) is checked then.
     """
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
     if start >= end:
         return
@@ -313,35 +337,18 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
     empty_polls = 0   # consecutive polls that returned nothing at all (no record, no event)
     try:
         while position < end:
-            msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
-            empty_polls = 0 if msgs else empty_polls + 1
-            reached_eof = out_of_range = False
-            if any(map(_message_cls().error, msgs)):
-                errors = [m.error() for m in msgs]
-                for e in errors:
-                    if e is None or _transient(e) or e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                        continue  # transient: keep polling until the deadline; the group is never used
-                    if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                        raise kafka_security.authorization_error(_conf_of(c), "READ", f"topic {topic!r}",
-                                                                 f"reading partition {partition} at offset {position}")
-                    if e.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        out_of_range = True
-                    elif e.code() == KafkaError._PARTITION_EOF:
-                        reached_eof = True
-                    else:
-                        raise KafkaClientError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
-                good = [] if out_of_range else [m for m, e in zip(msgs, errors) if e is None]
-            else:
-                good = msgs
+            with collector_paused():
+                p = _poll(c, topic, partition, position, end, columns)
+            empty_polls = 0 if p.polled else empty_polls + 1
             # librdkafka reports a partition's end once per offset and client (a reused consumer
             # gets no second EOF at the same offset), so an empty poll asks for the log's end too.
-            if not good and not out_of_range and _position(c, topic, partition) >= end:
+            if p.first is None and not p.out_of_range and _position(c, topic, partition) >= end:
                 break  # the rest of the range was transaction markers or aborted records (read_committed)
-            if out_of_range or (not good and (reached_eof or empty_polls >= _SLOW_POLLS)) or (
-                    not checked and good and good[0].offset() > position):
+            if p.out_of_range or (p.first is None and (p.reached_eof or empty_polls >= _SLOW_POLLS)) or (
+                    not checked and p.first is not None and p.first > position):
                 # retried (a broker restarting) until the read's deadline, then the error names it
                 low, high = watermarks(c, topic, partition, max(0.5, deadline - time.monotonic()))
-                if not checked or out_of_range:
+                if not checked or p.out_of_range:
                     checked = True
                     begin, lost = _start_lost(topic, partition, position, end, low, high, fail_on_data_loss)
                     if lost is not None:
@@ -352,34 +359,112 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                         position = begin
                         deadline = time.monotonic() + poll_timeout_ms / 1000
                         continue
-                if out_of_range:  # yet the log holds ``position``: fetch again, until the deadline
+                if p.out_of_range:  # yet the log holds ``position``: fetch again, until the deadline
                     c.assign([TopicPartition(topic, partition, position)])
-                elif not good and high <= position:  # only transaction markers / compacted gaps remain
+                elif p.first is None and high <= position:  # only transaction markers / compacted gaps remain
                     if high < end:
                         msg = (f"{topic}-{partition}: offsets [{position}, {end}) are gone "
                                f"(log end is now {high})")
                         if fail_on_data_loss:
                             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-                        yield [], msg + "; skipped (failOnDataLoss=false)"
+                        yield ([] if not columns else RecordColumns.of([])), msg + "; skipped (failOnDataLoss=false)"
                     break
-            if good:
+            if p.first is not None:
                 checked = True
-                if good[-1].offset() >= end:
-                    good = [m for m in good if m.offset() < end]
-                    if not good:
-                        break
-                position = good[-1].offset() + 1
+                if p.last is None:   # every record polled lies at or after ``end``
+                    break
+                position = p.last + 1
                 deadline = time.monotonic() + poll_timeout_ms / 1000
-                yield good, note
+                chunk, p = p.records, None   # the caller holds the only reference
+                yield chunk, note
                 note = None
             if time.monotonic() > deadline:
                 _raise_if_refused(c)
                 raise KafkaTimeoutError(f"no records from {topic}-{partition} at offset {position} within "
                                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms} (range ends at {end})")
         if note is not None:
-            yield [], note
+            yield ([] if not columns else RecordColumns.of([])), note
     finally:
         c.unassign()
+
+
+@dataclass
+class _Polled:
+    """One poll of :func:`fetch_range`: whether it returned anything, the partition events it
+    carried, and its records before ``end`` (``first``: offset of the first record polled, before
+    ``end`` or not; ``last``: of the last one kept; both None when none)."""
+
+    polled: bool
+    reached_eof: bool
+    out_of_range: bool
+    first: int | None
+    last: int | None
+    records: Any
+
+
+def _poll(c, topic: str, partition: int, position: int, end: int, columns: bool) -> _Polled:
+    """One ``consume`` of up to ``CHUNK`` records for :func:`fetch_range` (errors other than the
+    partition's end, an offset out of range and transient ones raise here)."""
+    from confluent_kafka import KafkaError
+
+    msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
+    reached_eof = out_of_range = False
+    if any(map(_message_cls().error, msgs)):
+        errors = [m.error() for m in msgs]
+        for e in errors:
+            if e is None or _transient(e) or e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                continue  # transient: keep polling until the deadline; the group is never used
+            if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise kafka_security.authorization_error(_conf_of(c), "READ", f"topic {topic!r}",
+                                                         f"reading partition {partition} at offset {position}")
+            if e.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                out_of_range = True
+            elif e.code() == KafkaError._PARTITION_EOF:
+                reached_eof = True
+            else:
+                raise KafkaClientError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
+        good = [] if out_of_range else [m for m, e in zip(msgs, errors) if e is None]
+    else:
+        good = msgs
+    first = good[0].offset() if good else None
+    if good and good[-1].offset() >= end:
+        good = [m for m in good if m.offset() < end]
+    last = good[-1].offset() if good else None
+    return _Polled(bool(msgs), reached_eof, out_of_range, first, last,
+                   RecordColumns.of(good) if columns else good)
+
+
+@dataclass
+class RecordColumns:
+    """Consumed records as columns (what :func:`decode` reads): keys and values (bytes or None),
+    offsets, ``(type, ms)`` timestamps as an ``(n, 2)`` int64 array, headers (None or a list of
+    ``(key, value)``). Bytes are not tracked by the garbage collector, so a chunk of these costs
+    it nothing, unlike the messages they come from."""
+
+    keys: list
+    values: list
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    headers: list
+
+    @classmethod
+    def of(cls, msgs: list) -> "RecordColumns":
+        n = len(msgs)
+        msg = _message_cls()
+        first, last = (msgs[0].offset(), msgs[-1].offset()) if n else (0, -1)
+        offsets = (np.arange(first, last + 1, dtype=np.int64) if last - first + 1 == n
+                   else np.fromiter(map(msg.offset, msgs), dtype=np.int64, count=n))
+        return cls(list(map(msg.key, msgs)), list(map(msg.value, msgs)), offsets, _timestamps(msgs),
+                   list(map(msg.headers, msgs)))
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def take(self, keep: Sequence[int]) -> "RecordColumns":
+        """The records at positions ``keep``, in that order."""
+        idx = np.asarray(keep, dtype=np.intp)
+        return RecordColumns([self.keys[i] for i in idx], [self.values[i] for i in idx], self.offsets[idx],
+                             self.timestamps[idx], [self.headers[i] for i in idx])
 
 
 #: Event times the source accepts, in epoch ms: Spark's timestamp range, 0001-01-01 to
@@ -474,21 +559,20 @@ def event_time_problem(value: bytes | None, field: str | None, timestamp_ms: int
             f"range [{MIN_EVENT_MS}, {MAX_EVENT_MS}] (0001-01-01 to 9999-12-31)")
 
 
-def newest_event_time(msgs: list, field: str | None, ahead: tuple[int, int] | None = None) -> int | None:
-    """Newest event time among data records of ``msgs`` (the driver's punctuation scan): same
+def newest_event_time(records: RecordColumns, field: str | None, ahead: tuple[int, int] | None = None
+                      ) -> int | None:
+    """Newest event time among data records of ``records`` (the driver's punctuation scan): same
     classification as :func:`decode` (``ahead`` included), without building the other columns."""
-    if not msgs:
+    if not len(records):
         return None
-    msg = _message_cls()
-    headers = list(map(msg.headers, msgs))
-    if any(headers):
-        marked = {i for i, h in enumerate(headers) if h and any(k == PUNCTUATION_HEADER for k, _ in h)}
+    if any(records.headers):
+        marked = {i for i, h in enumerate(records.headers) if h and any(k == PUNCTUATION_HEADER for k, _ in h)}
         if marked:
-            msgs = [m for i, m in enumerate(msgs) if i not in marked]
-            if not msgs:
+            records = records.take([i for i in range(len(records)) if i not in marked])
+            if not len(records):
                 return None
-    ts_ms = _timestamps(msgs)[:, 1]
-    ev, valid = event_times(list(map(msg.value, msgs)) if field else msgs, field, ts_ms)
+    ts_ms = records.timestamps[:, 1]
+    ev, valid = event_times(records.values, field, ts_ms)
     if ahead is not None:
         valid &= ev <= ahead[0] + ahead[1]
     return int(ev[valid].max()) if valid.any() else None
@@ -538,24 +622,18 @@ def _timestamps(msgs: list) -> np.ndarray:
     return np.fromiter(flat, dtype=np.int64, count=2 * n).reshape(n, 2)
 
 
-def decode(msgs: list, topic: str, partition: int, field: str | None,
+def decode(records: RecordColumns, topic: str, partition: int, field: str | None,
            ahead: tuple[int, int] | None = None) -> RangeRecords:
     """Column-wise decode of consumed messages; classify data / punctuation / error rows.
 
     ``ahead`` = (the batch's processing time, ``maxEventTimeAheadMs``): a data record whose event
     time is more than that ahead of the processing time is an error row: it must not move the
     partition's punctuation (Enorm §6.2: a punctuation is a promise about all later records)."""
-    n = len(msgs)
-    msg = _message_cls()
-    keys = list(map(msg.key, msgs))
-    values = list(map(msg.value, msgs))
-    first, last = (msgs[0].offset(), msgs[-1].offset()) if n else (0, -1)
-    offsets = (np.arange(first, last + 1, dtype=np.int64) if last - first + 1 == n
-               else np.fromiter(map(msg.offset, msgs), dtype=np.int64, count=n))
-    ts = _timestamps(msgs)
+    n = len(records)
+    keys, values, offsets, headers = records.keys, records.values, records.offsets, records.headers
+    ts = records.timestamps
     ts_ms = ts[:, 1].copy()
     ts_types = _SPARK_TS_TYPE[np.clip(ts[:, 0], 0, 3)]
-    headers = list(map(msg.headers, msgs))
     kinds = np.full(n, KIND_DATA, dtype=object)
     punct = np.zeros(n, np.int64)
     errors: list = [None] * n

@@ -121,15 +121,16 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
     if r.end > r.start:
         with kafka_read.naming_servers(opts.kafka, f"topic {r.topic}-{r.partition} offsets [{r.start}, {r.end})"), \
                 kafka_read.pooled_consumer(opts.kafka, opts.group_id_prefix) as c:
-            for msgs, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
-                                                          opts.poll_timeout_ms, opts.fail_on_data_loss):
+            for records, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
+                                                             opts.poll_timeout_ms, opts.fail_on_data_loss,
+                                                             columns=True):
                 if loss_note:
                     yield kafka_read.make_rows_batch(
                         [{"topic": r.topic, "partition": r.partition, "offset": r.start, "kind": KIND_ERROR,
                           "processing_time": r.processing_time_ms, "error": loss_note}], hdr)
-                if not msgs:
+                if not len(records):
                     continue
-                rec = kafka_read.decode(msgs, r.topic, r.partition, opts.event_time_field,
+                rec = kafka_read.decode(records, r.topic, r.partition, opts.event_time_field,
                                         _ahead(opts, r.processing_time_ms))
                 in_range = _newer(in_range, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
@@ -590,9 +591,9 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """Newest data event time in ``[begin, end)``: the same records and classification as the
         executors' read of that range."""
         newest = None
-        for msgs, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
-                                              fail_on_data_loss=False):
-            newest = _newer(newest, kafka_read.newest_event_time(msgs, self.opts.event_time_field,
+        for records, _ in kafka_read.fetch_range(c, tp[0], tp[1], begin, end, self.opts.poll_timeout_ms,
+                                                 fail_on_data_loss=False, columns=True):
+            newest = _newer(newest, kafka_read.newest_event_time(records, self.opts.event_time_field,
                                                                  _ahead(self.opts, pt)))
         return newest
 

@@ -1,8 +1,12 @@
 """``kafka_read.fetch_range`` on a real broker: offset ranges, data loss, and the log's bounds
-asked for only when a read does not begin at its start offset (broker, no JVM)."""
+asked for only when a read does not begin at its start offset, in both of its forms (messages,
+and columns with the garbage collector held off while they are built) (broker, no JVM)."""
 
 from __future__ import annotations
 
+import gc
+
+import numpy as np
 import pytest
 
 from dataflow_kafka.datasource import kafka_read
@@ -13,6 +17,11 @@ def consumer(kafka):
     c = kafka_read.consumer({"bootstrap.servers": kafka.bootstrap})
     yield c
     c.close()
+
+
+@pytest.fixture(params=[False, True], ids=["messages", "columns"])
+def columns(request):
+    return request.param
 
 
 @pytest.fixture
@@ -43,15 +52,15 @@ def _truncated_topic(kafka, n: int = 100, log_start: int = 60) -> str:
     return topic
 
 
-def _read(c, topic, start, end, fail=False):
+def _read(c, topic, start, end, fail=False, columns=False):
     offsets, notes = [], []
-    for msgs, note in kafka_read.fetch_range(c, topic, 0, start, end, 30_000, fail):
-        offsets += [m.offset() for m in msgs]
+    for chunk, note in kafka_read.fetch_range(c, topic, 0, start, end, 30_000, fail, columns=columns):
+        offsets += chunk.offsets.tolist() if columns else [m.offset() for m in chunk]
         notes += [note] if note else []
     return offsets, notes
 
 
-def test_a_range_inside_the_log_needs_no_round_trip_for_its_bounds(kafka, consumer, calls):
+def test_a_range_inside_the_log_needs_no_round_trip_for_its_bounds(kafka, consumer, calls, columns):
     topic = _truncated_topic(kafka, log_start=0)
     for start, end in ((0, 100), (10, 40), (40, 100), (0, 100)):   # one consumer, reassigned
         assert _read(consumer, topic, start, end) == (list(range(start, end)), [])
@@ -59,30 +68,92 @@ def test_a_range_inside_the_log_needs_no_round_trip_for_its_bounds(kafka, consum
     assert consumer.assignment() == []
 
 
-def test_offsets_deleted_before_the_range_start(kafka, consumer, calls):
+def test_offsets_deleted_before_the_range_start(kafka, consumer, calls, columns):
     topic = _truncated_topic(kafka)
     with pytest.raises(kafka_read.DataLossError,
                        match=r"offsets \[20, 60\) are no longer on the broker \(log start 60, end 100\).*"
                              r"set failOnDataLoss=false"):
-        _read(consumer, topic, 20, 80, fail=True)
-    offsets, notes = _read(consumer, topic, 20, 80)
+        _read(consumer, topic, 20, 80, fail=True, columns=columns)
+    offsets, notes = _read(consumer, topic, 20, 80, columns=columns)
     assert offsets == list(range(60, 80))
     assert len(notes) == 1 and "offsets [20, 60) are no longer on the broker" in notes[0]
     assert "skipped (failOnDataLoss=false)" in notes[0]
-    offsets, notes = _read(consumer, topic, 10, 50)                  # the whole range is gone
+    offsets, notes = _read(consumer, topic, 10, 50, columns=columns)                  # the whole range is gone
     assert offsets == [] and len(notes) == 1 and "offsets [10, 50) are no longer" in notes[0]
-    assert _read(consumer, topic, 60, 100) == (list(range(60, 100)), [])
+    assert _read(consumer, topic, 60, 100, columns=columns) == (list(range(60, 100)), [])
     assert len(calls) == 3                                            # only the reads that did not begin at start
 
 
-def test_ranges_past_the_log_end(kafka, consumer):
+def test_ranges_past_the_log_end(kafka, consumer, columns):
     topic = _truncated_topic(kafka, log_start=0)
-    offsets, notes = _read(consumer, topic, 150, 160)                 # starts beyond the end
+    offsets, notes = _read(consumer, topic, 150, 160, columns=columns)                 # starts beyond the end
     assert offsets == [] and "offsets [150, 160) are no longer on the broker (log start 0, end 100)" in notes[0]
-    offsets, notes = _read(consumer, topic, 90, 120)                  # ends beyond it
+    offsets, notes = _read(consumer, topic, 90, 120, columns=columns)                  # ends beyond it
     assert offsets == list(range(90, 100))
     assert notes == [f"{topic}-0: offsets [100, 120) are gone (log end is now 100); skipped (failOnDataLoss=false)"]
     with pytest.raises(kafka_read.DataLossError, match=r"offsets \[100, 120\) are gone"):
-        _read(consumer, topic, 90, 120, fail=True)
+        _read(consumer, topic, 90, 120, fail=True, columns=columns)
     with pytest.raises(kafka_read.DataLossError, match=r"offsets \[100, 120\) are gone"):
-        _read(consumer, topic, 100, 120, fail=True)                   # begins at the log end
+        _read(consumer, topic, 100, 120, fail=True, columns=columns)                   # begins at the log end
+
+
+def test_columns_hold_what_the_messages_hold(kafka, consumer):
+    topic = kafka.topic(1)
+    kafka.produce(topic, [{"value": None if i % 7 == 0 else b"v%d" % i, "key": b"k%d" % i if i % 3 else None,
+                           "timestamp": 1_700_000_000_000 + i, "partition": 0,
+                           "headers": [("h", b"%d" % i)] if i % 5 == 0 else None} for i in range(50)])
+    messages = [m for msgs, _ in kafka_read.fetch_range(consumer, topic, 0, 3, 47, 30_000, True) for m in msgs]
+    chunks = [c for c, _ in kafka_read.fetch_range(consumer, topic, 0, 3, 47, 30_000, True, columns=True)]
+    assert all(isinstance(c, kafka_read.RecordColumns) for c in chunks)
+    assert [m.offset() for m in messages] == np.concatenate([c.offsets for c in chunks]).tolist() == list(range(3, 47))
+    assert [m.key() for m in messages] == [k for c in chunks for k in c.keys]
+    assert [m.value() for m in messages] == [v for c in chunks for v in c.values]
+    assert [list(m.timestamp()) for m in messages] == np.concatenate([c.timestamps for c in chunks]).tolist()
+    assert [m.headers() for m in messages] == [h for c in chunks for h in c.headers]
+    picked = chunks[0].take([2, 0])
+    assert picked.offsets.tolist() == [5, 3] and picked.values == [b"v5", b"v3"] and picked.headers[0] == [("h", b"5")]
+
+
+def test_the_columns_form_keeps_the_collector_off_its_messages(kafka, consumer):
+    """A poll's messages (tracked by Python's cyclic garbage collector) never meet a collection:
+    they are turned into columns and freed while it is held off, and the collector is on again
+    between polls (without the pause this read ran 56 collections)."""
+    topic = kafka.topic(1)
+    kafka.produce(topic, [{"value": b'{"t":%d}' % i, "partition": 0} for i in range(40_000)])
+    seen = []
+
+    def count(phase, info):
+        if phase == "start":
+            seen.append(info["generation"])
+
+    for _ in kafka_read.fetch_range(consumer, topic, 0, 0, 10, 30_000, True, columns=True):
+        pass   # the consumer's first fetch, outside the count
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        enabled_between_polls = []
+        for chunk, _ in kafka_read.fetch_range(consumer, topic, 0, 0, 40_000, 30_000, True, columns=True):
+            enabled_between_polls.append(gc.isenabled())
+    finally:
+        gc.callbacks.remove(count)
+    assert enabled_between_polls and all(enabled_between_polls)
+    assert seen.count(2) == 0 and len(seen) <= 2 * len(enabled_between_polls), seen
+
+
+def test_collector_paused_restores_the_collector():
+    assert gc.isenabled()
+    with pytest.raises(KeyError):
+        with kafka_read.collector_paused():
+            assert not gc.isenabled()
+            with kafka_read.collector_paused():   # nested: leaves it to the outer one
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+            raise KeyError("x")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with kafka_read.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()                  # off before: left off
+    finally:
+        gc.enable()
