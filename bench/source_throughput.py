@@ -333,8 +333,9 @@ AB_FORMAT = "dataflow-kafka-ab"
 
 
 def _ab_source(rev: str) -> str:
-    """Extract ``datasource/`` of git revision ``rev`` as package ``datasource_ab`` (its imports
-    renamed) with a source named ``dataflow-kafka-ab``; returns the directory to put on the
+    """Extract ``datasource/`` of git revision ``rev`` as package ``datasource_ab`` (its imports of
+    itself renamed, its ``require_module_name`` too; the rest of ``dataflow_kafka`` is this tree's)
+    with a source named ``dataflow-kafka-ab``; returns the directory to put on the
     ``PYTHONPATH`` of the driver and of Spark's Python workers."""
     import re
     import subprocess
@@ -349,7 +350,8 @@ def _ab_source(rev: str) -> str:
     pkg = out / "datasource_ab"
     (out / "datasource").rename(pkg)
     for f in pkg.glob("*.py"):
-        text = re.sub(r"\b(from|import) datasource\b", r"\1 datasource_ab", f.read_text())
+        text = re.sub(r"\bdataflow_kafka\.datasource\b", "datasource_ab", f.read_text())  # its one name, too
+        text = re.sub(r"\b(from|import) datasource\b", r"\1 datasource_ab", text)   # trees before the one name
         f.write_text(text)
     with open(pkg / "__init__.py", "a") as f:
         f.write("\n\nclass ABSource(DataflowKafkaDataSource):\n    @classmethod\n    def name(cls):\n"
