@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import gc
 import io
 import itertools
 import json
@@ -24,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from dataflow_kafka.collector import collector_paused
 from dataflow_kafka.datasource import kafka_security, kafka_tls
 from dataflow_kafka.datasource.schema import (
     KIND_DATA, KIND_ERROR, KIND_PUNCTUATION, PUNCTUATION_HEADER, arrow_schema, spark_timestamp_type,
@@ -280,25 +280,6 @@ def _start_lost(topic: str, partition: int, start: int, end: int, low: int, high
     if fail_on_data_loss:
         raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
     return lost_to, msg + "; skipped (failOnDataLoss=false)"
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while the block runs (a no-op when it is off already).
-
-    A consume of ``CHUNK`` records creates as many ``Message`` objects, which the collector tracks
-    and traverses again and again as they pass from generation to generation (and each full
-    collection walks the whole heap): with it on, half of a read's CPU time went to the collector
-    (``perf``, docs/source.md). Messages hold no cycles: reference counting frees them either way.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _position(c, topic: str, partition: int) -> int:

@@ -45,6 +45,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from dataflow_kafka.collector import freeze_worker_heap
 from dataflow_kafka.datasource import kafka_read, kafka_security, range_stats
 from dataflow_kafka.datasource.offsets import (
     TP, describe_topics, from_json_partitions, rate_limit, resolve_partitions, starting_offsets, to_json_partitions,
@@ -92,7 +93,9 @@ def _now_ms() -> int:
 def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
     """Rows of one task: of its range, or of each range of a :class:`RangeGroup` in turn, read
     with the Python worker's pooled consumer (:func:`kafka_read.pooled_consumer`: one per Kafka
-    configuration and process, assigned each range in turn, reused by later tasks and batches)."""
+    configuration and process, assigned each range in turn, reused by later tasks and batches).
+    The worker's heap is frozen on its first read (:func:`dataflow_kafka.collector.freeze_worker_heap`)."""
+    freeze_worker_heap()
     for r in part.ranges if isinstance(part, RangeGroup) else [part]:
         yield from _read_range(opts, r)
 

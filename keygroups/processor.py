@@ -24,27 +24,34 @@ __all__ = ["StageProcessor", "deferred"]
 class StageProcessor(StatefulProcessor):
     """The ``transformWithStateInPandas`` processor of a stage operator: one binary value state
     per key group, :func:`keygroups.operator.run_key_group` per call. ``packed``: the input comes
-    from :func:`keygroups.packed.pack_key_groups` (Arrow IPC blobs to unpack)."""
+    from :func:`keygroups.packed.pack_key_groups` (Arrow IPC blobs to unpack). The worker's heap
+    is frozen at the first ``init`` and each call runs with the cyclic garbage collector held off
+    (:mod:`dataflow_kafka.collector`)."""
 
     def __init__(self, spec, packed: bool = False) -> None:
         self.spec, self.packed = spec, packed
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        from dataflow_kafka.collector import freeze_worker_heap
+
         self._state = handle.getValueState("operator", _OPERATOR_STATE)
+        freeze_worker_heap()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        from dataflow_kafka.collector import collector_paused
         from dataflow_kafka.keygroups.operator import run_key_group
 
-        if self.packed:
-            from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, unpack_key_group
+        with collector_paused():   # the engines' objects die with the call: reference counting frees them
+            if self.packed:
+                from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, unpack_key_group
 
-            pdf = unpack_key_group([p for part in rows for p in part[PAYLOAD_COLUMN]])
-        else:
-            pdf = pd.concat(list(rows), ignore_index=True)
-        stored = self._state.get()
-        blob = None if stored is None or stored[0] is None else bytes(stored[0])
-        out, blob = run_key_group(self.spec, int(key[0]), pdf, blob)
-        self._state.update((blob,))
+                pdf = unpack_key_group([p for part in rows for p in part[PAYLOAD_COLUMN]])
+            else:
+                pdf = pd.concat(list(rows), ignore_index=True)
+            stored = self._state.get()
+            blob = None if stored is None or stored[0] is None else bytes(stored[0])
+            out, blob = run_key_group(self.spec, int(key[0]), pdf, blob)
+            self._state.update((blob,))
         if out is not None and len(out):
             yield out
 

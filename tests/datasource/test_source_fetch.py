@@ -139,21 +139,3 @@ def test_the_columns_form_keeps_the_collector_off_its_messages(kafka, consumer):
     assert enabled_between_polls and all(enabled_between_polls)
     assert seen.count(2) == 0 and len(seen) <= 2 * len(enabled_between_polls), seen
 
-
-def test_collector_paused_restores_the_collector():
-    assert gc.isenabled()
-    with pytest.raises(KeyError):
-        with kafka_read.collector_paused():
-            assert not gc.isenabled()
-            with kafka_read.collector_paused():   # nested: leaves it to the outer one
-                assert not gc.isenabled()
-            assert not gc.isenabled()
-            raise KeyError("x")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with kafka_read.collector_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()                  # off before: left off
-    finally:
-        gc.enable()

@@ -1,0 +1,55 @@
+"""What this project asks of Python's cyclic garbage collector in Spark's Python workers.
+
+A Python worker holds a large heap that never becomes garbage (pyspark, pandas, pyarrow, numpy and
+this package, imported once per worker process), and every full collection walks all of it: in a
+NEXMark run's stage workers a full collection took 60-90 ms, and collections were 15-20% of their
+CPU time. Two remedies, both with reference counting still freeing everything at once:
+
+* :func:`freeze_worker_heap`, once per process on first use: what is alive then moves to the
+  collector's permanent generation (``gc.freeze``), so later collections no longer walk it.
+* :func:`collector_paused` around a block that creates many short-lived tracked objects (a Kafka
+  poll's messages): the collector runs after the block, not dozens of times inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from typing import Iterator
+
+__all__ = ["collector_paused", "freeze_worker_heap"]
+
+_frozen = False
+
+
+def freeze_worker_heap() -> None:
+    """Collect once, then move every object alive to the permanent generation (``gc.freeze``);
+    a no-op after the first call in a process. The objects frozen are the worker's imports and
+    whatever the first call's task holds; one that later becomes part of a reference cycle is never
+    collected (a one-time cost, bounded by that first task)."""
+    global _frozen
+    if _frozen:
+        return
+    _frozen = True
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while the block runs (a no-op when it is off
+    already); it is on again, as before, when the block ends or raises.
+
+    A consume of ``kafka_read.CHUNK`` records creates as many ``Message`` objects, which the
+    collector tracks and traverses again and again as they pass from generation to generation:
+    with it on, half of a read's CPU time went to the collector (``perf``, docs/source.md).
+    Messages hold no cycles: reference counting frees them either way.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
