@@ -11,7 +11,7 @@ import-linter and pydeps count); a package's own ``__init__`` importing its modu
 
 The layers, lowest first; a module may import its own layer and the layers below it::
 
-    errors, deprecation < windowing, brokers < datasource < keygroups < slicer, watermarks, optimistic
+    errors, deprecation, collector < windowing, brokers < datasource < keygroups < slicer, watermarks, optimistic
            < joins, balancing, traces, jvm_ingest, compat < dataflow_kafka (the root's lazy exports
            and the deprecated names' forwards to compat are strings)
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "dataflow_kafka"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "deprecation"),
+    ("errors", "deprecation", "collector"),
     ("windowing", "brokers"),
     ("datasource",),
     ("keygroups",),
