@@ -5,8 +5,8 @@ this package, imported once per worker process), and every full collection walks
 NEXMark run's stage workers a full collection took 60-90 ms, and collections were 15-20% of their
 CPU time. Two remedies, both with reference counting still freeing everything at once:
 
-* :func:`freeze_worker_heap`, once per process on first use: what is alive then moves to the
-  collector's permanent generation (``gc.freeze``), so later collections no longer walk it.
+* :func:`freeze_worker_heap`, once per worker process on first use: what is alive then moves to
+  the collector's permanent generation (``gc.freeze``), so later collections no longer walk it.
 * :func:`collector_paused` around a block that creates many short-lived tracked objects (a Kafka
   poll's messages): the collector runs after the block, not dozens of times inside it.
 """
@@ -15,24 +15,33 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from typing import Iterator
 
-__all__ = ["collector_paused", "freeze_worker_heap"]
+__all__ = ["collector_paused", "freeze_worker_heap", "in_spark_worker"]
 
 _frozen = False
 
 
 def freeze_worker_heap() -> None:
-    """Collect once, then move every object alive to the permanent generation (``gc.freeze``);
-    a no-op after the first call in a process. The objects frozen are the worker's imports and
-    whatever the first call's task holds; one that later becomes part of a reference cycle is never
-    collected (a one-time cost, bounded by that first task)."""
+    """In a Spark Python worker: collect once, then move every object alive to the permanent
+    generation (``gc.freeze``); a no-op after the first call in a process, and in any other process
+    (a driver, a test, ``run_local``), whose heap is not the worker's. The objects frozen are the
+    worker's imports and whatever the first call's task holds; one that later becomes part of a
+    reference cycle is never collected (a one-time cost, bounded by that first task)."""
     global _frozen
-    if _frozen:
+    if _frozen or not in_spark_worker():
         return
     _frozen = True
     gc.collect()
     gc.freeze()
+
+
+def in_spark_worker() -> bool:
+    """Whether this process is one of Spark's Python workers: forked from pyspark's daemon, or
+    pyspark's worker itself when Spark runs it without the daemon."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) in ("pyspark.daemon", "pyspark.worker")
 
 
 @contextlib.contextmanager

@@ -30,13 +30,33 @@ def test_collector_paused_restores_the_collector():
         gc.enable()
 
 
+def test_freeze_worker_heap_leaves_other_processes_alone():
+    assert not collector.in_spark_worker()
+    before = gc.get_freeze_count()
+    collector.freeze_worker_heap()
+    assert gc.get_freeze_count() == before
+
+
+def test_spark_python_workers_are_recognised(spark):
+    def probe(batches):
+        import pyarrow as pa
+
+        from dataflow_kafka import collector as c
+
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"worker": [c.in_spark_worker()] * b.num_rows})
+
+    assert spark.range(1).mapInArrow(probe, "worker boolean").collect()[0]["worker"] is True
+
+
 def test_freeze_worker_heap_freezes_once_per_process():
-    """In a fresh interpreter (freezing this one would keep the suite's garbage): the first call
-    moves the live objects to the permanent generation, cyclic garbage made before it is collected
-    first, and a second call freezes nothing more."""
+    """In a fresh interpreter taken for a worker (freezing this one would keep the suite's
+    garbage): the first call moves the live objects to the permanent generation, cyclic garbage
+    made before it is collected first, and a second call freezes nothing more."""
     code = """
 import gc
 from dataflow_kafka import collector
+collector.in_spark_worker = lambda: True
 class Node:
     pass
 a = Node(); a.me = a; del a                       # cyclic garbage before the freeze
