@@ -146,13 +146,21 @@ def python_worker_sockets(spark) -> dict:
     domain sockets (``uds``, the daemon's environment) and the address families of the worker's
     open sockets (``families``; its connection to the executor is one of them)."""
     def probe(batches):
-        import gc
         import os
         import socket
 
         import pyarrow as pa
 
-        kinds = sorted({o.family.name for o in gc.get_objects() if isinstance(o, socket.socket) and o.fileno() >= 0})
+        kinds = set()   # every open socket of the process, read from its descriptors (a frozen heap
+        for fd in os.listdir("/proc/self/fd"):   # hides its objects from gc.get_objects)
+            try:
+                if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                    continue
+                with socket.socket(fileno=os.dup(int(fd))) as s:
+                    kinds.add(s.family.name)
+            except OSError:
+                continue
+        kinds = sorted(kinds)
         for b in batches:
             yield pa.RecordBatch.from_pydict({"uds": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "")] * b.num_rows,
                                               "families": [",".join(kinds)] * b.num_rows})
