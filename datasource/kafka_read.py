@@ -310,6 +310,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
 
     if start >= end:
         return
+    nothing = RecordColumns.of([]) if columns else []   # the chunk of a note without records
     note = None
     c.assign([TopicPartition(topic, partition, start)])
     position = start
@@ -348,7 +349,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                                f"(log end is now {high})")
                         if fail_on_data_loss:
                             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-                        yield ([] if not columns else RecordColumns.of([])), msg + "; skipped (failOnDataLoss=false)"
+                        yield nothing, msg + "; skipped (failOnDataLoss=false)"
                     break
             if p.first is not None:
                 checked = True
@@ -364,7 +365,7 @@ def fetch_range(c, topic: str, partition: int, start: int, end: int, poll_timeou
                 raise KafkaTimeoutError(f"no records from {topic}-{partition} at offset {position} within "
                                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms} (range ends at {end})")
         if note is not None:
-            yield ([] if not columns else RecordColumns.of([])), note
+            yield nothing, note
     finally:
         c.unassign()
 
