@@ -21,12 +21,19 @@ What it does, once per run:
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
   process from the end of batch 0 to the end of the run (``/proc``, sampled: :class:`ProcessCpu`;
   the broker is not counted);
+* **Q8** (persons joined with their auctions per 10 s window: the windowed join, in the default
+  query list) reads two topics of its own, the persons and auctions of ``--join-events`` NEXMark
+  events (default 5,000,000: 400,000 records), made on first use; its rows/s are persons and
+  auctions, its events per CPU-second those / 0.08, and its records are counted from the
+  sources' offsets (Spark's native join scans its source once per side, so ``numInputRows``
+  counts each row twice); Spark's arm is the stream-stream join with ``withWatermark`` 5 s on
+  both sides, whose pairs are all due when a bounded run ends (none ``open``);
 * ``--floor``: a third arm per query, the evidence for a gap: the same query shape with no code
   of ours. Windowed queries: Spark's connector, the bids parsed in the JVM, hashed by the first
   stage's key into 4 key groups and passed through as many ``transformWithStateInPandas``
   processors as our forms of the query run per micro-batch (:func:`floor_operators`: Q5 and Q7 two,
   the second re-keyed and fed one row per key group and batch, as our merge per window is; Q11
-  one), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
+  one; Q8 one, keyed by the person), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
   Python stateful operators of that shape cost on Spark's own connector, with no stage code
   (checked by the row count). Projections: Spark's native query over the simplest Python source
   that reads Kafka (:class:`bench.python_floor.KafkaFloorSource`), what Spark's Python Data
@@ -53,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import tempfile
 import threading
@@ -66,6 +74,7 @@ import pandas as pd
 
 from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
 from bench.nexmark.queries import REGISTRY, get
+from bench.nexmark.queries.q3 import PersonAuctionJoin, native_source, produce_in_order
 from bench.nexmark.query import Projection, Query, Settings, parse_bids
 from bench.nexmark.runs import final_watermark_ms, run_available_now, source_options
 from bench.nexmark.stats import load1, multiset_diff, write_rows
@@ -77,11 +86,16 @@ FLINK_PER_CORE = {"q0": 155_020, "q1": 157_940, "q2": 175_210, "q3": 152_120, "q
                   "q8": 146_140, "q11": 39_700}
 #: Bids among NEXMark's events (46 of every 50): bids / BID_SHARE = the events behind them.
 BID_SHARE = 0.92
+#: Persons and auctions among NEXMark's events (4 of every 50): the joins' inputs.
+JOIN_SHARE = 0.08
+#: The queries the harness runs by default: the bid queries and Q8 (the windowed join).
+DEFAULT_QUERIES = (*REGISTRY, "q8")
 NATIVE_DELAY = "5 seconds"
 #: Our source's ``maxPartitions`` in the harness: one task per core of ``local[2]`` (module docstring).
 MAX_PARTITIONS = 2
-#: The key of each windowed query's first stage: the floor arm groups by it (module docstring).
-FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder"}
+#: The key of each windowed query's first stage: the floor arm groups by it (module docstring); the
+#: joins' key is the person: a person's ``id``, an auction's ``seller``.
+FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder", "q8": "person"}
 #: The projections' floor: Spark's native query on the simplest Python Kafka source.
 PROJECTION_FLOOR = "bench-python-kafka"
 
@@ -316,7 +330,7 @@ class Harness:
     def __init__(self, spark, bootstrap: str, connector: str, events: int, partitions: int = 4, seed: int = 1,
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
                  log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
-                 key_groups: int = Settings().key_groups) -> None:
+                 key_groups: int = Settings().key_groups, join_events: int = 5_000_000) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
         self.settings = Settings(key_groups=key_groups)
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
@@ -326,20 +340,41 @@ class Harness:
         self.cpu = ProcessCpu(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
         cfg = NexmarkConfig(events=events, seed=seed, events_per_s=rate, delayed=delayed, partitions=partitions)
         t0 = time.monotonic()
-        evs = generate(cfg)
+        evs = generate(cfg, kinds=("bid",))
         prefix = f"nexmark-steady-{uuid.uuid4().hex[:8]}"
         self.topic = produce(bootstrap, prefix, evs, partitions, kinds=("bid",))["bid"]
         self.records = bids(evs)
         self._references: dict = {}
+        self._join_cfg = NexmarkConfig(events=join_events, seed=seed, events_per_s=rate, delayed=delayed,
+                                       partitions=partitions)
+        self._join_input: tuple[dict[str, str], list] | None = None
         log(f"{events} events, {len(self.records)} bids in {self.topic} ({partitions} partitions, {delayed:.0%} "
             f"delayed, {rate} events/s of event time), generated and produced in {time.monotonic() - t0:.0f} s")
+
+    def join_input(self) -> tuple[dict[str, str], list]:
+        """The joins' topics (``{kind: topic}``) and events: the persons and auctions of
+        ``join_events`` NEXMark events (4 in 50), generated and produced on first use."""
+        if self._join_input is None:
+            t0 = time.monotonic()
+            cfg = self._join_cfg
+            evs = generate(cfg, kinds=PersonAuctionJoin.kinds)
+            topics = produce_in_order(self.bootstrap, f"nexmark-steady-j-{uuid.uuid4().hex[:8]}", evs, self.partitions)
+            self._join_input = topics, evs
+            self.log(f"{cfg.events} events, {len(evs)} persons and auctions in {', '.join(topics.values())}, "
+                     f"generated and produced in {time.monotonic() - t0:.0f} s")
+        return self._join_input
 
     def _reference(self, q: Query, variant: str | None):
         key = (q.name, variant)
         if key not in self._references:
             self._references[key] = (_checksum_reference(q, self.records) if _uses_checksum(q)
+                                     else q.reference(self.join_input()[1], variant) if _is_join(q)
                                      else q.reference(self.records, variant))
         return self._references[key]
+
+    def _inputs(self, q: Query) -> int:
+        """The records ``q`` reads: the bids, or a join's persons and auctions."""
+        return len(self.join_input()[1]) if _is_join(q) else len(self.records)
 
     def _profiler(self, label: str):
         if not self.profile_dir:
@@ -349,6 +384,7 @@ class Harness:
         return WorkerProfiler(self.cpu, Path(self.profile_dir) / f"{label}.txt")
 
     def _native_source(self, batch_size: int):
+        """Spark's connector on the bids, parsed (:func:`parse_bids`)."""
         opts = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": self.topic, "startingOffsets": "earliest",
                 "maxOffsetsPerTrigger": str(batch_size)}
         if self.connector == "dataflow-kafka":
@@ -364,7 +400,7 @@ class Harness:
             out, summarise = self._floor_query(q, batch_size)
             connector = self.connector
             run = run_arm(out, ck, self.cpu, summarise)
-            steady_bids = run.steady_rows
+            steady_bids = offsets_read(run.progress) if _is_join(q) else run.steady_rows
         elif side == "floor":
             from bench.python_floor import KafkaFloorSource
 
@@ -376,14 +412,22 @@ class Harness:
             run = run_arm(out, ck, self.cpu, summarise)
             steady_bids = run.steady_rows
         elif side == "ours":
-            opts = source_options(self.bootstrap, self.topic, batch_size)
+            topics = list(self.join_input()[0].values()) if _is_join(q) else [self.topic]
+            opts = source_options(self.bootstrap, ",".join(topics), batch_size)
             if self.max_partitions:
                 opts["maxPartitions"] = str(self.max_partitions)
             reader = self.spark.readStream.format("dataflow-kafka").options(**opts)
             out, connector = q.spark(variant, reader.load(), self.settings), "dataflow-kafka"
             label = f"{q.name}-{variant}-{batch_size}-r{repeat}"
             run = run_arm(out, ck, self.cpu, summarise, self._profiler(label))
-            steady_bids = run.steady_rows - self.partitions * (run.batches - 1)    # one punctuation row per partition
+            # one punctuation row per topic-partition and batch
+            steady_bids = run.steady_rows - self.partitions * len(topics) * (run.batches - 1)
+        elif _is_join(q):
+            topics = self.join_input()[0]
+            src = native_source(self.spark, self.bootstrap, topics, q.kinds, self.connector, batch_size)
+            out, connector = q.native(src, NATIVE_DELAY, topics), self.connector
+            run = run_arm(out, ck, self.cpu, summarise)
+            steady_bids = offsets_read(run.progress)      # the join scans its source twice: numInputRows doubles
         else:
             out = q.native(self._native_source(batch_size), NATIVE_DELAY)
             connector = self.connector
@@ -393,11 +437,11 @@ class Harness:
         rate = steady_bids / run.steady_s if run.steady_s > 0 else None
         jvm_s, py_s, driver_s = run.cpu_s
         cpu_s = jvm_s + py_s + driver_s
-        events_per_cpu = steady_bids / BID_SHARE / cpu_s if cpu_s > 0 else None
+        events_per_cpu = steady_bids / (JOIN_SHARE if _is_join(q) else BID_SHARE) / cpu_s if cpu_s > 0 else None
         row = {"date": dt.datetime.now().isoformat(timespec="seconds"), "batch_size": batch_size, "repeat": repeat,
                "query": q.name, "side": side,
                "variant": variant if side == "ours" else floor_label(q) if side == "floor" else _native_label(q),
-               "connector": connector, "bids": len(self.records), "batches": run.batches, "steady_bids": steady_bids,
+               "connector": connector, "bids": self._inputs(q), "batches": run.batches, "steady_bids": steady_bids,
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
                "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "python_cpu_s": round(py_s, 2),
                "driver_cpu_s": round(driver_s, 2),
@@ -423,8 +467,11 @@ class Harness:
         from bench._stream import FloorProcessor
 
         key, operators = FLOOR_KEYS[q.name], floor_operators(q)
-        keyed = self._native_source(batch_size).selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group",
-                                                           key, "ts_ms")
+        if _is_join(q):
+            keyed = self._join_floor_source(q, batch_size)
+        else:
+            keyed = self._native_source(batch_size)
+        keyed = keyed.selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group", key, "ts_ms")
         if operators == 1:
             return keyed.groupBy("key_group").transformWithStateInPandas(
                 FloorProcessor(), f"key_group int, {key} bigint, ts_ms bigint", "Append", "None"), _count
@@ -436,10 +483,22 @@ class Harness:
                                                                         "Append", "None"))
         return counts, _sum_n
 
+    def _join_floor_source(self, q: PersonAuctionJoin, batch_size: int):
+        """Spark's connector on a join's topics, each record's person (a person's ``id``, an
+        auction's ``seller``) and event time parsed in the JVM: the floor's input for a join."""
+        from pyspark.sql import functions as F
+
+        topics = self.join_input()[0]
+        rec = F.from_json(F.col("value").cast("string"), "id BIGINT, seller BIGINT, dateTime BIGINT")
+        src = native_source(self.spark, self.bootstrap, topics, q.kinds, self.connector, batch_size)
+        return src.select(F.col("topic"), rec.alias("r")).select(
+            F.when(F.col("topic") == topics["person"], F.col("r.id")).otherwise(F.col("r.seller")).alias("person"),
+            F.col("r.dateTime").alias("ts_ms"))
+
     def _check(self, q: Query, side: str, variant: str, run: Steady) -> dict:
         if side == "floor" and q.name in FLOOR_KEYS:
-            ok = sum(n for n, in run.frames) == len(self.records)
-            return {"correct": ok, "expected": len(self.records), "missing": 0 if ok else None,
+            ok = sum(n for n, in run.frames) == self._inputs(q)
+            return {"correct": ok, "expected": self._inputs(q), "missing": 0 if ok else None,
                     "extra": 0 if ok else None, "open": 0}
         if _uses_checksum(q):
             got = tuple(map(sum, zip(*run.frames))) if run.frames else ()
@@ -456,7 +515,9 @@ class Harness:
         expected = self._reference(q, None)
         got = q.native_results(pd.concat(frames)) if frames else []
         wm = final_watermark_ms(run.progress)
-        closed = [r for r in expected if q.ready_column == "" or (wm is not None and q.ready_ms(r, {}) <= wm)]
+        # an inner join emits a pair when its later row arrives: every pair is due
+        closed = [r for r in expected if _is_join(q) or q.ready_column == ""
+                  or (wm is not None and q.ready_ms(r, {}) <= wm)]
         missing, extra = multiset_diff(closed, got)
         return {"correct": missing == extra == 0, "expected": len(closed), "missing": missing, "extra": extra,
                 "open": len(expected) - len(closed)}
@@ -542,6 +603,28 @@ def session_extra(parser: argparse.ArgumentParser, conf: list[str]) -> tuple[dic
     return extra, connector
 
 
+def offsets_read(progress: list[dict]) -> int:
+    """Kafka records read by batches 1.., from their sources' start and end offsets (Spark's
+    connector's ``{topic: {partition: offset}}``, or ours' ``partitions`` of ``{"o": offset}``); a
+    query that scans one source twice (a self-join) counts each row twice in ``numInputRows``."""
+    def offsets(o) -> dict:
+        o = json.loads(o) if isinstance(o, str) else (o or {})
+        parts = o.get("partitions", o) if "v" in o else o
+        return {(t, p): v["o"] if isinstance(v, dict) else v for t, ps in parts.items() for p, v in ps.items()}
+
+    n = 0
+    for p in progress:
+        if p["batchId"] >= 1:
+            for src in p.get("sources", []):
+                start, end = offsets(src.get("startOffset")), offsets(src.get("endOffset"))
+                n += sum(o - start.get(tp, 0) for tp, o in end.items())
+    return n
+
+
+def _is_join(q: Query) -> bool:
+    return isinstance(q, PersonAuctionJoin)
+
+
 def _native_label(q: Query) -> str:
     return "sql" if isinstance(q, Projection) else f"withWatermark {NATIVE_DELAY}"
 
@@ -550,7 +633,9 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.nexmark.throughput", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000, help="events generated (46 of 50 are bids)")
     p.add_argument("--batch-sizes", default="10000,50000,200000", help="maxOffsetsPerTrigger values")
-    p.add_argument("--queries", default=",".join(REGISTRY), help="comma-separated, e.g. q5,q11")
+    p.add_argument("--queries", default=",".join(DEFAULT_QUERIES), help="comma-separated, e.g. q5,q11")
+    p.add_argument("--join-events", type=int, default=5_000_000,
+                   help="events generated for the joins (Q8): their persons and auctions (4 of 50) are its input")
     p.add_argument("--repeats", type=int, default=1, help="runs of every arm per batch size")
     p.add_argument("--delayed", type=float, default=0.1, help="share of events delayed up to 5 s")
     p.add_argument("--partitions", type=int, default=4)
@@ -570,7 +655,7 @@ def main(argv=None) -> None:
                    help="a Spark setting for the session (repeatable), e.g. to measure one setting's effect")
     a = p.parse_args(argv)
     if a.quick:
-        a.events, a.batch_sizes = min(a.events, 100_000), "10000,50000"
+        a.events, a.join_events, a.batch_sizes = min(a.events, 100_000), min(a.join_events, 500_000), "10000,50000"
     queries = [get(n) for n in a.queries.split(",") if n]
     sizes = [int(x) for x in a.batch_sizes.split(",") if x]
 
@@ -587,7 +672,7 @@ def main(argv=None) -> None:
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
-                    key_groups=a.key_groups)
+                    key_groups=a.key_groups, join_events=a.join_events)
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:
