@@ -287,7 +287,7 @@ class WindowJoinStage(_JoinStage):
         fired, what its trigger waits for (``next``), ``expires_ms``."""
         rows = self._input_watermarks(engine)
         for w in engine.driver.window_states():
-            lefts, rights = w.accumulator if w.accumulator is not None else ((), ())
+            lefts, rights = w.accumulator[:2] if w.accumulator is not None else ((), ())
             rows.append(state_item("window", key=w.key, start_ms=w.window.start_ms, end_ms=w.window.end_ms,
                                    count=len(lefts) + len(rights), **{self.left.name: len(lefts), self.right.name: len(rights)},
                                    panes=w.panes, new_data=w.new_data, closed=w.closed or None, next=w.waiting,

@@ -50,7 +50,7 @@ import warnings
 from collections import Counter
 from typing import Any, Iterable, NamedTuple
 
-from dataflow_kafka.joins.cogroup import CoGroupCombiner
+from dataflow_kafka.joins.cogroup import CoGroupCombiner, incremental_for
 from dataflow_kafka.joins.spec import JoinDropped, JoinError, JoinType, Pair, SidePunctuation, Row, Side, TwoInputWatermark
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver
@@ -101,15 +101,22 @@ class WindowJoin:
         set_(self, "on_time_behavior", OnTimeBehavior.parse(self.on_time_behavior, "on_time_behavior"))
         self._driver(warn=True)          # a trigger that can drop data warns here, once
 
-    def _driver(self, warn: bool = False) -> TriggerDriver:
+    def _driver(self, warn: bool = False, incremental: bool = True) -> TriggerDriver:
+        """The trigger driver over the co-group. Discarding panes are computed from accumulated
+        ones: by the engine's difference with what it emitted, or, where
+        :func:`~joins.cogroup.incremental_for` allows it (and ``incremental``), by the co-group,
+        which outputs only the pairs new since its previous output."""
         mode = self.accumulation_mode
-        if mode is AccumulationMode.DISCARDING:    # discarding panes are computed from accumulated ones
+        discarding = mode is AccumulationMode.DISCARDING
+        if discarding:
             mode = AccumulationMode.ACCUMULATING
+        window_fn = compile_window_fn(self.window)
+        combiner = CoGroupCombiner(self.how, incremental and incremental_for(self.how, discarding, window_fn.is_merging))
         with warnings.catch_warnings():
             if not warn:
                 warnings.simplefilter("ignore")
             return TriggerDriver(self.window, self.trigger, mode, self.allowed_lateness_ms, self.timestamp_combiner,
-                                 CoGroupCombiner(self.how), self.on_time_behavior)
+                                 combiner, self.on_time_behavior)
 
     def engine(self) -> "WindowJoinEngine":
         return WindowJoinEngine(self)
@@ -125,11 +132,13 @@ class JoinOutput(NamedTuple):
 class WindowJoinEngine:
     """The runtime of a :class:`WindowJoin` for the keys of one key group (pure, no Spark)."""
 
-    def __init__(self, spec: WindowJoin) -> None:
+    def __init__(self, spec: WindowJoin, incremental: bool = True) -> None:
         self.spec = spec
         self._discarding = spec.accumulation_mode is AccumulationMode.DISCARDING
-        self.driver = spec._driver()
+        self.driver = spec._driver(incremental=incremental)
         self._combiner: CoGroupCombiner = self.driver.combiner
+        #: the co-group outputs new pairs only (CoGroupCombiner's incremental form): no difference to take
+        self._incremental = self._combiner.incremental
         self.watermark = TwoInputWatermark()
         #: discarding: per (key, window) the joined rows emitted so far (their repr -> (row, count))
         self._emitted: dict[tuple, dict[str, list]] = {}
@@ -185,7 +194,7 @@ class WindowJoinEngine:
 
     # -- panes ----------------------------------------------------------------------------------------
     def _panes(self, panes: list[Pane]) -> list[Pane]:
-        if not self._discarding:
+        if not self._discarding or self._incremental:
             return [p for p in panes if p.value]
         out = []
         for p in panes:
@@ -218,12 +227,16 @@ class WindowJoinEngine:
         return {k: self.driver.windows(k) for k in self.driver.keys()}
 
     def to_bytes(self) -> bytes:
-        return pickle.dumps((self.driver.to_bytes(), self.watermark.to_bytes(), self._emitted), protocol=5)
+        return pickle.dumps((self.driver.to_bytes(), self.watermark.to_bytes(), self._emitted, self._incremental),
+                            protocol=5)
 
     @classmethod
     def from_bytes(cls, spec: WindowJoin, data: bytes) -> "WindowJoinEngine":
-        engine = cls(spec)
-        driver, watermark, engine._emitted = pickle.loads(data)
+        """The engine of ``to_bytes``' state; a state written before the incremental co-group
+        (three items) goes on with the difference it was written with."""
+        driver, watermark, emitted, *incremental = pickle.loads(data)
+        engine = cls(spec, incremental=bool(incremental and incremental[0]))
+        engine._emitted = emitted
         engine.driver.load_bytes(driver)
         engine.watermark = TwoInputWatermark.from_bytes(watermark)
         return engine
