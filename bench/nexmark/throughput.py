@@ -340,7 +340,7 @@ class Harness:
         self.cpu = ProcessCpu(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
         cfg = NexmarkConfig(events=events, seed=seed, events_per_s=rate, delayed=delayed, partitions=partitions)
         t0 = time.monotonic()
-        evs = generate(cfg, kinds=("bid",))
+        evs = generate(cfg)
         prefix = f"nexmark-steady-{uuid.uuid4().hex[:8]}"
         self.topic = produce(bootstrap, prefix, evs, partitions, kinds=("bid",))["bid"]
         self.records = bids(evs)
