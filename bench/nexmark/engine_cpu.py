@@ -3,7 +3,7 @@ this tree against another commit of the project, alternated in one run.
 
 What is timed is ``Query.local`` (``keygroups.Pipeline.run_local``: key-group routing, every
 stage's ``process`` and state codec per key group and micro-batch, as the Spark operator runs
-them, minus Spark) on the bids of ``--events`` generated NEXMark events (10% delayed up to 5 s,
+them, minus Spark) on the bids (a join: the persons and auctions; ``--batch`` counts those) of ``--events`` generated NEXMark events (10% delayed up to 5 s,
 10,000 events per second of event time, as ``bench.nexmark.throughput``) cut into micro-batches of
 ``--batch`` records, CPU time of the process (``time.process_time``), the events generated before
 the clock starts. Each arm runs in a child process whose ``dataflow_kafka`` is the tree's:
@@ -60,16 +60,22 @@ def child(query: str, variant: str, events: int, batch: int) -> dict:
     """One timed ``Query.local`` run (in this process); what the parent reads."""
     import dataflow_kafka
     from bench.nexmark.generator import NexmarkConfig, bids, generate
-    from bench.nexmark.queries import REGISTRY
+    from bench.nexmark.queries import get
+    from bench.nexmark.queries.q3 import PersonAuctionJoin, join_batches
     from bench.nexmark.runs import local_batches
 
-    ev = generate(NexmarkConfig(events=events, seed=1, events_per_s=10_000, delayed=0.1))
-    batches = local_batches(ev, batch)
-    q = REGISTRY[query]
+    q = get(query)
+    cfg = NexmarkConfig(events=events, seed=1, events_per_s=10_000, delayed=0.1)
+    if isinstance(q, PersonAuctionJoin):        # a join reads the persons and auctions (4 in 50 events)
+        ev = generate(cfg, kinds=q.kinds)
+        batches, records = join_batches(ev, batch), ev
+    else:
+        ev = generate(cfg)
+        batches, records = local_batches(ev, batch), bids(ev)
     t0 = time.process_time()
     out = q.local(variant, batches)
     cpu = time.process_time() - t0
-    return {"cpu_s": cpu, "correct": q.results(variant, out) == q.reference(bids(ev), variant),
+    return {"cpu_s": cpu, "correct": q.results(variant, out) == q.reference(records, variant),
             "package": str(Path(dataflow_kafka.__file__).resolve().parent)}
 
 
@@ -89,13 +95,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--before", default="main", help="the commit to compare with (git rev)")
     p.add_argument("--after", default=None, help="a commit for the other arm (default: this working tree)")
     p.add_argument("--queries", default="q5,q11")
-    p.add_argument("--variants", default="slicer,dataflow")
+    p.add_argument("--variants", default="slicer,dataflow,join")
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--batch", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--csv", default=None)
     args = p.parse_args(argv)
-    from bench.nexmark.queries import REGISTRY
+    from bench.nexmark.queries import get
     from bench.nexmark.stats import write_rows
 
     with tempfile.TemporaryDirectory(prefix="engine-cpu-") as tmp:
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
               f"load avg {os.getloadavg()[0]:.1f}", flush=True)
         rows = []
         for name in args.queries.split(","):
-            for variant in [v for v in args.variants.split(",") if v in REGISTRY[name].variants]:
+            for variant in [v for v in args.variants.split(",") if v in get(name).variants]:
                 runs: dict = {a: [] for a in arms}
                 for r in range(args.repeats):
                     for arm in (("before", "after") if r % 2 == 0 else ("after", "before")):
