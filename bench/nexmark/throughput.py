@@ -679,7 +679,7 @@ def main(argv=None) -> None:
             print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "
                   f"load {min((r['load_before'] for r in h.rows), default=0):.1f}-"
                   f"{max((r['load_after'] for r in h.rows), default=0):.1f}; events/CPU-s = bids / {BID_SHARE} "
-                  f"per CPU-second of Spark's JVM, Python workers and driver:\n")
+                  f"(a join's persons and auctions / {JOIN_SHARE}) per CPU-second of Spark's JVM, Python workers and driver:\n")
             print(h.table())
             if h.rows:
                 h.write_csv(a.csv)
