@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from dataflow_kafka.joins.spec import JoinType, Pair
+from dataflow_kafka.joins.spec import JoinError, JoinType, Pair
 from dataflow_kafka.windowing import Combiner
 
 __all__ = ["CoGroup", "CoGroupCombiner", "incremental_for", "join_pairs", "new_pairs"]
@@ -97,7 +97,7 @@ class CoGroupCombiner(Combiner):
 
     def merge_accumulators(self, accumulators: Iterable[list]) -> list:
         if self.incremental:
-            raise TypeError("an incremental co-group is for windows that do not merge")
+            raise JoinError("an incremental co-group is for windows that do not merge")
         out: list = [[], []]
         for a in accumulators:
             out[_LEFT] += a[_LEFT]
