@@ -22,11 +22,15 @@ __all__ = ["STAGES", "read_stacks", "attribute", "render_svg", "stage_table", "m
 
 #: (stage, colour, frame substrings), innermost stage first where frames nest.
 STAGES: list[tuple[str, str, tuple[str, ...]]] = [
-    ("Kafka consume (librdkafka, a Python object per record)", "#d62728", ("fetch_range (datasource/kafka_read.py",)),
+    # a poll and its messages made columns (RecordColumns.of, _timestamps) are the consume: they ran
+    # inside fetch_range until the source's read became columns (2026-11-29)
+    ("Kafka consume (librdkafka, a Python object per record)", "#d62728", ("fetch_range (datasource/kafka_read.py",
+                                                                            "_poll (datasource/kafka_read.py",
+                                                                            "RecordColumns.of (datasource/kafka_read.py",
+                                                                            "_timestamps (datasource/kafka_read.py")),
     ("source decoding (event times, pyarrow.json)", "#ff7f0e", ("decode (datasource/kafka_read.py",
                                                                  "event_times (datasource/kafka_read.py",
-                                                                 "_event_times_vectorised (", "_event_times_per_record (",
-                                                                 "_timestamps (datasource/kafka_read.py")),
+                                                                 "_event_times_vectorised (", "_event_times_per_record (")),
     ("source rows to Arrow", "#ffbb78", ("records_to_batch (", "make_rows_batch (")),
     ("source other (range stats, planning)", "#e7969c", ("datasource/range_stats.py", "datasource/source.py",
                                                          "datasource/kafka_read.py")),

@@ -1,0 +1,22 @@
+"""Where :mod:`bench.nexmark.flame` puts a sample: the innermost frame that names a stage wins."""
+
+from __future__ import annotations
+
+from bench.nexmark.flame import stage_of
+
+_READ = ("main (pyspark/worker.py:4364)", "_read (datasource/source.py:100)",
+         "fetch_range (datasource/kafka_read.py:323)")
+
+
+def test_a_poll_and_its_columns_are_the_consume_not_the_source_s_other_costs():
+    consume = "Kafka consume (librdkafka, a Python object per record)"
+    assert stage_of((*_READ, "_poll (datasource/kafka_read.py:392)")) == consume
+    assert stage_of((*_READ, "_poll (datasource/kafka_read.py:414)", "RecordColumns.of (datasource/kafka_read.py:440)",
+                     "_timestamps (datasource/kafka_read.py:604)")) == consume
+
+
+def test_decoding_and_the_source_s_own_steps_keep_their_stages():
+    assert stage_of((*_READ[:2], "decode (datasource/kafka_read.py:640)",
+                     "_event_times_vectorised (datasource/kafka_read.py:496)")).startswith("source decoding")
+    assert stage_of(_READ[:2]).startswith("source other")
+    assert stage_of((*_READ[:2], "publish (datasource/range_stats.py:60)")).startswith("source other")
