@@ -11,6 +11,11 @@
   process it starts that is Java, Spark's launcher or a broker (seen by a Python audit hook), or
   any JVM started below it (each JVM writes a log file named by ``JAVA_TOOL_OPTIONS`` into a
   folder the guard reads), fails the test: the engines selection starts no JVM and no broker.
+- **Quick JIT for the suite's JVMs.** Every JVM the suite starts (its Spark sessions, brokers,
+  clusters, launchers) compiles with C1 only (``-XX:TieredStopAtLevel=1`` in ``JDK_JAVA_OPTIONS``,
+  unless that already names a tier): they live seconds to minutes, and on this machine C2's
+  compiler threads took about half of a fresh Spark JVM's CPU (docs/tests.md, "Times").
+  Benchmarks do not load this plugin: they run Spark's JVMs as a user does.
 - **One name per file.** At the end of the session no file of the repository may be loaded as two
   modules (``slicer/stage.py`` as ``slicer.stage`` and ``dataflow_kafka.slicer.stage``: two
   classes of one name, ``isinstance`` failing without a word); such a run fails. Under
@@ -159,8 +164,22 @@ _guard: JvmGuard | None = None
 _TWICE_KEY = "modules_loaded_twice"
 
 
+#: Added to ``JDK_JAVA_OPTIONS`` for every JVM below the suite (module docstring).
+SUITE_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def use_quick_jit(env: dict | None = None) -> None:
+    """Add :data:`SUITE_JVM_OPTIONS` to ``JDK_JAVA_OPTIONS`` in ``env`` (this process's
+    environment by default, which every JVM started below it inherits), unless a tier is set."""
+    env = os.environ if env is None else env
+    current = env.get("JDK_JAVA_OPTIONS", "")
+    if "TieredStopAtLevel" not in current:
+        env["JDK_JAVA_OPTIONS"] = f"{current} {SUITE_JVM_OPTIONS}".strip()
+
+
 def pytest_configure(config) -> None:
     global _guard
+    use_quick_jit()
     settings.load_profile(config.getoption("--hypothesis-profile", None) or os.environ.get("HYPOTHESIS_PROFILE", "ci"))
     if _guard is None:
         _guard = JvmGuard()

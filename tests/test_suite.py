@@ -194,3 +194,16 @@ def test_loadgroup_tags_are_checked():
 
     assert ungrouped([item("t.py::a@kafka-cluster", True), item("t.py::b", False)]) == []
     assert ungrouped([item("t.py::a", True), item("t.py::b", False)]) == ["t.py::a"]
+
+
+def test_the_suite_s_jvms_compile_with_c1_only_unless_a_tier_is_set(spark):
+    from tests.suite import SUITE_JVM_OPTIONS, use_quick_jit
+
+    args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert SUITE_JVM_OPTIONS in args, args
+    env = {"JDK_JAVA_OPTIONS": "-Xss4m"}
+    use_quick_jit(env)
+    assert env["JDK_JAVA_OPTIONS"] == f"-Xss4m {SUITE_JVM_OPTIONS}"
+    own = {"JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=4"}
+    use_quick_jit(own)
+    assert own["JDK_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=4"
