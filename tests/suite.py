@@ -13,8 +13,8 @@
   folder the guard reads), fails the test: the engines selection starts no JVM and no broker.
 - **Quick JIT for the suite's JVMs.** Every JVM the suite starts (its Spark sessions, brokers,
   clusters, launchers) compiles with C1 only (``-XX:TieredStopAtLevel=1`` in ``JDK_JAVA_OPTIONS``,
-  unless that already names a tier): they live seconds to minutes, and on this machine C2's
-  compiler threads took about half of a fresh Spark JVM's CPU (docs/tests.md, "Times").
+  unless that already names a tier): they live seconds to minutes, and in a fresh Spark JVM here
+  the two compilers took about half its CPU, C2 most of it (docs/tests.md, "Marks").
   Benchmarks do not load this plugin: they run Spark's JVMs as a user does.
 - **One name per file.** At the end of the session no file of the repository may be loaded as two
   modules (``slicer/stage.py`` as ``slicer.stage`` and ``dataflow_kafka.slicer.stage``: two

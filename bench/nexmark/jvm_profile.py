@@ -71,8 +71,9 @@ def _jfr(path: str, event: str, depth: int = 64) -> str:
 
 def summary(path: str, top: int = 15) -> str:
     threads, frames = samples(_jfr(path, "jdk.ExecutionSample"))
-    n = sum(threads.values()) or 1
-    lines = [f"{path}: {sum(threads.values())} Java samples"]
+    total = sum(threads.values())
+    n = total or 1
+    lines = [f"{path}: {total} Java samples"]
     for title, c in (("threads", threads), ("innermost Spark frame", frames)):
         lines += [f"-- {title}"] + [f"{v:6d} {100 * v / n:5.1f}% {k}" for k, v in c.most_common(top)]
     starts = process_starts(_jfr(path, "jdk.ProcessStart", 1))

@@ -105,8 +105,7 @@ def test_a_short_broker_restart_under_a_file_sink_query_costs_only_latency(spark
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="200 milliseconds").start())
         try:
             _wait(lambda: q.lastProgress is not None and q.lastProgress["numInputRows"] > 0, 120, q)
-            took = _outage(b, how, 5.0)
-            print(took)  # shown with a failure below
+            print(_outage(b, how, 5.0))  # shown with a failure below
             time.sleep(2)
             writer.stop()
             expected = set(writer.acked)
@@ -141,8 +140,7 @@ def test_a_short_broker_restart_under_the_kafka_sink_loses_and_duplicates_nothin
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="200 milliseconds").start())
         try:
             _wait(lambda: q.lastProgress is not None and q.lastProgress["numInputRows"] > 0, 120, q)
-            took = _outage(b, "kill", 5.0)
-            print(took)  # shown with a failure below
+            print(_outage(b, "kill", 5.0))  # shown with a failure below
             time.sleep(2)
             writer.stop()
             expected = set(writer.acked)
