@@ -47,7 +47,7 @@ import pandas as pd
 __all__ = [
     "KIND_DATA", "KIND_PUNCTUATION", "KIND_MODIFICATION", "KIND_ERROR", "KIND_DROPPED", "KIND_METRICS", "KIND_RESULT",
     "CONTROL_COLUMNS", "CONTROL_NAMES", "Modification", "Split", "split_rows", "control_frame",
-    "conform", "schema_ddl",
+    "Columns", "conform", "schema_ddl",
 ]
 
 KIND_DATA = "data"
@@ -107,9 +107,15 @@ def split_rows(pdf: pd.DataFrame) -> Split:
     data = pdf[is_data]
     if not _in_offset_order(data):
         data = data.sort_values(["topic", "partition", "offset"], kind="stable")
-    control = pdf[~is_data]
-    ck = control["kind"]
-    mods_rows = control[ck == KIND_MODIFICATION]
+    # the control kinds picked from the numpy column: a kind no row has costs no masked copy
+    ctl = np.flatnonzero(~is_data)
+    ck = kinds[ctl]
+    empty = pdf.iloc[:0]
+
+    def rows(mask: np.ndarray) -> pd.DataFrame:
+        return pdf.take(ctl[mask]) if mask.any() else empty
+
+    mods_rows = rows(ck == KIND_MODIFICATION)
     seen: dict = {}
     offsets = (mods_rows["control_offset"] if "control_offset" in mods_rows.columns
                else pd.Series([None] * len(mods_rows), index=mods_rows.index))
@@ -121,8 +127,8 @@ def split_rows(pdf: pd.DataFrame) -> Split:
             seen[ident] = Modification(off, text)
     mods = sorted(seen.values(), key=lambda m: (m.control_offset is None, m.control_offset or 0))
     pt = pdf["processing_time_ms"].max() if len(pdf) and "processing_time_ms" in pdf.columns else None
-    return Split(data=data, modifications=mods, punctuations=control[ck == KIND_PUNCTUATION],
-                 pass_on=control[ck.isin(_PASS_ON)], processing_time_ms=_int_or_none(pt))
+    return Split(data=data, modifications=mods, punctuations=rows(ck == KIND_PUNCTUATION),
+                 pass_on=rows(np.isin(ck, _PASS_ON)), processing_time_ms=_int_or_none(pt))
 
 
 def _in_offset_order(data: pd.DataFrame) -> bool:
@@ -156,22 +162,102 @@ _PANDAS = {"string": object, "binary": object, "int": "Int32", "bigint": "Int64"
 _MASKED = {"Int8": np.int8, "Int16": np.int16, "Int32": np.int32, "Int64": np.int64, "boolean": np.bool_}
 
 
-def conform(frames: Iterable[pd.DataFrame], columns: Sequence[tuple[str, str]]) -> pd.DataFrame:
-    """Concatenate ``frames`` into exactly ``columns`` (name, Spark DDL type): missing columns are
-    null, others dropped, integer columns nullable, so Arrow gets one well-typed batch. Works on
-    numpy arrays and masks per column (no pandas concat or astype: this runs for every key group
-    and micro-batch)."""
+class Columns:
+    """Rows as columns, a part for :func:`conform` without a pandas frame in between: ``n`` rows;
+    ``columns`` maps a name to a pandas Series, numpy array or list of ``n`` values, or to one
+    scalar that every row has (a stage's output rows with their control columns added, or a few
+    control rows, cost no frame of their own: this runs for every key group and micro-batch)."""
+
+    __slots__ = ("n", "columns")
+
+    def __init__(self, n: int, columns: dict) -> None:
+        self.n, self.columns = int(n), columns
+
+    def __len__(self) -> int:
+        return self.n
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[dict]) -> "Columns":
+        """Rows given as dicts (missing names are null), as :func:`control_frame` takes them."""
+        names = dict.fromkeys(name for r in rows for name in r)
+        return cls(len(rows), {name: [r.get(name) for r in rows] for name in names})
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame, **more) -> "Columns":
+        """``frame``'s columns, with ``more`` (columns or scalars) added or replacing them."""
+        columns = dict(frame.items())
+        columns.update(more)
+        return cls(len(frame), columns)
+
+
+def _is_scalar(c: Any) -> bool:
+    return not isinstance(c, (pd.Series, np.ndarray, list))
+
+
+def _is_null(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+
+
+def _object_piece(c: Any, k: int) -> np.ndarray:
+    if c is None:
+        return np.full(k, None, dtype=object)
+    if isinstance(c, pd.Series):
+        return c.to_numpy(dtype=object)
+    if isinstance(c, np.ndarray):
+        return c.astype(object, copy=False)
+    if isinstance(c, list):
+        return np.fromiter(c, dtype=object, count=k)
+    return np.full(k, c, dtype=object)
+
+
+def _float_piece(c: Any, k: int) -> np.ndarray:
+    if c is None:
+        return np.full(k, np.nan)
+    if isinstance(c, pd.Series):
+        return c.to_numpy(dtype=np.float64, na_value=np.nan)
+    if isinstance(c, np.ndarray):
+        return c.astype(np.float64)
+    if isinstance(c, list):
+        return np.array([np.nan if _is_null(v) else v for v in c], dtype=np.float64)
+    return np.full(k, np.nan if _is_null(c) else c, dtype=np.float64)
+
+
+def _masked_piece(c: Any, k: int, dtype: str, np_type) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, null mask)`` of one part's column for a nullable integer or boolean column."""
+    if c is None or (_is_scalar(c) and _is_null(c)):
+        return np.zeros(k, np_type), np.ones(k, bool)
+    if _is_scalar(c) and isinstance(c, (int, np.integer)):         # bool is an int: 0 / 1
+        return np.full(k, c, np_type), np.zeros(k, bool)
+    if isinstance(c, np.ndarray) and c.dtype.kind in "iub":
+        return c.astype(np_type, copy=False), np.zeros(k, bool)
+    if isinstance(c, list) and all(v is None or isinstance(v, (int, np.integer)) for v in c):
+        return (np.fromiter((0 if v is None else v for v in c), np_type, count=k),
+                np.fromiter((v is None for v in c), bool, count=k))
+    if not isinstance(c, pd.Series):
+        c = pd.Series(c if not _is_scalar(c) else [c] * k)
+    kind = c.dtype.kind
+    if kind in "iub" and not isinstance(c.dtype, pd.api.extensions.ExtensionDtype):
+        return c.to_numpy().astype(np_type, copy=False), np.zeros(k, bool)
+    arr = c.array if isinstance(c.dtype, pd.api.extensions.ExtensionDtype) and kind in "iub" \
+        else c.astype(dtype).array                   # objects, floats with NaN: checked cast
+    return arr.to_numpy(dtype=np_type, na_value=np_type(0)), np.asarray(arr.isna(), bool)
+
+
+def conform(frames: Iterable[pd.DataFrame | Columns], columns: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """Concatenate ``frames`` (pandas frames or :class:`Columns`) into exactly ``columns`` (name,
+    Spark DDL type): missing columns are null, others dropped, integer columns nullable, so Arrow
+    gets one well-typed batch. Works on numpy arrays and masks per column (no pandas concat or
+    astype: this runs for every key group and micro-batch)."""
     parts = [f for f in frames if f is not None and len(f)]
     lengths = [len(f) for f in parts]
     n = sum(lengths)
-    series = [dict(f.items()) for f in parts]           # one pass over each part's columns
+    series = [f.columns if isinstance(f, Columns) else dict(f.items()) for f in parts]
     out = {}
     for name, ddl in columns:
         dtype = _PANDAS.get(ddl.lower(), object)
         cols = [s.get(name) for s in series]
         if dtype is object:
-            arrs = [c.to_numpy(dtype=object) if c is not None else np.full(k, None, dtype=object)
-                    for c, k in zip(cols, lengths)]
+            arrs = [_object_piece(c, k) for c, k in zip(cols, lengths)]
             a = np.concatenate(arrs) if len(arrs) > 1 else (arrs[0] if arrs else np.empty(0, dtype=object))
             mask = pd.isna(a)
             if mask.any():
@@ -179,29 +265,14 @@ def conform(frames: Iterable[pd.DataFrame], columns: Sequence[tuple[str, str]]) 
                 a[mask] = None
             out[name] = a
         elif dtype in ("float64", "float32"):
-            arrs = [c.to_numpy(dtype=np.float64, na_value=np.nan) if c is not None else np.full(k, np.nan)
-                    for c, k in zip(cols, lengths)]
+            arrs = [_float_piece(c, k) for c, k in zip(cols, lengths)]
             a = np.concatenate(arrs) if arrs else np.empty(0)
             out[name] = a if dtype == "float64" else a.astype(np.float32)
         else:
             np_type = _MASKED[dtype]
-            values, masks = [], []
-            for c, k in zip(cols, lengths):
-                if c is None:
-                    values.append(np.zeros(k, np_type))
-                    masks.append(np.ones(k, bool))
-                    continue
-                kind = c.dtype.kind
-                if kind in "iub" and not isinstance(c.dtype, pd.api.extensions.ExtensionDtype):
-                    values.append(c.to_numpy().astype(np_type, copy=False))
-                    masks.append(np.zeros(k, bool))
-                    continue
-                arr = c.array if isinstance(c.dtype, pd.api.extensions.ExtensionDtype) and kind in "iub" \
-                    else c.astype(dtype).array                   # objects, floats with NaN: checked cast
-                masks.append(np.asarray(arr.isna(), bool))
-                values.append(arr.to_numpy(dtype=np_type, na_value=np_type(0)))
-            v = np.concatenate(values) if values else np.zeros(0, np_type)
-            m = np.concatenate(masks) if masks else np.zeros(0, bool)
+            pieces = [_masked_piece(c, k, dtype, np_type) for c, k in zip(cols, lengths)]
+            v = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np_type)
+            m = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, bool)
             out[name] = (pd.arrays.BooleanArray(v, m) if dtype == "boolean" else pd.arrays.IntegerArray(v, m))
     return pd.DataFrame(out, index=pd.RangeIndex(n))
 

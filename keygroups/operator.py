@@ -32,7 +32,7 @@ import pandas as pd
 from dataflow_kafka.keygroups.contract import (
     CONTROL_COLUMNS, KIND_DATA, KIND_DROPPED, KIND_ERROR, KIND_METRICS, KIND_MODIFICATION, KIND_PUNCTUATION,
     KIND_RESULT, Modification,
-    conform, control_frame, split_rows,
+    Columns, conform, split_rows,
 )
 from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate
 from dataflow_kafka.keygroups.metrics import stage_metrics
@@ -263,8 +263,8 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
         if i in spec.emit:
             frame = stage.output_frame(out.data)
             if frame is not None and len(frame):
-                results.append(frame.assign(kind=KIND_RESULT, topic=stage.name, partition=key_group,
-                                            processing_time_ms=pt))
+                results.append(Columns.of_frame(frame, kind=KIND_RESULT, topic=stage.name, partition=key_group,
+                                                processing_time_ms=pt))
         data, prev_stage = out.data, stage
     if spec.claims is not None and key_group == spec.lead_group:
         for m in mods:
@@ -279,34 +279,35 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
         reports.append({"kind": KIND_METRICS, "topic": stage.name, "partition": key_group, "processing_time_ms": pt,
                         "metrics": json.dumps(stage_metrics(data_in, out.data, wm_in, wm_out, out.dropped,
                                                             out.metrics), default=str)})
-    frames: list[pd.DataFrame] = []
+    frames: list[pd.DataFrame | Columns] = []
     name = spec.name
     if key_group == spec.lead_group and mods:
-        frames.append(control_frame([{"kind": KIND_MODIFICATION, "topic": name, "partition": 0,
+        frames.append(Columns.of_rows([{"kind": KIND_MODIFICATION, "topic": name, "partition": 0,
                                       "modification": m.text, "control_offset": m.control_offset,
                                       "processing_time_ms": pt} for m in mods]))
     last = spec.stages[-1]
+    routed: dict = {}
     if spec.out_router is not None:
         rows, groups = spec.out_router(data) if data is not None else (None, None)
         if rows is not None and len(rows):
-            rows = rows.assign(**{KEY_GROUP_COLUMN: np.asarray(groups, np.int64)})
+            routed[KEY_GROUP_COLUMN] = np.asarray(groups, np.int64)
     else:
         rows = last.output_frame(data) if data is not None else None
         if spec.next_inputs and rows is not None and len(rows):
             rows = evaluate(rows, dict(spec.next_inputs), data_only=False)
     if rows is not None and len(rows):
         n = len(rows)
-        rows = rows.assign(kind=KIND_DATA, topic=name, partition=key_group,
-                           offset=np.arange(st.emitted, st.emitted + n, dtype=np.int64), processing_time_ms=pt)
+        frames.append(Columns.of_frame(rows, **routed, kind=KIND_DATA, topic=name, partition=key_group,
+                                       offset=np.arange(st.emitted, st.emitted + n, dtype=np.int64),
+                                       processing_time_ms=pt))
         st.emitted += n
-        frames.append(rows)
     frames += results
     if len(split.pass_on):
         frames.append(split.pass_on)
     if reports:
-        frames.append(control_frame(reports))
+        frames.append(Columns.of_rows(reports))
     st.seq += 1
-    frames.append(control_frame([{"kind": KIND_PUNCTUATION, "topic": name, "partition": key_group,
+    frames.append(Columns.of_rows([{"kind": KIND_PUNCTUATION, "topic": name, "partition": key_group,
                                   "offset": st.seq, "punctuation_ms": st.out_watermarks[-1],
                                   "processing_time_ms": pt}]))
     out_frame = conform(frames, spec.output_columns())
