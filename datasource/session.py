@@ -29,6 +29,16 @@ on its own machine wherever that is; the cluster test checks the executors' work
   docs/latency.md). Nothing else changes: the workers run on the executor's machine either
   way (a Spark option since 4.1, off by default; the socket files go under ``java.io.tmpdir``).
 
+On every master ``spark.sql.execution.arrow.maxBytesPerBatch`` is ``2147483647`` (``Int.MaxValue``;
+Spark 4.3's default is 64 MiB): Spark writes the rows of a ``mapInArrow`` step (the packing of a
+first operator's input into key groups, ``keygroups.packed``) to Arrow asking the writer for its
+size in bytes before every row, a sum over every column's buffers, unless the setting is
+``Int.MaxValue``. Without that check a ``mapInArrow`` pass over the packing step's 12 columns
+used 0.38-0.50 of the JVM's CPU (2M rows, two runs, ``python -m bench.arrow_batch_bytes``,
+docs/nexmark.md). Batches stay bounded by ``spark.sql.execution.arrow.maxRecordsPerBatch``
+(10,000 rows): with large records (a Kafka value can be 1 MiB) lower that, or give the byte bound
+back with ``extra={ARROW_MAX_BYTES_PER_BATCH: "64m"}``.
+
 Measured and withdrawn: ``spark.sql.streaming.checkpointFileManagerClass`` = Spark's
 ``FileSystemBasedCheckpointFileManager``. It removes the ``readlink`` child processes Hadoop starts
 for every checkpoint file ``FileContext.rename`` renames without its native library (a no-op
@@ -71,10 +81,13 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["spark_session", "session_settings", "python_without_pyspark_zip", "use_in_this_thread", "is_connect",
-           "show_executor_events", "ROCKSDB_PROVIDER", "LOW_LATENCY_DEFAULTS", "ANY_MASTER",
+           "show_executor_events", "ROCKSDB_PROVIDER", "ARROW_MAX_BYTES_PER_BATCH", "LOW_LATENCY_DEFAULTS", "ANY_MASTER",
            "EXECUTOR_EVENT_LOGGERS"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: Set to ``Int.MaxValue`` on every master (module docstring): Spark then skips a size check per row
+#: when it writes rows to Arrow for a Python step; batches stay bounded by ``maxRecordsPerBatch``.
+ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
 
 #: Settings that shorten every micro-batch without changing results or durability (module
 #: docstring); applied on local masters unless ``low_latency=False``.
@@ -168,6 +181,7 @@ def session_settings(master: str = "local[2]", shuffle_partitions: int | None = 
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        ARROW_MAX_BYTES_PER_BATCH: str(2**31 - 1),
     }
     if local:       # a cluster's executors must reach the driver at an address of the network
         settings.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})

@@ -55,6 +55,17 @@ def test_low_latency_defaults_on_local_masters_only_and_extra_overrides_them():
     assert (overridden[key], overridden["spark.sql.shuffle.partitions"], overridden["spark.x"]) == ("false", "3", "y")
 
 
+def test_arrow_batches_are_bounded_by_rows_not_bytes_on_every_master(spark):
+    """Spark skips its size check per row only at exactly ``Int.MaxValue``; a user can give the byte
+    bound back. The shared session carries the setting as Spark reads it."""
+    from dataflow_kafka.datasource.session import ARROW_MAX_BYTES_PER_BATCH, session_settings
+
+    for master in ("local[2]", "spark://127.0.0.1:7077"):
+        assert session_settings(master)[ARROW_MAX_BYTES_PER_BATCH] == "2147483647", master
+    assert session_settings("local[2]", extra={ARROW_MAX_BYTES_PER_BATCH: "64m"})[ARROW_MAX_BYTES_PER_BATCH] == "64m"
+    assert spark.conf.get(ARROW_MAX_BYTES_PER_BATCH).rstrip("b") == "2147483647"
+
+
 def test_the_session_runs_stateful_queries_with_changelog_checkpoints(spark, tmp_path):
     """The setting name is real: Spark's RocksDB store reads its settings by prefix and would
     ignore a typo, so check what it did: changelog files instead of snapshot zips (and the total
