@@ -21,6 +21,7 @@ the median of each and the ratio Int.MaxValue / default.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -68,8 +69,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args(argv)
-    import os
-
     from dataflow_kafka.datasource.session import spark_session
 
     spark = spark_session("local[2]", extra={SETTING: DEFAULT})
@@ -77,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     df.count()
     print(f"{a.rows} rows, {len(df.columns)} columns; load {os.getloadavg()[0]:.2f}")
     runs: dict[str, list[tuple[float, float, float]]] = {DEFAULT: [], UNBOUNDED: []}
-    run_once(spark, df, DEFAULT), run_once(spark, df, UNBOUNDED)          # warm-up, not recorded
+    for value in (DEFAULT, UNBOUNDED):                                    # warm-up, not recorded
+        run_once(spark, df, value)
     for r in range(a.repeats):
         for value in ((DEFAULT, UNBOUNDED) if r % 2 == 0 else (UNBOUNDED, DEFAULT)):
             runs[value].append(run_once(spark, df, value))

@@ -34,7 +34,7 @@ Spark 4.3's default is 64 MiB): Spark writes the rows of a ``mapInArrow`` step (
 first operator's input into key groups, ``keygroups.packed``) to Arrow asking the writer for its
 size in bytes before every row, a sum over every column's buffers, unless the setting is
 ``Int.MaxValue``. Without that check a ``mapInArrow`` pass over the packing step's 12 columns
-used 0.38-0.50 of the JVM's CPU (2M rows, two runs, ``python -m bench.arrow_batch_bytes``,
+used 0.38-0.50 of the JVM CPU it used with the check (2M rows, two runs, ``python -m bench.arrow_batch_bytes``,
 docs/nexmark.md). Batches stay bounded by ``spark.sql.execution.arrow.maxRecordsPerBatch``
 (10,000 rows): with large records (a Kafka value can be 1 MiB) lower that, or give the byte bound
 back with ``extra={ARROW_MAX_BYTES_PER_BATCH: "64m"}``.
