@@ -27,7 +27,7 @@ from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns
 from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["run_chain_local", "groups_of_columns", "by_key_group", "ingest_frame", "pack_frame", "packable",
-           "arrow_schema"]
+           "packable_types", "key_group_blobs", "arrow_schema"]
 
 
 def run_chain_local(df: pd.DataFrame, specs: Sequence[OperatorSpec], states: list[dict[int, bytes]],
@@ -102,6 +102,9 @@ def groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> n
         for k in keys:
             col = data[k]
             widths.append(4 if str(col.dtype) in ("Int32", "int32", "Int16", "int16", "Int8", "int8") else 8)
+            if getattr(col.dtype, "kind", "O") in "iub":
+                cols.append(col)           # integer / boolean: hashed in numpy, missing values as null
+                continue
             cols.append([None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
                          if not isinstance(v, (bytes, str, tuple, list)) else v for v in col.tolist()])
         groups[is_data] = key_groups_of(cols, n, widths)
@@ -109,10 +112,10 @@ def groups_of_columns(df: pd.DataFrame, keys: Sequence[str] | None, n: int) -> n
 
 
 def _key_group_masks(df: pd.DataFrame, groups, n: int, ids: Sequence[int] | None = None):
-    """``(key group, row mask)`` as ``with_key_groups`` routes rows: data by ``groups``, markers to
-    every key group (``ids``, default ``0..n-1``), other rows to the first; groups without rows
-    are left out."""
-    kinds = df["kind"].to_numpy(dtype=object)
+    """``(key group, row mask)`` as ``with_key_groups`` routes the rows of ``df`` (a frame, or its
+    ``kind`` column as an array): data by ``groups``, markers to every key group (``ids``, default
+    ``0..n-1``), other rows to the first; groups without rows are left out."""
+    kinds = df["kind"].to_numpy(dtype=object) if isinstance(df, pd.DataFrame) else df
     is_data = kinds == KIND_DATA
     is_marker = np.isin(kinds, MARKER_KINDS)
     g = np.asarray(groups, dtype=np.float64) if groups is not None else np.zeros(len(df))
@@ -157,22 +160,35 @@ def pack_frame(frame: pd.DataFrame, columns: Sequence[tuple[str, str]], n: int,
 
     out_groups, payloads = [], []
     if len(frame):
-        schema = arrow_schema(columns)
         groups = frame[KEY_GROUP_COLUMN].to_numpy(dtype=np.float64, na_value=-1)
-        table = pa.Table.from_pandas(frame[[c for c, _ in columns]], schema=schema, preserve_index=False)
-        for kg, mask in _key_group_masks(frame, groups, n, ids):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, schema) as writer:
-                writer.write_table(table.filter(pa.array(mask)))
+        table = pa.Table.from_pandas(frame[[c for c, _ in columns]], schema=arrow_schema(columns), preserve_index=False)
+        for kg, blob in key_group_blobs(table, frame["kind"].to_numpy(dtype=object), groups, n, ids):
             out_groups.append(kg)
-            payloads.append(sink.getvalue().to_pybytes())
+            payloads.append(blob)
     return pd.DataFrame({KEY_GROUP_COLUMN: np.asarray(out_groups, np.int32), PAYLOAD_COLUMN: payloads})
+
+
+def key_group_blobs(table, kinds: np.ndarray, groups, n: int, ids: Sequence[int] | None = None):
+    """``(key group, Arrow IPC stream of its rows of table)`` for each key group that gets a row,
+    routed as :func:`_key_group_masks` routes (``kinds``: each row's ``kind``)."""
+    import pyarrow as pa
+
+    for kg, mask in _key_group_masks(kinds, groups, n, ids):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.filter(pa.array(mask)))
+        yield kg, sink.getvalue().to_pybytes()
 
 
 def packable(stage: StageLogic) -> bool:
     """Whether every column of ``stage``'s Python-routed rows (:func:`~keygroups.plan.ingest_columns`)
     has an Arrow type :func:`pack_frame` can write."""
-    return all(ddl.lower() in _ARROW_TYPES for _, ddl in ingest_columns(stage))
+    return packable_types(ingest_columns(stage))
+
+
+def packable_types(columns: Sequence[tuple[str, str]]) -> bool:
+    """Whether every ``(name, Spark DDL type)`` has an Arrow type :func:`arrow_schema` writes."""
+    return all(ddl.lower() in _ARROW_TYPES for _, ddl in columns)
 
 
 _ARROW_TYPES = ("string", "binary", "int", "bigint", "long", "double", "float", "boolean", "smallint", "tinyint")
