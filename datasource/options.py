@@ -28,7 +28,7 @@ from dataflow_kafka.errors import OptionError
 
 __all__ = ["Option", "SOURCE_OPTIONS", "SINK_OPTIONS", "SourceOptions", "SinkOptions", "parse_source_options",
            "parse_sink_options", "options_table", "GROUP_ID_CAUTION", "DEFAULT_MAX_EVENT_TIME_AHEAD_MS",
-           "DEFAULT_MAX_TRIGGER_DELAY_MS"]
+           "DEFAULT_MAX_TRIGGER_DELAY_MS", "KEY_GROUP_PACKING"]
 
 #: Which queries an option is for.
 STREAM, BATCH, BOTH = "stream", "batch", "both"
@@ -48,6 +48,9 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 DEFAULT_COMMIT_TOPIC = "dataflow-kafka-sink-commits"
 
 Parser = Callable[[str, str], Any]          # (raw value, option name) -> typed value, or OptionError
+
+#: The source option by which ``keygroups.Pipeline.apply`` hands the source its routing and packing.
+KEY_GROUP_PACKING = "keyGroupPacking"
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,27 @@ def text(empty: Any = None, required: bool = False) -> Parser:
             raise OptionError(f"option '{name}' must not be empty")
         return value or empty
     return parse
+
+
+def packing(raw: str, name: str) -> Any:
+    """An object that routes and packs a task's rows (:class:`keygroups.source_packing.SourcePacking`),
+    base64 of its pickle, as ``keygroups.Pipeline.apply`` writes it: it has ``fields`` (the
+    rows' ``(name, Spark DDL type)``) and ``pack(batches)``."""
+    import base64
+    import binascii
+    import pickle
+
+    from pyspark import cloudpickle
+
+    try:
+        value = cloudpickle.loads(base64.b64decode(raw.strip(), validate=True))
+    except (binascii.Error, pickle.UnpicklingError, ValueError, EOFError, ImportError, AttributeError,
+            TypeError) as e:
+        raise OptionError(f"option '{name}' is not a packing written by keygroups.Pipeline.apply: {e}") from None
+    if not callable(getattr(value, "pack", None)) or not isinstance(getattr(value, "fields", None), tuple):
+        raise OptionError(f"option '{name}' holds a {type(value).__name__}, not a packing written by "
+                          "keygroups.Pipeline.apply")
+    return value
 
 
 def topic_list(raw: str, name: str) -> tuple[str, ...]:
@@ -297,6 +321,10 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
     Option("endOfInput", "`punctuate`: a bounded run (`Trigger.AvailableNow`, or a batch read) ends by closing "
            "every window: every partition's last punctuation is 9999-12-31, recorded in the offset log; `none`: "
            "the last windows stay open", punctuate, "end_of_input", False, "`none`"),
+    Option(KEY_GROUP_PACKING, "set by `keygroups.Pipeline.apply(reader)`, not by hand: the first operator's "
+           "routing and packing, run in the source's tasks, whose rows are then `(key_group, payload)`: one per "
+           "task and key group, an Arrow IPC stream of its rows ([ARCHITECTURE.md](ARCHITECTURE.md))", packing,
+           "key_group_packing", None, "off"),
     PATH,
 )
 
@@ -351,6 +379,7 @@ class SourceOptions:
     max_partitions: int | None
     range_stats_topic: str | None
     end_of_input: bool                   # endOfInput=punctuate
+    key_group_packing: Any               # keyGroupPacking: a keygroups.source_packing.SourcePacking, or None
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,13 @@ def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.Re
     """Rows of one task: of its range, or of each range of a :class:`RangeGroup` in turn, read
     with the Python worker's pooled consumer (:func:`kafka_read.pooled_consumer`: one per Kafka
     configuration and process, assigned each range in turn, reused by later tasks and batches).
-    The worker's heap is frozen on its first read (:func:`dataflow_kafka.collector.freeze_worker_heap`)."""
+    The worker's heap is frozen on its first read (:func:`dataflow_kafka.collector.freeze_worker_heap`).
+    With ``keyGroupPacking`` the rows go through its ``pack`` (``(key_group, payload)`` rows)."""
     freeze_worker_heap()
-    for r in part.ranges if isinstance(part, RangeGroup) else [part]:
-        yield from _read_range(opts, r)
+    rows = (b for r in (part.ranges if isinstance(part, RangeGroup) else [part]) for b in _read_range(opts, r))
+    if opts.key_group_packing is not None:      # keyGroupPacking: the first operator's routing and packing here
+        rows = opts.key_group_packing.pack(rows)
+    yield from rows
 
 
 def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -689,9 +692,16 @@ class DataflowKafkaDataSource(DataSource):
         return "dataflow-kafka"
 
     def schema(self):
-        """The source's row schema. Spark calls this in ``load()``: the options are validated here,
-        so an option error surfaces there with our message (not after ``start()``)."""
-        return source_schema(parse_source_options(self.options, streaming=None).include_headers)
+        """The source's row schema (with ``keyGroupPacking``, its packed rows'). Spark calls this in
+        ``load()``: the options are validated here, so an option error surfaces there with our
+        message (not after ``start()``)."""
+        opts = parse_source_options(self.options, streaming=None)
+        if opts.key_group_packing is not None:
+            from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+            types = {"int": IntegerType(), "binary": BinaryType()}
+            return StructType([StructField(n, types[t]) for n, t in opts.key_group_packing.fields])
+        return source_schema(opts.include_headers)
 
     def streamReader(self, schema) -> DataflowKafkaStreamReader:
         return DataflowKafkaStreamReader(parse_source_options(self.options, streaming=True))

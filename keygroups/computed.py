@@ -164,22 +164,7 @@ class _JsonField:
             return self._per_row(values)
 
     def _vectorised(self, values: list) -> Any:
-        import pyarrow.json as pajson
-
-        raw = [v.encode() if isinstance(v, str) else v for v in values]
-        buf = b"\n".join(raw)                     # TypeError on a null value
-        if buf.count(b"\n") != len(raw) - 1:
-            raise InvalidArgumentError("a value spans lines: parsed per row")
-        table = pajson.read_json(io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
-                                 parse_options=pajson.ParseOptions(
-                                     explicit_schema=pa.schema([(self.name, _ARROW_OF[self.type])]),
-                                     unexpected_field_behavior="ignore"))
-        if table.num_rows != len(raw):
-            raise InvalidArgumentError("an empty value: parsed per row")
-        col = table.column(self.name)
-        if self.type == "string" or col.null_count:
-            return pd.Series(col.to_pylist(), dtype=object)
-        return col.to_numpy()
+        return _json_fields_vectorised(values, {self.name: self.type})[self.name]
 
     def _per_row(self, values: list) -> list:
         ok, convert = _JSON_TYPES[self.type]
@@ -195,6 +180,52 @@ class _JsonField:
 
     def __repr__(self) -> str:
         return f"json_field({self.name!r}, {self.type!r})"
+
+
+def _json_fields_vectorised(values: list, fields: dict[str, str]) -> dict[str, Any]:
+    """``{field: its value per row}`` of the JSON objects ``values`` (texts or bytes, one per row),
+    every field of ``fields`` (name -> DDL type) from one ``pyarrow.json`` pass; raises (TypeError,
+    ValueError, ``ArrowInvalid``) where that pass cannot take the values, which are then parsed per
+    row (:meth:`_JsonField._per_row`)."""
+    import pyarrow.json as pajson
+
+    raw = [v.encode() if isinstance(v, str) else v for v in values]
+    buf = b"\n".join(raw)                     # TypeError on a null value
+    if buf.count(b"\n") != len(raw) - 1:
+        raise InvalidArgumentError("a value spans lines: parsed per row")
+    table = pajson.read_json(io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
+                             parse_options=pajson.ParseOptions(
+                                 explicit_schema=pa.schema([(n, _ARROW_OF[t]) for n, t in fields.items()]),
+                                 unexpected_field_behavior="ignore"))
+    if table.num_rows != len(raw):
+        raise InvalidArgumentError("an empty value: parsed per row")
+    out = {}
+    for name, type_ in fields.items():
+        col = table.column(name)
+        out[name] = pd.Series(col.to_pylist(), dtype=object) if type_ == "string" or col.null_count else col.to_numpy()
+    return out
+
+
+def _shared_json_fields(rows: pd.DataFrame, computed: dict[str, Computed]) -> dict[str, Any]:
+    """The values of the :func:`json_field` inputs that read several fields of one column, from one
+    ``pyarrow.json`` pass over that column (what each would compute alone: a pass gives a field the
+    same values whatever other fields it reads); ``{}`` for a column whose values that pass cannot
+    take, or that one field is read of as two types (each input then parses alone)."""
+    by_column: dict[str, dict[str, Any]] = {}
+    for name, c in computed.items():
+        if isinstance(c.fn, _JsonField):
+            by_column.setdefault(c.fn.column, {})[name] = c.fn
+    out: dict[str, Any] = {}
+    for column, fns in by_column.items():
+        fields = {fn.name: fn.type for fn in fns.values()}
+        if len(fns) < 2 or len(fields) != len({(fn.name, fn.type) for fn in fns.values()}) or not len(rows):
+            continue
+        try:
+            parsed = _json_fields_vectorised(rows[column].tolist(), fields)
+        except (TypeError, ValueError, pa.ArrowInvalid):
+            continue
+        out.update({name: parsed[fn.name] for name, fn in fns.items()})
+    return out
 
 
 def _arrow_types() -> dict:
@@ -255,8 +286,10 @@ def evaluate(frame: pd.DataFrame, computed: dict[str, Computed], data_only: bool
         mask = (frame["kind"] == "data").to_numpy(bool)
         rows = frame[mask]
     cols = {}
+    shared = _shared_json_fields(rows, computed)
     for name, c in computed.items():
-        typed = conform([pd.DataFrame({name: c(rows).to_numpy(dtype=object) if len(rows) else []})], [(name, c.type)])
+        values = pd.Series(shared[name]) if name in shared else c(rows)
+        typed = conform([pd.DataFrame({name: values.to_numpy(dtype=object) if len(rows) else []})], [(name, c.type)])
         values = typed[name]
         if mask is None:
             cols[name] = values.set_axis(frame.index)
@@ -264,6 +297,6 @@ def evaluate(frame: pd.DataFrame, computed: dict[str, Computed], data_only: bool
             base = (frame[name] if name in frame.columns
                     else pd.Series([None] * len(frame), index=frame.index, dtype=values.dtype))
             full = base.astype(values.dtype) if base.dtype != values.dtype else base.copy()
-            full[mask] = values.to_numpy()
+            full[mask] = values.array       # not to_numpy(): an Int64 beside a null would go through float64
             cols[name] = full
     return frame.assign(**cols)

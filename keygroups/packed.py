@@ -26,15 +26,16 @@ from typing import Iterable, Iterator, Sequence
 
 import pandas as pd
 
-__all__ = ["pack_key_groups", "unpack_key_group", "PAYLOAD_COLUMN", "ORDER_COLUMNS"]
+__all__ = ["pack_key_groups", "unpack_key_group", "nullable_pandas", "PAYLOAD_COLUMN", "ORDER_COLUMNS",
+           "ROWS_PER_BLOB"]
 
 PAYLOAD_COLUMN = "payload"
 ORDER_COLUMNS = ("topic", "partition", "offset", "kind")
-_ROWS_PER_BLOB = 200_000      # a key group's rows in one task beyond this start another blob
+ROWS_PER_BLOB = 200_000       # a key group's rows in one task beyond this start another blob
 
 
 def pack_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, columns: Sequence | None = None,
-                    rows_per_blob: int = _ROWS_PER_BLOB, column: str | None = None):
+                    rows_per_blob: int = ROWS_PER_BLOB, column: str | None = None):
     """``df`` as rows ``(key_group int, payload binary)``: per task, one row per key group (more if
     it has over ``rows_per_blob`` rows) whose payload is an Arrow IPC stream of its rows.
 
@@ -60,7 +61,7 @@ def _packer(column: str, rows_per_blob: int):
     return pack
 
 
-def pack_batches(batches: Iterable, column: str, rows_per_blob: int = _ROWS_PER_BLOB) -> Iterator:
+def pack_batches(batches: Iterable, column: str, rows_per_blob: int = ROWS_PER_BLOB) -> Iterator:
     """The ``mapInArrow`` function of :func:`pack_key_groups` (pure pyarrow, testable).
 
     Yields one record batch per blob, after the last input batch, or as soon as a group has
@@ -118,7 +119,13 @@ def unpack_key_group(payloads: Iterable, order_by: Sequence[str] = ORDER_COLUMNS
     keys = [(c, "ascending") for c in order_by if c in table.column_names]
     if keys and table.num_rows > 1:
         table = table.take(pc.sort_indices(table, sort_keys=keys))
-    return table.to_pandas(types_mapper=_nullable_ints.get)
+    return nullable_pandas(table)
+
+
+def nullable_pandas(arrow) -> pd.DataFrame | pd.Series:
+    """An Arrow table (or column) as pandas with nullable integer and boolean dtypes (``Int64``, ...),
+    as :func:`unpack_key_group` gives the processor its rows."""
+    return arrow.to_pandas(types_mapper=_nullable_ints.get)
 
 
 def _nullable_ints_map() -> dict:

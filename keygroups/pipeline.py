@@ -206,7 +206,12 @@ class Pipeline(QueryNode):
 
         ``df``: rows of the contract, e.g. ``spark.readStream.format("dataflow-kafka")...load()``;
         with a multi-input stage whose inputs read different sources, ``{input name: DataFrame}``
-        (an upstream pipeline reads the source of the input it feeds).
+        (an upstream pipeline reads the source of the input it feeds). Or the source's reader before
+        ``load()`` (``spark.readStream.format("dataflow-kafka")...``): then, where it can
+        (:meth:`~keygroups.packed.SourcePacking.of`, and ``pack_source``), the source's own tasks
+        compute the first operator's inputs, route and pack its rows (option ``keyGroupPacking``):
+        the same output with no JVM step per record before the shuffle; Spark's ``numInputRows``
+        then counts the packed rows (the source's offsets in the progress count the records).
         ``idle_timeout_ms``: the first operator's idle-partition policy
         (:class:`~keygroups.punctuation.PunctuationTracker`). ``pack_source``: pack the first
         operator's input rows per task and key group into Arrow blobs before the shuffle
@@ -216,13 +221,33 @@ class Pipeline(QueryNode):
         qualifies the names (``dataflow-kafka:<metrics>:<stage>``), which two pipelines with the
         same stage names in one query need (Spark refuses two observations of one name).
         """
+        packing = None
+        if _is_reader(df):
+            df, packing = self._load(df, fuse, pack_source)
         if self.upstreams is not None:
             out = apply_dag(self, df, fuse=fuse, idle_timeout_ms=idle_timeout_ms, pack_source=pack_source)
         else:
-            out = apply_chain(self.chain, df, fuse, idle_timeout_ms, pack_source)[0]
+            out = apply_chain(self.chain, df, fuse, idle_timeout_ms, pack_source, source_packing=packing)[0]
         if not metrics:
             return out
         return observe_stages(out, [str(s.name) for s in self.all_stages()], None if metrics is True else str(metrics))
+
+    def _load(self, reader, fuse: bool, pack_source: bool):
+        """``(the source's DataFrame, its SourcePacking or None)`` of a reader given to :meth:`apply`."""
+        from dataflow_kafka.datasource.options import KEY_GROUP_PACKING
+        from dataflow_kafka.keygroups.source_packing import SourcePacking
+
+        packing = None
+        if self.upstreams is None and pack_source:
+            packing = SourcePacking.of(self.chain.operators(fuse)[0][0])
+        if packing is None:
+            return reader.load(), None
+        df = reader.option(KEY_GROUP_PACKING, packing.option()).load()
+        if tuple(df.columns) != tuple(n for n, _ in packing.fields):
+            raise InvalidArgumentError(f"Pipeline.apply(reader): the reader gave columns {df.columns}, not the packed "
+                                       f"rows of option {KEY_GROUP_PACKING!r}: give a reader of "
+                                       "format('dataflow-kafka'), or its load()")
+        return df, packing
 
     def state_operators(self, fuse: bool = True) -> list[tuple[str, ...]]:
         """The stage names of each stateful operator in the order Spark numbers them (its
@@ -339,3 +364,8 @@ def stateful_operators(df) -> int:
     """Number of ``transformWithStateInPandas`` operators in ``df``'s logical plan."""
     plan = df._jdf.queryExecution().analyzed().toString()
     return len(re.findall(r"TransformWithStateIn(?:Pandas|PySpark)\b", plan))
+
+
+def _is_reader(df) -> bool:
+    """Whether ``df`` is a ``DataStreamReader`` (or ``DataFrameReader``) not loaded yet."""
+    return callable(getattr(df, "load", None)) and callable(getattr(df, "option", None)) and not hasattr(df, "columns")

@@ -28,10 +28,13 @@ __all__ = ["apply_chain", "with_ms_columns", "compute_spark"]
 
 
 def apply_chain(chain: Chain, df, fuse: bool, idle_timeout_ms: int | None, pack_source: bool, *,
-                head: Head | None = None, claims: Any = "own") -> tuple[Any, list[OperatorSpec]]:
+                head: Head | None = None, claims: Any = "own", source_packing: Any = None
+                ) -> tuple[Any, list[OperatorSpec]]:
     """Spark: ``chain``'s operators on ``df`` (with ``head``: ``df`` is the multi-input first
     operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``, the specs
-    bound to the types Spark gives each operator's input. ``claims`` as :meth:`Chain.specs`."""
+    bound to the types Spark gives each operator's input. ``claims`` as :meth:`Chain.specs`.
+    ``source_packing``: ``df`` holds the source's rows already routed and packed for the first
+    operator (:class:`keygroups.packed.SourcePacking`), whose payload columns give its types."""
     from pyspark.sql import functions as F
 
     from dataflow_kafka.keygroups.processor import StageProcessor, deferred
@@ -46,7 +49,9 @@ def apply_chain(chain: Chain, df, fuse: bool, idle_timeout_ms: int | None, pack_
         first = stages[0]
         n = first.num_key_groups
         packed = pack_source and j == 0
-        if j == 0 and head is not None:
+        if j == 0 and source_packing is not None:
+            slim, types, packed = df, dict(source_packing.columns), True
+        elif j == 0 and head is not None:
             routed = with_key_groups(df, key_columns_of(first), n)
             inputs = [INPUT_COLUMN] + [c for c in head.columns if c != INPUT_COLUMN]
             slim, types = _slim(routed, inputs, results, packed, n)

@@ -128,9 +128,12 @@ class Query(ABC):
         raise NotImplementedError(f"{self.name} has no stages")
 
     def spark(self, variant: str, source, settings: Settings = Settings()):
-        """The output DataFrame over ``format("dataflow-kafka")`` rows."""
+        """The output DataFrame over ``format("dataflow-kafka")`` rows, or over its reader before
+        ``load()`` (the source then routes and packs the first operator's rows itself:
+        ``keygroups.Pipeline.apply``)."""
         self._check(variant)
-        return self.pipeline(variant, settings).apply(epoch_ms(source))
+        loaded = hasattr(source, "columns")
+        return self.pipeline(variant, settings).apply(epoch_ms(source) if loaded else source)
 
     def local(self, variant: str, batches: Sequence[pd.DataFrame], settings: Settings = Settings()
               ) -> list[pd.DataFrame]:

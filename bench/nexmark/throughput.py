@@ -10,7 +10,11 @@ What it does, once per run:
   alternated (the order swapped every other query and repeat): our variants (``slicer``,
   ``dataflow``, ``sql``) over ``format("dataflow-kafka")`` (``maxPartitions`` = ``--max-partitions``,
   default 2: at most one source task per core of ``local[2]``, the source's option for small
-  batches on few cores; 0 leaves one task per Kafka partition) and Spark's native form over
+  batches on few cores; 0 leaves one task per Kafka partition; the windowed forms are given the
+  source's reader, so the source routes and packs their first operator's rows:
+  ``keygroups.Pipeline.apply``; ``--jvm-packing`` adds them on the loaded source, routed in the
+  JVM and packed by a ``mapInArrow`` step, as variants ``<form>/jvm-packing``; our records are
+  counted from the source's offsets) and Spark's native form over
   ``format("kafka")`` (Spark's JVM connector; :mod:`bench.spark_kafka`) with ``withWatermark``
   5 s;
 * first a **warm-up**, not recorded: the first query's arms (ours, Spark's) once at the largest
@@ -93,6 +97,9 @@ DEFAULT_QUERIES = (*REGISTRY, "q8")
 NATIVE_DELAY = "5 seconds"
 #: Our source's ``maxPartitions`` in the harness: one task per core of ``local[2]`` (module docstring).
 MAX_PARTITIONS = 2
+#: an ours variant's suffix: the pipeline on the loaded source, routed in the JVM and packed by a
+#: ``mapInArrow`` step, instead of on the source's reader (which routes and packs in its tasks)
+JVM_PACKING = "jvm-packing"
 #: The key of each windowed query's first stage: the floor arm groups by it (module docstring); the
 #: joins' key is the person: a person's ``id``, an auction's ``seller``.
 FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder", "q8": "person"}
@@ -330,8 +337,10 @@ class Harness:
     def __init__(self, spark, bootstrap: str, connector: str, events: int, partitions: int = 4, seed: int = 1,
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
                  log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
-                 key_groups: int = Settings().key_groups, join_events: int = 5_000_000) -> None:
+                 key_groups: int = Settings().key_groups, join_events: int = 5_000_000,
+                 jvm_packing: bool = False) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
+        self.jvm_packing = jvm_packing
         self.settings = Settings(key_groups=key_groups)
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
         self.max_partitions = max_partitions or None
@@ -394,6 +403,7 @@ class Harness:
 
     def arm(self, q: Query, side: str, variant: str, batch_size: int, repeat: int) -> dict:
         before = load1()
+        path = ""
         ck = str(self.tmp / uuid.uuid4().hex[:10])
         summarise = _checksum if _uses_checksum(q) else None
         if side == "floor" and q.name in FLOOR_KEYS:
@@ -417,11 +427,15 @@ class Harness:
             if self.max_partitions:
                 opts["maxPartitions"] = str(self.max_partitions)
             reader = self.spark.readStream.format("dataflow-kafka").options(**opts)
-            out, connector = q.spark(variant, reader.load(), self.settings), "dataflow-kafka"
-            label = f"{q.name}-{variant}-{batch_size}-r{repeat}"
+            variant, _, path = variant.partition("/")       # "/jvm-packing": the pipeline on the loaded source
+            source = reader if path != JVM_PACKING and type(q).spark is Query.spark else reader.load()
+            out, connector = q.spark(variant, source, self.settings), "dataflow-kafka"
+            label = f"{q.name}-{variant}{'-' + path if path else ''}-{batch_size}-r{repeat}"
             run = run_arm(out, ck, self.cpu, summarise, self._profiler(label))
-            # one punctuation row per topic-partition and batch
-            steady_bids = run.steady_rows - self.partitions * len(topics) * (run.batches - 1)
+            # records read, from the offsets: numInputRows counts the source's rows, which are packed
+            # rows where the source packs (one per task and key group) and include a punctuation row
+            # per topic-partition and batch where it does not
+            steady_bids = offsets_read(run.progress)
         elif _is_join(q):
             topics = self.join_input()[0]
             src = native_source(self.spark, self.bootstrap, topics, q.kinds, self.connector, batch_size)
@@ -434,6 +448,8 @@ class Harness:
             run = run_arm(out, ck, self.cpu, summarise)
             steady_bids = run.steady_rows
         check = self._check(q, side, variant, run)
+        if side == "ours" and path:
+            variant = f"{variant}/{path}"
         rate = steady_bids / run.steady_s if run.steady_s > 0 else None
         jvm_s, py_s, driver_s = run.cpu_s
         cpu_s = jvm_s + py_s + driver_s
@@ -538,6 +554,8 @@ class Harness:
             for repeat in range(repeats):
                 for q in queries:
                     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
+                    if self.jvm_packing and type(q).spark is Query.spark:
+                        arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{JVM_PACKING}") for v in q.variants]
                     if floor and floor_label(q) is not None:
                         arms.append(("floor", floor_label(q)))
                     for side, variant in arms if k % 2 == 0 else arms[::-1]:
@@ -649,6 +667,9 @@ def main(argv=None) -> None:
                    "operators as our form runs, on Spark's connector (windowed queries); Spark's query on the "
                    "simplest Python Kafka source (projections)")
     p.add_argument("--profile", metavar="DIR", help="py-spy flame graphs of the Python workers, ours' steady states")
+    p.add_argument("--jvm-packing", action="store_true",
+                   help="also our windowed forms on the loaded source (the JVM routes, a mapInArrow step packs): "
+                        "variants '<form>/jvm-packing'")
     p.add_argument("--csv", default="bench/out/nexmark_throughput.csv")
     p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -672,7 +693,7 @@ def main(argv=None) -> None:
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
-                    key_groups=a.key_groups, join_events=a.join_events)
+                    key_groups=a.key_groups, join_events=a.join_events, jvm_packing=a.jvm_packing)
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from hypothesis import given, strategies as st
 
 from dataflow_kafka.errors import InvalidArgumentError
 from dataflow_kafka.keygroups import json_field
@@ -97,3 +98,20 @@ def test_several_fields_of_one_value_share_one_parse_and_give_the_same_values(sp
     frame = pd.DataFrame({"value": values})
     for name, c in inputs.items():
         assert [r[name] for r in rows] == _plain(c(frame)), name
+
+
+@given(picks=st.lists(st.sampled_from(VALUES + CLEAN), min_size=1, max_size=30),
+       fields=st.lists(st.sampled_from([("a", "bigint"), ("a", "int"), ("s", "string"), ("d", "double"),
+                                        ("b", "boolean")]), min_size=2, max_size=4),
+       kinds=st.lists(st.sampled_from(["data", "data", "punctuation"]), min_size=30, max_size=30))
+def test_several_fields_evaluated_together_equal_each_evaluated_alone(picks, fields, kinds):
+    """``evaluate`` parses the fields of one column once where it can: each input's values (types
+    and nulls included) equal what it computes alone, whatever the values and which rows are data."""
+    from dataflow_kafka.keygroups.computed import evaluate
+
+    frame = pd.DataFrame({"value": picks, "kind": kinds[:len(picks)]})
+    computed = {f"in{i}": json_field(n, t) for i, (n, t) in enumerate(fields)}
+    together = evaluate(frame, computed)
+    for name, c in computed.items():
+        alone = evaluate(frame, {name: c})[name]
+        pd.testing.assert_series_equal(together[name], alone)

@@ -1,0 +1,157 @@
+"""The first operator's routing and packing in the source's tasks (option ``keyGroupPacking``).
+
+:func:`keygroups.packed.pack_key_groups` packs the first operator's rows after Spark has them:
+the source's rows cross into the JVM (a row per record), the JVM parses and hashes each key
+(``from_json``, ``xxhash64``), copies the markers to every key group, and a ``mapInArrow`` step
+moves the rows back to Python to pack them. When the source's reader is given to
+:meth:`keygroups.Pipeline.apply`, :class:`SourcePacking` does the same in the source's own task,
+on the Arrow batches it reads (inputs by :func:`~keygroups.computed.evaluate`, key groups by
+:func:`~keygroups.frames.groups_of_columns`, blobs by :func:`~keygroups.frames.key_group_blobs`):
+a few ``(key_group, payload)`` rows per task reach the JVM, and the stage processor unpacks the
+same rows it would unpack on the JVM path (``tests/keygroups/test_source_packing.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import pandas as pd
+
+from dataflow_kafka.keygroups.packed import PAYLOAD_COLUMN, ROWS_PER_BLOB, nullable_pandas
+
+__all__ = ["SourcePacking"]
+
+_MS_COLUMNS = {"event_time_ms": "event_time", "punctuation_ms": "punctuation", "processing_time_ms": "processing_time"}
+
+
+@dataclass(frozen=True)
+class SourcePacking:
+    """The first operator's routing and packing run inside the source's tasks (option
+    ``keyGroupPacking`` of ``format("dataflow-kafka")``, which :meth:`keygroups.Pipeline.apply`
+    sets when given the source's reader): the task's rows become the ``(key_group, payload)`` rows
+    :func:`~keygroups.packed.pack_key_groups` makes, with the same payload columns and values, so no JVM step parses,
+    hashes or copies each record, and no ``mapInArrow`` step moves the rows back to Python.
+
+    ``columns``: the payload's ``(name, Spark DDL type)`` (the control columns, then the stage's
+    inputs, as ``keygroups.spark_steps`` slims them); ``renamed``: ``(input, source column)`` of
+    plain inputs under another name; ``computed``: the :class:`~keygroups.computed.Computed`
+    inputs (on data rows; :func:`~keygroups.computed.evaluate` over the source columns they
+    name); ``keys``: the key columns; routing as :func:`~keygroups.routing.with_key_groups` (one
+    routing function, markers to every group, other rows to group 0). Build with :meth:`of`.
+    """
+
+    columns: tuple
+    renamed: tuple
+    computed: tuple
+    keys: tuple
+    num_key_groups: int
+    rows_per_blob: int = ROWS_PER_BLOB
+
+    #: the source's rows with this packing: ``(name, Spark DDL type)``
+    fields = (("key_group", "int"), (PAYLOAD_COLUMN, "binary"))
+
+    @classmethod
+    def of(cls, stage) -> "SourcePacking | None":
+        """The packing of a first operator whose first stage is ``stage``, or None where the source
+        cannot run it: a stage routed in Python (its own packing step), an input given as SQL (Spark's
+        to evaluate), a ``Computed`` input that does not name the source columns it reads, a column
+        type the payload cannot hold (timestamps), a key that is not an input or a source column."""
+        from dataflow_kafka.keygroups.computed import Computed
+        from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS
+        from dataflow_kafka.keygroups.frames import packable_types
+        from dataflow_kafka.keygroups.plan import plain_column
+        from dataflow_kafka.keygroups.stage import key_columns_of, router_of
+
+        if router_of(stage) is not None:
+            return None
+        source = _source_types()
+        inputs, renamed, computed = {}, [], []
+        for name, expr in stage.inputs().items():
+            if isinstance(expr, Computed):
+                if not expr.columns or not set(expr.columns) <= set(source):
+                    return None
+                computed.append((name, expr))
+                inputs[name] = expr.type
+                continue
+            col = plain_column(expr)
+            if col not in source:
+                return None
+            if col != name:
+                renamed.append((name, col))
+            inputs[name] = source[col]
+        keys = key_columns_of(stage)
+        if not keys or any(k not in inputs for k in keys):
+            return None
+        columns = [(c, t) for c, t in CONTROL_COLUMNS if c in source and c not in inputs] + list(inputs.items())
+        if not packable_types(columns):
+            return None
+        return cls(tuple(columns), tuple(renamed), tuple(computed), tuple(keys), int(stage.num_key_groups))
+
+    def option(self) -> str:
+        """This packing as the value of the source's ``keyGroupPacking`` option."""
+        import base64
+
+        from pyspark import cloudpickle
+
+        return base64.b64encode(cloudpickle.dumps(self)).decode("ascii")
+
+    def pack(self, batches: Iterable) -> Iterator:
+        """A task's source record batches as ``(key_group, payload)`` record batches: the rows of
+        each key group in one blob per ``rows_per_blob`` rows read (the last part at the end)."""
+        import pyarrow as pa
+
+        pending, rows = [], 0
+        for b in batches:
+            if b.num_rows:
+                pending.append(b)
+                rows += b.num_rows
+            if rows >= self.rows_per_blob:
+                yield from self._pack(pa.Table.from_batches(pending))
+                pending, rows = [], 0
+        if pending:
+            yield from self._pack(pa.Table.from_batches(pending))
+
+    def _pack(self, table) -> Iterator:
+        import pyarrow as pa
+
+        from dataflow_kafka.keygroups.computed import evaluate
+        from dataflow_kafka.keygroups.frames import arrow_schema, groups_of_columns, key_group_blobs
+
+        schema = arrow_schema(self.columns)
+        wanted = {n for n, _ in self.columns}
+        kinds = table.column("kind").to_numpy()
+        values: dict = {name: _epoch_ms(table.column(ts)) for name, ts in _MS_COLUMNS.items()
+                        if ts in table.column_names and (name in wanted or name in dict(self.renamed).values())}
+        if self.computed:
+            needed = sorted({c for _, e in self.computed for c in e.columns} - {"kind"})
+            frame = evaluate(table.select(["kind", *needed]).to_pandas(), dict(self.computed))
+            for name, _ in self.computed:
+                values[name] = pa.array(frame[name], type=schema.field(name).type, from_pandas=True)
+        for name, col in self.renamed:
+            values[name] = values[col] if col in values else table.column(col)
+        payload = pa.table([values[n] if n in values else table.column(n) for n, _ in self.columns], schema=schema)
+        keyed = pd.DataFrame({"kind": kinds, **{k: nullable_pandas(payload.column(k))
+                                                for k in self.keys}})
+        groups = groups_of_columns(keyed, list(self.keys), self.num_key_groups)
+        for g, blob in key_group_blobs(payload, kinds, groups, self.num_key_groups):
+            yield pa.RecordBatch.from_arrays([pa.array([g], pa.int32()), pa.array([blob], pa.binary())],
+                                             [name for name, _ in self.fields])
+
+
+def _source_types() -> dict[str, str]:
+    """The Spark types of the source's columns a payload can take, and the epoch-ms columns."""
+    from dataflow_kafka.datasource.schema import source_schema
+
+    types = {f.name: f.dataType.simpleString() for f in source_schema(False).fields}
+    return types | {name: "bigint" for name in _MS_COLUMNS}
+
+
+def _epoch_ms(column):
+    """Epoch milliseconds of an Arrow timestamp column, as Spark's ``unix_millis`` (floor)."""
+    import numpy as np
+    import pyarrow as pa
+
+    micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    values = micros.fill_null(0).to_numpy() // 1000
+    return pa.array(values, pa.int64(), mask=micros.is_null().to_numpy())
