@@ -48,7 +48,8 @@ import pyarrow as pa
 
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Computed", "json_field", "json_field_source", "json_object", "computed_inputs", "evaluate"]
+__all__ = ["Computed", "json_field", "json_field_source", "json_fields_of_arrow", "json_object", "computed_inputs",
+           "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -193,17 +194,49 @@ def _json_fields_vectorised(values: list, fields: dict[str, str]) -> dict[str, A
     buf = b"\n".join(raw)                     # TypeError on a null value
     if buf.count(b"\n") != len(raw) - 1:
         raise InvalidArgumentError("a value spans lines: parsed per row")
-    table = pajson.read_json(io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
-                             parse_options=pajson.ParseOptions(
-                                 explicit_schema=pa.schema([(n, _ARROW_OF[t]) for n, t in fields.items()]),
-                                 unexpected_field_behavior="ignore"))
-    if table.num_rows != len(raw):
-        raise InvalidArgumentError("an empty value: parsed per row")
+    table = _read_json_lines(buf, len(raw), fields)
     out = {}
     for name, type_ in fields.items():
         col = table.column(name)
         out[name] = pd.Series(col.to_pylist(), dtype=object) if type_ == "string" or col.null_count else col.to_numpy()
     return out
+
+
+def _read_json_lines(buf: Any, rows: int, fields: dict[str, str]):
+    """The ``fields`` of ``rows`` newline-separated JSON objects in ``buf``, as an Arrow table (one
+    ``pyarrow.json`` pass); raises (``ArrowInvalid``, or when a value is empty) where it cannot."""
+    import pyarrow.json as pajson
+
+    table = pajson.read_json(pa.BufferReader(buf), read_options=pajson.ReadOptions(use_threads=False),
+                             parse_options=pajson.ParseOptions(
+                                 explicit_schema=pa.schema([(n, _ARROW_OF[t]) for n, t in fields.items()]),
+                                 unexpected_field_behavior="ignore"))
+    if table.num_rows != rows:
+        raise InvalidArgumentError("an empty value: parsed per row")
+    return table
+
+
+def json_fields_of_arrow(values, fields: dict[str, str]) -> dict[str, Any]:
+    """:func:`json_field`'s values of ``fields`` (name -> DDL type) for an Arrow binary or string
+    array without nulls, as Arrow arrays of those types, from one ``pyarrow.json`` pass over the
+    array's own buffer (no Python object per value); raises (TypeError, ValueError,
+    ``ArrowInvalid``) where :func:`json_field` would parse row by row (a null or multi-line value,
+    one not of a field's type, not JSON), for the caller to take that path."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if arr.null_count:
+        raise ArgumentTypeError("a null value: parsed per row")
+    if not len(arr):
+        return {name: pa.array([], _ARROW_OF[t]) for name, t in fields.items()}
+    lines = pc.binary_join_element_wise(arr.cast(pa.binary()), pa.scalar(b"", pa.binary()), b"\n")
+    offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
+    buf = lines.buffers()[2][int(offsets[0]):int(offsets[-1])]
+    if int((np.frombuffer(buf, np.uint8) == 10).sum()) != len(arr):
+        raise InvalidArgumentError("a value spans lines: parsed per row")
+    table = _read_json_lines(buf, len(arr), fields)
+    return {name: table.column(name).combine_chunks() for name in fields}
 
 
 def _shared_json_fields(rows: pd.DataFrame, computed: dict[str, Computed]) -> dict[str, Any]:

@@ -123,10 +123,12 @@ class SourcePacking:
         kinds = table.column("kind").to_numpy()
         values: dict = {name: _epoch_ms(table.column(ts)) for name, ts in _MS_COLUMNS.items()
                         if ts in table.column_names and (name in wanted or name in dict(self.renamed).values())}
-        if self.computed:
-            needed = sorted({c for _, e in self.computed for c in e.columns} - {"kind"})
-            frame = evaluate(table.select(["kind", *needed]).to_pandas(), dict(self.computed))
-            for name, _ in self.computed:
+        values.update(_json_inputs(table, kinds, self.computed))
+        rest = {name: e for name, e in self.computed if name not in values}
+        if rest:
+            needed = sorted({c for e in rest.values() for c in e.columns} - {"kind"})
+            frame = evaluate(table.select(["kind", *needed]).to_pandas(), rest)
+            for name in rest:
                 values[name] = pa.array(frame[name], type=schema.field(name).type, from_pandas=True)
         for name, col in self.renamed:
             values[name] = values[col] if col in values else table.column(col)
@@ -137,6 +139,36 @@ class SourcePacking:
         for g, blob in key_group_blobs(payload, kinds, groups, self.num_key_groups):
             yield pa.RecordBatch.from_arrays([pa.array([g], pa.int32()), pa.array([blob], pa.binary())],
                                              [name for name, _ in self.fields])
+
+
+def _json_inputs(table, kinds, computed: tuple) -> dict:
+    """The :func:`~keygroups.computed.json_field` inputs among ``computed`` whose column the Arrow
+    parse takes (:func:`~keygroups.computed.json_fields_of_arrow`, one pass per column over the
+    data rows), as full columns, null on the other rows; an input left out is evaluated in pandas
+    (the values then go row by row, as :func:`~keygroups.computed.evaluate` parses them)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from dataflow_kafka.keygroups.computed import json_field_source, json_fields_of_arrow
+
+    by_column: dict[str, dict[str, tuple[str, str]]] = {}
+    for name, c in computed:
+        src = json_field_source(c)
+        if src is not None:
+            by_column.setdefault(src[0], {})[name] = (src[1], c.type)
+    data = kinds == "data"
+    where = pa.array(np.where(data, np.cumsum(data) - 1, 0), pa.int64(), mask=~data)   # row -> its data row
+    out = {}
+    for column, inputs in by_column.items():
+        fields = dict(inputs.values())
+        if len(fields) != len(set(inputs.values())):
+            continue                   # one field read as two types
+        try:
+            parsed = json_fields_of_arrow(table.column(column).filter(pa.array(data)), fields)
+        except (TypeError, ValueError, pa.ArrowInvalid):
+            continue
+        out.update({name: parsed[field].take(where) for name, (field, _) in inputs.items()})
+    return out
 
 
 def _source_types() -> dict[str, str]:

@@ -115,3 +115,27 @@ def test_several_fields_evaluated_together_equal_each_evaluated_alone(picks, fie
     for name, c in computed.items():
         alone = evaluate(frame, {name: c})[name]
         pd.testing.assert_series_equal(together[name], alone)
+
+
+@given(picks=st.lists(st.sampled_from([v for v in VALUES if v is not None] + CLEAN + [b'{"a": 1,\n"s": "x"}']),
+                      max_size=30),
+       fields=st.lists(st.sampled_from([("a", "bigint"), ("a", "int"), ("s", "string"), ("d", "double"),
+                                        ("b", "boolean")]), min_size=1, max_size=3, unique_by=lambda f: f[0]))
+def test_the_arrow_pass_gives_json_fields_values_or_declines(picks, fields):
+    """``json_fields_of_arrow`` (the source's parse, over an Arrow column) gives each field exactly
+    what ``json_field`` computes, or raises where ``json_field`` parses row by row."""
+    import pyarrow as pa
+
+    from dataflow_kafka.keygroups.computed import json_fields_of_arrow
+
+    arr = pa.array(picks, pa.binary())
+    try:
+        got = json_fields_of_arrow(pa.chunked_array([arr[:3], arr[3:]]), dict(fields))
+    except (TypeError, ValueError, pa.ArrowInvalid):
+        got = None
+    for name, type_ in fields:
+        want = _plain(json_field(name, type_)(pd.DataFrame({"value": picks})))
+        if got is not None:
+            assert got[name].to_pylist() == want
+    if picks and all(v in CLEAN for v in picks):
+        assert got is not None                         # clean values take the one pass

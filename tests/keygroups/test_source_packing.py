@@ -78,11 +78,15 @@ def _unpacked(batches):
 
 @settings(deadline=None)
 @given(rows=st.lists(_row, min_size=1, max_size=40), n=st.integers(1, 6), cuts=st.lists(st.integers(0, 40), max_size=3),
-       rows_per_blob=st.integers(1, 50))
-def test_the_source_packs_each_key_group_the_rows_the_local_runner_routes_to_it(rows, n, cuts, rows_per_blob):
+       rows_per_blob=st.integers(1, 50), clean=st.booleans())
+def test_the_source_packs_each_key_group_the_rows_the_local_runner_routes_to_it(rows, n, cuts, rows_per_blob, clean):
     """Any split of a task's record batches, any blob size: each key group unpacks to exactly the
     rows (and values, nulls, types) the local runner's routing gives it, markers in every group,
-    other rows in group 0; the same rows ``keygroups.spark_steps`` packs on the JVM path."""
+    other rows in group 0; the same rows ``keygroups.spark_steps`` packs on the JVM path. ``clean``:
+    every value a JSON object with an integer key (the key's one Arrow pass over the column; any
+    other value sends the column through pandas, as ``evaluate`` parses it)."""
+    if clean:
+        rows = [(k, json.dumps({"auction": (t * 7919) % 2**40 - 2**39, "x": [1]}).encode(), p, t) for k, _, p, t in rows]
     stage = _stage(n)
     packing = SourcePacking.of(stage)
     packing = SourcePacking(packing.columns, packing.renamed, packing.computed, packing.keys, n, rows_per_blob)
