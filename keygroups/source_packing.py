@@ -30,8 +30,9 @@ class SourcePacking:
     """The first operator's routing and packing run inside the source's tasks (option
     ``keyGroupPacking`` of ``format("dataflow-kafka")``, which :meth:`keygroups.Pipeline.apply`
     sets when given the source's reader): the task's rows become the ``(key_group, payload)`` rows
-    :func:`~keygroups.packed.pack_key_groups` makes, with the same payload columns and values, so no JVM step parses,
-    hashes or copies each record, and no ``mapInArrow`` step moves the rows back to Python.
+    :func:`~keygroups.packed.pack_key_groups` makes, with the same payload columns and values, so
+    no JVM step parses, hashes or copies each record, and no ``mapInArrow`` step moves the rows
+    back to Python.
 
     ``columns``: the payload's ``(name, Spark DDL type)`` (the control columns, then the stage's
     inputs, as ``keygroups.spark_steps`` slims them); ``renamed``: ``(input, source column)`` of
@@ -55,8 +56,8 @@ class SourcePacking:
     def of(cls, stage) -> "SourcePacking | None":
         """The packing of a first operator whose first stage is ``stage``, or None where the source
         cannot run it: a stage routed in Python (its own packing step), an input given as SQL (Spark's
-        to evaluate), a ``Computed`` input that does not name the source columns it reads, a column
-        type the payload cannot hold (timestamps), a key that is not an input or a source column."""
+        to evaluate), a ``Computed`` input that does not name the source columns it reads or reads a
+        timestamp, a column type the payload cannot hold (timestamps), a key that is not an input."""
         from dataflow_kafka.keygroups.computed import Computed
         from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS
         from dataflow_kafka.keygroups.frames import packable_types
@@ -66,10 +67,11 @@ class SourcePacking:
         if router_of(stage) is not None:
             return None
         source = _source_types()
+        readable = {c for c, t in source.items() if t != "timestamp" and c not in _MS_COLUMNS}   # as read()'s rows
         inputs, renamed, computed = {}, [], []
         for name, expr in stage.inputs().items():
             if isinstance(expr, Computed):
-                if not expr.columns or not set(expr.columns) <= set(source):
+                if not expr.columns or not set(expr.columns) <= readable:
                     return None
                 computed.append((name, expr))
                 inputs[name] = expr.type

@@ -110,6 +110,8 @@ def test_a_stage_the_source_cannot_run_keeps_the_jvm_path():
     assert SourcePacking.of(_stage(2, key={"k": "CAST(key AS STRING)"})) is None            # SQL: Spark's
     assert SourcePacking.of(_stage(2, key={"k": Computed(lambda f: f["value"], "binary")})) is None  # columns unnamed
     assert SourcePacking.of(_stage(2, key={"k": "timestamp"})) is None                       # a timestamp column
+    assert SourcePacking.of(_stage(2, key={"k": Computed(lambda f: f["event_time_ms"], "bigint",
+                                                         ("event_time_ms",))})) is None     # not a column read() has
     assert SourcePacking.of(_stage(2, key={"k": "key"})).columns[-2:] == (("k", "binary"), ("slicer_value", "bigint"))
 
 
