@@ -321,8 +321,11 @@ def evaluate(frame: pd.DataFrame, computed: dict[str, Computed], data_only: bool
     cols = {}
     shared = _shared_json_fields(rows, computed)
     for name, c in computed.items():
-        values = pd.Series(shared[name]) if name in shared else c(rows)
-        typed = conform([pd.DataFrame({name: values.to_numpy(dtype=object) if len(rows) else []})], [(name, c.type)])
+        if not len(rows):              # no data rows: the function is not called (it may need columns they lack)
+            values = []
+        else:
+            values = (pd.Series(shared[name]) if name in shared else c(rows)).to_numpy(dtype=object)
+        typed = conform([pd.DataFrame({name: values})], [(name, c.type)])
         values = typed[name]
         if mask is None:
             cols[name] = values.set_axis(frame.index)

@@ -139,3 +139,16 @@ def test_the_arrow_pass_gives_json_fields_values_or_declines(picks, fields):
             assert got[name].to_pylist() == want
     if picks and all(v in CLEAN for v in picks):
         assert got is not None                         # clean values take the one pass
+
+
+def test_evaluate_calls_no_function_for_a_batch_without_data_rows():
+    """A batch of markers only: no input function is called (it may read a column such rows lack)."""
+    from dataflow_kafka.keygroups import Computed
+    from dataflow_kafka.keygroups.computed import evaluate
+
+    def needs_key(frame):
+        return frame["key"]
+
+    out = evaluate(pd.DataFrame({"kind": ["punctuation"], "value": [None]}),
+                   {"k": Computed(needs_key, "string", ("key",)), "a": json_field("a"), "b": json_field("b")})
+    assert out["k"].isna().all() and out["a"].isna().all() and len(out) == 1
