@@ -157,7 +157,9 @@ def text(empty: Any = None, required: bool = False) -> Parser:
 def packing(raw: str, name: str) -> Any:
     """An object that routes and packs a task's rows (:class:`keygroups.source_packing.SourcePacking`),
     base64 of its pickle, as ``keygroups.Pipeline.apply`` writes it: it has ``fields`` (the
-    rows' ``(name, Spark DDL type)``) and ``pack(batches)``."""
+    rows' ``(name, Spark DDL type)``) and ``pack(batches)``. Empty: none (``apply`` clears it so)."""
+    if not raw.strip():
+        return None
     import base64
     import binascii
     import pickle

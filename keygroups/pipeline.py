@@ -208,7 +208,7 @@ class Pipeline(QueryNode):
         with a multi-input stage whose inputs read different sources, ``{input name: DataFrame}``
         (an upstream pipeline reads the source of the input it feeds). Or the source's reader before
         ``load()`` (``spark.readStream.format("dataflow-kafka")...``): then, where it can
-        (:meth:`~keygroups.packed.SourcePacking.of`, and ``pack_source``), the source's own tasks
+        (:meth:`~keygroups.source_packing.SourcePacking.of`, and ``pack_source``), the source's own tasks
         compute the first operator's inputs, route and pack its rows (option ``keyGroupPacking``):
         the same output with no JVM step per record before the shuffle; Spark's ``numInputRows``
         then counts the packed rows (the source's offsets in the progress count the records).
@@ -243,6 +243,7 @@ class Pipeline(QueryNode):
         if packing is None:
             return reader.load(), None
         df = reader.option(KEY_GROUP_PACKING, packing.option()).load()
+        reader.option(KEY_GROUP_PACKING, "")        # the reader is the caller's: a later load() reads the rows again
         if tuple(df.columns) != tuple(n for n, _ in packing.fields):
             raise InvalidArgumentError(f"Pipeline.apply(reader): the reader gave columns {df.columns}, not the packed "
                                        f"rows of option {KEY_GROUP_PACKING!r}: give a reader of "

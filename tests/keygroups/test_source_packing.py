@@ -119,6 +119,7 @@ def test_the_option_refuses_what_apply_did_not_write():
     from dataflow_kafka.datasource.options import OptionError, parse_source_options
 
     base = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+    assert parse_source_options(base | {"keyGroupPacking": " "}, streaming=True).key_group_packing is None
     with pytest.raises(OptionError, match="keyGroupPacking.*not a packing"):
         parse_source_options(base | {"keyGroupPacking": "not base64!"}, streaming=True)
     import base64
@@ -151,7 +152,9 @@ def test_the_reader_path_gives_the_loaded_paths_output_across_a_restart(spark, k
                 .option("maxOffsetsPerTrigger", "120"))
 
     pipe = Pipeline([_stage(3)])
-    assert "MapInArrow" not in pipe.apply(reader())._jdf.queryExecution().analyzed().toString()
+    given = reader()
+    assert "MapInArrow" not in pipe.apply(given)._jdf.queryExecution().analyzed().toString()
+    assert given.load().columns[:2] == ["key", "value"]          # the caller's reader reads rows again
     out = BatchCollector()
 
     def run():
