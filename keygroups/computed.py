@@ -37,7 +37,6 @@ over the values; both give the same values::
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -48,8 +47,8 @@ import pyarrow as pa
 
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Computed", "json_field", "json_field_source", "json_fields_of_arrow", "json_object", "computed_inputs",
-           "evaluate"]
+__all__ = ["Computed", "json_field", "json_field_source", "json_fields_by_column", "json_fields_of_arrow",
+           "json_object", "computed_inputs", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -185,45 +184,25 @@ class _JsonField:
 
 def _json_fields_vectorised(values: list, fields: dict[str, str]) -> dict[str, Any]:
     """``{field: its value per row}`` of the JSON objects ``values`` (texts or bytes, one per row),
-    every field of ``fields`` (name -> DDL type) from one ``pyarrow.json`` pass; raises (TypeError,
-    ValueError, ``ArrowInvalid``) where that pass cannot take the values, which are then parsed per
-    row (:meth:`_JsonField._per_row`)."""
-    import pyarrow.json as pajson
-
-    raw = [v.encode() if isinstance(v, str) else v for v in values]
-    buf = b"\n".join(raw)                     # TypeError on a null value
-    if buf.count(b"\n") != len(raw) - 1:
-        raise InvalidArgumentError("a value spans lines: parsed per row")
-    table = _read_json_lines(buf, len(raw), fields)
+    every field of ``fields`` (name -> DDL type) from one ``pyarrow.json`` pass
+    (:func:`json_fields_of_arrow`); raises (TypeError, ValueError, ``ArrowInvalid``) where that pass
+    cannot take the values, which are then parsed per row (:meth:`_JsonField._per_row`)."""
+    raw = pa.array([v.encode() if isinstance(v, str) else v for v in values], pa.binary())
     out = {}
-    for name, type_ in fields.items():
-        col = table.column(name)
-        out[name] = pd.Series(col.to_pylist(), dtype=object) if type_ == "string" or col.null_count else col.to_numpy()
+    for name, col in json_fields_of_arrow(raw, fields).items():
+        out[name] = pd.Series(col.to_pylist(), dtype=object) if fields[name] == "string" or col.null_count \
+            else col.to_numpy()
     return out
-
-
-def _read_json_lines(buf: Any, rows: int, fields: dict[str, str]):
-    """The ``fields`` of ``rows`` newline-separated JSON objects in ``buf``, as an Arrow table (one
-    ``pyarrow.json`` pass); raises (``ArrowInvalid``, or when a value is empty) where it cannot."""
-    import pyarrow.json as pajson
-
-    table = pajson.read_json(pa.BufferReader(buf), read_options=pajson.ReadOptions(use_threads=False),
-                             parse_options=pajson.ParseOptions(
-                                 explicit_schema=pa.schema([(n, _ARROW_OF[t]) for n, t in fields.items()]),
-                                 unexpected_field_behavior="ignore"))
-    if table.num_rows != rows:
-        raise InvalidArgumentError("an empty value: parsed per row")
-    return table
 
 
 def json_fields_of_arrow(values, fields: dict[str, str]) -> dict[str, Any]:
     """:func:`json_field`'s values of ``fields`` (name -> DDL type) for an Arrow binary or string
     array without nulls, as Arrow arrays of those types, from one ``pyarrow.json`` pass over the
     array's own buffer (no Python object per value); raises (TypeError, ValueError,
-    ``ArrowInvalid``) where :func:`json_field` would parse row by row (a null or multi-line value,
-    one not of a field's type, not JSON), for the caller to take that path."""
-    import numpy as np
+    ``ArrowInvalid``) where :func:`json_field` would parse row by row (a null, empty or multi-line
+    value, one not of a field's type, not JSON), for the caller to take that path."""
     import pyarrow.compute as pc
+    import pyarrow.json as pajson
 
     arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     if arr.null_count:
@@ -235,29 +214,41 @@ def json_fields_of_arrow(values, fields: dict[str, str]) -> dict[str, Any]:
     buf = lines.buffers()[2][int(offsets[0]):int(offsets[-1])]
     if int((np.frombuffer(buf, np.uint8) == 10).sum()) != len(arr):
         raise InvalidArgumentError("a value spans lines: parsed per row")
-    table = _read_json_lines(buf, len(arr), fields)
+    table = pajson.read_json(pa.BufferReader(buf), read_options=pajson.ReadOptions(use_threads=False),
+                             parse_options=pajson.ParseOptions(
+                                 explicit_schema=pa.schema([(n, _ARROW_OF[t]) for n, t in fields.items()]),
+                                 unexpected_field_behavior="ignore"))
+    if table.num_rows != len(arr):
+        raise InvalidArgumentError("an empty value: parsed per row")
     return {name: table.column(name).combine_chunks() for name in fields}
+
+
+def json_fields_by_column(computed: dict[str, Computed]) -> dict[str, dict[str, tuple[str, str]]]:
+    """The :func:`json_field` inputs among ``computed`` by the column they read: ``{column: {input:
+    (field, type)}}``, for one parse per column; a column one field of which is read as two types
+    is left out (its inputs parse alone)."""
+    by_column: dict[str, dict[str, tuple[str, str]]] = {}
+    for name, c in computed.items():
+        src = json_field_source(c)
+        if src is not None:
+            by_column.setdefault(src[0], {})[name] = (src[1], c.type)
+    return {column: inputs for column, inputs in by_column.items()
+            if len(dict(inputs.values())) == len(set(inputs.values()))}
 
 
 def _shared_json_fields(rows: pd.DataFrame, computed: dict[str, Computed]) -> dict[str, Any]:
     """The values of the :func:`json_field` inputs that read several fields of one column, from one
     ``pyarrow.json`` pass over that column (what each would compute alone: a pass gives a field the
-    same values whatever other fields it reads); ``{}`` for a column whose values that pass cannot
-    take, or that one field is read of as two types (each input then parses alone)."""
-    by_column: dict[str, dict[str, Any]] = {}
-    for name, c in computed.items():
-        if isinstance(c.fn, _JsonField):
-            by_column.setdefault(c.fn.column, {})[name] = c.fn
+    same values whatever other fields it reads); none for a column whose values that pass cannot take."""
     out: dict[str, Any] = {}
-    for column, fns in by_column.items():
-        fields = {fn.name: fn.type for fn in fns.values()}
-        if len(fns) < 2 or len(fields) != len({(fn.name, fn.type) for fn in fns.values()}) or not len(rows):
+    for column, inputs in json_fields_by_column(computed).items():
+        if len(inputs) < 2 or not len(rows):
             continue
         try:
-            parsed = _json_fields_vectorised(rows[column].tolist(), fields)
+            parsed = _json_fields_vectorised(rows[column].tolist(), dict(inputs.values()))
         except (TypeError, ValueError, pa.ArrowInvalid):
             continue
-        out.update({name: parsed[fn.name] for name, fn in fns.items()})
+        out.update({name: parsed[field] for name, (field, _) in inputs.items()})
     return out
 
 

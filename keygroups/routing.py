@@ -237,6 +237,8 @@ def key_groups_of(columns: Sequence[Iterable[Any]], n: int, int_widths: Sequence
     integer or boolean column hashes in numpy, any other value by value. ``int_widths[j]``: 8
     (bigint, the default) or 4 (int) for column ``j``'s ints.
     """
+    if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)) or not 0 < n < 1 << 63:
+        raise InvalidArgumentError(f"the number of key groups must be a positive int, got {n!r}")
     widths = list(int_widths) if int_widths is not None else [8] * len(columns)
     cols = [_key_column(c, 4 if w == 4 else 8) for c, w in zip(columns, widths)]
     if cols:
@@ -259,13 +261,7 @@ def key_groups_of(columns: Sequence[Iterable[Any]], n: int, int_widths: Sequence
         if nulls is not None:
             np.copyto(hashed, seeds, where=nulls[:rows])     # a null leaves its row's hash as it was
         seeds = hashed
-    signed = np.broadcast_to(seeds, (rows,)).view(np.int64)
-    if isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and 0 < abs(int(n)) < 1 << 63:
-        return np.mod(signed, np.int64(n))
-    out = np.empty(rows, np.int64)            # any other n exactly as Python's % (0: ZeroDivisionError)
-    for i, h in enumerate(signed.tolist()):
-        out[i] = h % n
-    return out
+    return np.mod(np.broadcast_to(seeds, (rows,)).view(np.int64), np.int64(n))
 
 
 def with_key_groups(df, keys: str | Sequence[str] | None, num_key_groups: int, column: str = KEY_GROUP_COLUMN,

@@ -151,22 +151,14 @@ def _json_inputs(table, kinds, computed: tuple) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from dataflow_kafka.keygroups.computed import json_field_source, json_fields_of_arrow
+    from dataflow_kafka.keygroups.computed import json_fields_by_column, json_fields_of_arrow
 
-    by_column: dict[str, dict[str, tuple[str, str]]] = {}
-    for name, c in computed:
-        src = json_field_source(c)
-        if src is not None:
-            by_column.setdefault(src[0], {})[name] = (src[1], c.type)
     data = kinds == "data"
     where = pa.array(np.where(data, np.cumsum(data) - 1, 0), pa.int64(), mask=~data)   # row -> its data row
     out = {}
-    for column, inputs in by_column.items():
-        fields = dict(inputs.values())
-        if len(fields) != len(set(inputs.values())):
-            continue                   # one field read as two types
+    for column, inputs in json_fields_by_column(dict(computed)).items():
         try:
-            parsed = json_fields_of_arrow(table.column(column).filter(pa.array(data)), fields)
+            parsed = json_fields_of_arrow(table.column(column).filter(pa.array(data)), dict(inputs.values()))
         except (TypeError, ValueError, pa.ArrowInvalid):
             continue
         out.update({name: parsed[field].take(where) for name, (field, _) in inputs.items()})

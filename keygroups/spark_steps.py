@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate, json_field_source
+from dataflow_kafka.keygroups.computed import Computed, computed_inputs, evaluate, json_fields_by_column
 from dataflow_kafka.keygroups.contract import CONTROL_NAMES, KIND_DATA, schema_ddl
 from dataflow_kafka.keygroups.frames import ingest_frame, pack_frame, packable
 from dataflow_kafka.keygroups.operator import OperatorSpec
@@ -34,7 +34,7 @@ def apply_chain(chain: Chain, df, fuse: bool, idle_timeout_ms: int | None, pack_
     operator's tagged input, :func:`keygroups.fan_in.tag_spark`); ``(output, specs)``, the specs
     bound to the types Spark gives each operator's input. ``claims`` as :meth:`Chain.specs`.
     ``source_packing``: ``df`` holds the source's rows already routed and packed for the first
-    operator (:class:`keygroups.packed.SourcePacking`), whose payload columns give its types."""
+    operator (:class:`keygroups.source_packing.SourcePacking`), whose payload columns give its types."""
     from pyspark.sql import functions as F
 
     from dataflow_kafka.keygroups.processor import StageProcessor, deferred
@@ -174,16 +174,10 @@ def _shared_json_parses(df, computed: dict[str, Computed]) -> tuple[dict, dict]:
 
     if df.sparkSession.conf.get("spark.sql.json.enablePartialResults", "true").lower() != "true":
         return {}, {}
-    by_column: dict[str, dict[str, tuple[str, str]]] = {}
-    for n, c in computed.items():
-        src = json_field_source(c)
-        if src is not None:
-            by_column.setdefault(src[0], {})[n] = (src[1], c.type)
     parses, shared = {}, {}
-    for column, fields in by_column.items():
-        names = {f for f, _ in fields.values()}
-        if len(fields) < 2 or len(names) != len({(f, t) for f, t in fields.values()}):
-            continue                  # one field, or one field read as two types: a parse each
+    for column, fields in json_fields_by_column(computed).items():
+        if len(fields) < 2:
+            continue                  # one field: its own parse
         schema = ", ".join(f"`{f}` {t.upper()}" for f, t in dict(fields.values()).items())
         tmp = f"__json_{column}"
         parses[tmp] = F.from_json(F.col(column).cast("string"), schema)
