@@ -4,6 +4,10 @@
   another fixture: pytest's fixture closure) gets that fixture's mark, ``spark`` or ``kafka``;
   ``-m "not spark and not kafka"`` (``make test-engines``) is what is left. Marks a fixture cannot
   show (a test that starts its own Spark or broker in a subprocess) are set by hand.
+- **Groups from fixtures.** Under ``--dist loadgroup`` a test whose closure holds a costly session
+  fixture of :data:`FIXTURE_GROUPS` (a Kafka cluster, the wheel) or any class-, module- or
+  package-scoped fixture (:func:`scoped_group`) runs on the worker that holds that fixture's other
+  tests, so each is set up once per run, not once per worker.
 - **Hypothesis profiles.** ``HYPOTHESIS_PROFILE=ci`` (the default; ``make test``) runs the
   examples each test asks for; ``dev`` (``make test-engines``) a tenth of them. A test asks through
   :func:`examples`, which scales its number by the loaded profile.
@@ -34,7 +38,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-__all__ = ["FIXTURE_MARKS", "FIXTURE_GROUPS", "ungrouped", "PROFILES", "examples", "derive_marks", "modules_loaded_twice", "starts_a_jvm_or_broker",
+__all__ = ["FIXTURE_MARKS", "FIXTURE_GROUPS", "SHARED_SCOPES", "scoped_group", "ungrouped", "PROFILES", "examples", "derive_marks", "modules_loaded_twice", "starts_a_jvm_or_broker",
            "JvmGuard"]
 
 #: fixture -> the mark of every test whose fixture closure contains it. ``spark`` needs ``broker``
@@ -73,20 +77,42 @@ def examples(n: int, profile: settings | None = None) -> int:
 #: once per worker
 FIXTURE_GROUPS: dict[str, str] = {
     "_kafka_cluster": "kafka-cluster",  # three Kafka nodes, about 1 GiB (tests/conftest.py)
+    "wheel": "wheel",                   # the package's wheel built, and a virtualenv with it (tests/conftest.py)
 }
 
 
+#: fixture scopes wider than a test and narrower than the session: such a fixture is set up once
+#: per worker that runs one of its tests, so its tests share an xdist group (:func:`scoped_group`)
+SHARED_SCOPES = ("class", "module", "package")
+
+
+def scoped_group(item) -> str | None:
+    """The xdist group of a test whose closure holds a class-, module- or package-scoped fixture:
+    ``scoped:<where the first such fixture is defined>``, so ``--dist loadgroup`` runs every test
+    that shares it on one worker and the fixture (a Spark query of a minute, a Spark cluster) is set
+    up once, not once per worker (tests/test_suite.py). None for any other test."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        for fixturedef in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
+            if fixturedef.scope in SHARED_SCOPES:
+                return f"scoped:{fixturedef.baseid or '.'}"
+    return None
+
+
 def derive_marks(items) -> None:
-    """Add to each item the marks of the fixtures in its closure (:data:`FIXTURE_MARKS`) and the
-    xdist group of :data:`FIXTURE_GROUPS`."""
+    """Add to each item the marks of the fixtures in its closure (:data:`FIXTURE_MARKS`) and its
+    xdist group: that of :data:`FIXTURE_GROUPS`, else :func:`scoped_group`'s."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         for mark in sorted({m for f, m in FIXTURE_MARKS.items() if f in names}):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(getattr(pytest.mark, mark))
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
         groups = sorted({g for f, g in FIXTURE_GROUPS.items() if f in names})
-        if groups and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(groups[0]))
+        group = groups[0] if groups else scoped_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def modules_loaded_twice(modules: Mapping[str, object], root: Path) -> dict[str, list[str]]:

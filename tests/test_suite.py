@@ -196,6 +196,36 @@ def test_loadgroup_tags_are_checked():
     assert ungrouped([item("t.py::a", True), item("t.py::b", False)]) == ["t.py::a"]
 
 
+def test_tests_sharing_a_module_fixture_run_on_one_worker_which_sets_it_up_once(tmp_path):
+    """Under ``--dist loadgroup`` a module-scoped fixture's tests share a group (``scoped_group``),
+    so two workers set it up once, not once each; a test without one stays ungrouped."""
+    setups = tmp_path / "setups.txt"
+    (tmp_path / "test_shared.py").write_text(textwrap.dedent(f"""
+        import os
+        import pytest
+
+        @pytest.fixture(scope="module")
+        def costly():
+            with open({str(setups)!r}, "a") as f:
+                f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+            return 1
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_uses_it(costly, i):
+            assert costly == 1
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_alone(i):
+            pass
+    """))
+    done = _pytest(tmp_path, "-n", "2", "--dist", "loadgroup", "-vv")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "16 passed" in done.stdout, done.stdout
+    assert len(setups.read_text().split()) == 1, (setups.read_text(), done.stdout)
+    assert "test_uses_it[0]@scoped:test_shared.py" in done.stdout, done.stdout
+    assert "test_alone[0]@" not in done.stdout, done.stdout
+
+
 def test_the_suite_s_jvms_compile_with_c1_only_unless_a_tier_is_set(spark):
     from tests.suite import SUITE_JVM_OPTIONS, use_quick_jit
 
