@@ -28,10 +28,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m demo
 
-# Three pytest-xdist workers sharing one broker, each with its own SparkSession; marks, Hypothesis
+# Two pytest-xdist workers sharing one broker, each with its own SparkSession; marks, Hypothesis
 # profiles, the suite's own checks and measured times: docs/tests.md
 test: setup
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 3 --dist loadgroup --durations=15
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
 # Engines only, Hypothesis's dev profile: no JVM, no broker (each test checked), under a minute.
 test-engines: setup

@@ -104,11 +104,13 @@ def main(argv: list[str]) -> None:
             pass
 
     spark = connect_session(url)
-    assert is_connect(spark)
-    q = run(spark, bootstrap, topic, out_topic, checkpoint, Collect())
-    with open(out_json, "w") as f:
-        json.dump({"heard": heard, "progress": [progress_metrics(p) for p in q.recentProgress]}, f, default=str)
-    spark.stop()
+    try:        # stopped on a failure too: the client's listener thread would keep the process alive
+        assert is_connect(spark)
+        q = run(spark, bootstrap, topic, out_topic, checkpoint, Collect())
+        with open(out_json, "w") as f:
+            json.dump({"heard": heard, "progress": [progress_metrics(p) for p in q.recentProgress]}, f, default=str)
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":

@@ -28,8 +28,12 @@ def _written(kafka, topic: str) -> Counter:
 
 def _client(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    return subprocess.run([sys.executable, "-m", *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)
+    try:
+        return subprocess.run([sys.executable, "-m", *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=900)
+    except subprocess.TimeoutExpired as e:       # name what the client printed, not only that it hung
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        pytest.fail(f"the Connect client {args[0]} ran over {e.timeout} s; its stderr ends:\n{err[-4000:]}")
 
 
 @pytest.fixture(scope="module")
