@@ -48,6 +48,38 @@ def test_add_inputs_is_one_add_input_per_value(values, before, key):
     assert agg.extract_output(batched) == agg.extract_output(one_by_one)
 
 
+object_text = st.tuples(st.lists(entry, min_size=1, max_size=1),
+                        st.sampled_from(["text", "bytes", "spaced"])).map(lambda p: _as_value(*p))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(object_text, max_size=40), st.lists(value, max_size=4), st.sampled_from([("auction",), None]),
+       st.sampled_from([1, 5, 32]))
+def test_add_inputs_over_the_arrow_scan_is_one_add_input_per_value(values, before, key, scan_at_least):
+    """Many object texts: the ``by`` fields read by one Arrow pass, only the values at the top parsed
+    (ints beyond a double's precision tie as doubles and are told apart exactly)."""
+    agg = ArgMax("count", key=key)
+    agg.scan_at_least = scan_at_least
+    start = agg.create_accumulator()
+    for v in before:
+        start = agg.add_input(start, v)
+    one_by_one = copy.deepcopy(start)
+    for v in values:
+        one_by_one = agg.add_input(one_by_one, v)
+    batched = agg.add_inputs(copy.deepcopy(start), values)
+    assert batched[0] == one_by_one[0]
+    assert list(batched[1].items()) == list(one_by_one[1].items())
+
+
+def test_the_arrow_scan_leaves_values_it_cannot_read_to_the_parse():
+    agg = ArgMax("count")
+    texts = ['{"count":1}', '{"count":3}', '{"auction":2}', '{"count":3,"auction":1}']
+    assert agg._highest(texts) == ['{"count":3}', '{"count":3,"auction":1}']
+    assert agg._highest(['{"auction":2}']) == []
+    for other in (['[{"count":1}]'], ['{"count":"x"}'], ['{"count":1,"count":2}'], [{"count": 1}], ['{"count":NaN}']):
+        assert agg._highest(texts + other) == texts + other
+
+
 @pytest.mark.parametrize("text", ['{"a":1}', b'{"a":[1,2]}', ' {"a":1} ', "[1,2]", '{"a":1}x', '{"a":', "",
                                   b"\xef\xbb\xbf{\"a\":1}", b"{\"a\":\"\xff\"}", '{"a":1}\n', "[]",
                                   '{"a":1,"a":2}', '{"a":NaN}'])
