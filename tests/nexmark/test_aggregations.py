@@ -28,14 +28,8 @@ def _as_value(entries, form):
     return text.encode() if form == "bytes" else (" " + text if form == "spaced" else text)
 
 
-value = st.tuples(st.lists(entry, min_size=1, max_size=3),
-                  st.sampled_from(["text", "bytes", "list", "dict", "spaced"])).map(lambda p: _as_value(*p))
-
-
-@settings(max_examples=examples(200), deadline=None)
-@given(st.lists(value, max_size=30), st.lists(value, max_size=4), st.sampled_from([("auction",), None]))
-def test_add_inputs_is_one_add_input_per_value(values, before, key):
-    agg = ArgMax("count", key=key)
+def _assert_add_inputs_is_add_input_per_value(agg, values, before):
+    """``add_inputs(values)`` from the accumulator of ``before`` == ``add_input`` per value."""
     start = agg.create_accumulator()
     for v in before:
         start = agg.add_input(start, v)
@@ -46,6 +40,16 @@ def test_add_inputs_is_one_add_input_per_value(values, before, key):
     assert batched[0] == one_by_one[0]
     assert list(batched[1].items()) == list(one_by_one[1].items())
     assert agg.extract_output(batched) == agg.extract_output(one_by_one)
+
+
+value = st.tuples(st.lists(entry, min_size=1, max_size=3),
+                  st.sampled_from(["text", "bytes", "list", "dict", "spaced"])).map(lambda p: _as_value(*p))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(value, max_size=30), st.lists(value, max_size=4), st.sampled_from([("auction",), None]))
+def test_add_inputs_is_one_add_input_per_value(values, before, key):
+    _assert_add_inputs_is_add_input_per_value(ArgMax("count", key=key), values, before)
 
 
 object_text = st.tuples(st.lists(entry, min_size=1, max_size=1),
@@ -60,15 +64,7 @@ def test_add_inputs_over_the_arrow_scan_is_one_add_input_per_value(values, befor
     (ints beyond a double's precision tie as doubles and are told apart exactly)."""
     agg = ArgMax("count", key=key)
     agg.scan_at_least = scan_at_least
-    start = agg.create_accumulator()
-    for v in before:
-        start = agg.add_input(start, v)
-    one_by_one = copy.deepcopy(start)
-    for v in values:
-        one_by_one = agg.add_input(one_by_one, v)
-    batched = agg.add_inputs(copy.deepcopy(start), values)
-    assert batched[0] == one_by_one[0]
-    assert list(batched[1].items()) == list(one_by_one[1].items())
+    _assert_add_inputs_is_add_input_per_value(agg, values, before)
 
 
 def test_the_arrow_scan_leaves_values_it_cannot_read_to_the_parse():
