@@ -20,8 +20,6 @@ import json
 import json.scanner
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
 from dataflow_kafka.windowing import Combiner
 
 __all__ = ["ArgMax"]
@@ -69,17 +67,11 @@ class ArgMax(Combiner):
                 accumulator[1][self._identity(entry)] = entry
         return accumulator
 
-    #: values of one ``add_inputs`` call from which the ``by`` fields are read in one Arrow pass first
-    scan_at_least = 32
-
     def add_inputs(self, accumulator: list, values: Sequence[Any]) -> list:
         """Every value in one pass (the Dataflow driver gives a window's values of a bundle at once):
-        of many JSON object texts only those at the highest ``by`` (:meth:`_highest`) are parsed;
         each text parsed by the C scanner without ``json.loads``'s wrappers, then the highest
         ``by`` found before any entry's identity is built; the same accumulator as ``add_input``
         per value."""
-        if len(values) >= self.scan_at_least:
-            values = self._highest(values)
         by, entries = self.by, []
         for value in values:
             parsed = _parse(value) if isinstance(value, (str, bytes)) else value
@@ -100,29 +92,6 @@ class ArgMax(Combiner):
             if e[by] == high:
                 kept[self._identity(e)] = e
         return accumulator
-
-    def _highest(self, values: Sequence[Any]) -> Sequence[Any]:
-        """The values whose ``by`` field, read as a double for all of them by one ``pyarrow.json``
-        pass (``keygroups.computed.json_fields_of_arrow``), is the highest, in their order: a
-        superset of those at the exact highest value (rounding to a double keeps order, so the
-        exact highest is among them; larger ints that round alike come along and are compared
-        exactly by the caller). ``values`` as they are where that pass cannot take them (not all
-        object texts, a list, a ``by`` not a number or NaN, a repeated field, a value over lines)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from dataflow_kafka.keygroups.computed import json_fields_of_arrow
-
-        try:
-            col = json_fields_of_arrow(pa.array(values, pa.string()), {self.by: "double"})[self.by]
-        except (TypeError, ValueError):
-            return values
-        if pc.any(pc.is_nan(col)).as_py():          # NaN: Python's comparisons decide, value by value
-            return values
-        if col.null_count == len(col):
-            return []
-        at_top = pc.equal(col, pc.max(col)).fill_null(False).to_numpy(zero_copy_only=False)
-        return [values[i] for i in np.flatnonzero(at_top)]
 
     def merge_accumulators(self, accumulators: Iterable[list]) -> list:
         out = self.create_accumulator()

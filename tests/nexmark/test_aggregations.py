@@ -28,8 +28,14 @@ def _as_value(entries, form):
     return text.encode() if form == "bytes" else (" " + text if form == "spaced" else text)
 
 
-def _assert_add_inputs_is_add_input_per_value(agg, values, before):
-    """``add_inputs(values)`` from the accumulator of ``before`` == ``add_input`` per value."""
+value = st.tuples(st.lists(entry, min_size=1, max_size=3),
+                  st.sampled_from(["text", "bytes", "list", "dict", "spaced"])).map(lambda p: _as_value(*p))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(value, max_size=30), st.lists(value, max_size=4), st.sampled_from([("auction",), None]))
+def test_add_inputs_is_one_add_input_per_value(values, before, key):
+    agg = ArgMax("count", key=key)
     start = agg.create_accumulator()
     for v in before:
         start = agg.add_input(start, v)
@@ -40,40 +46,6 @@ def _assert_add_inputs_is_add_input_per_value(agg, values, before):
     assert batched[0] == one_by_one[0]
     assert list(batched[1].items()) == list(one_by_one[1].items())
     assert agg.extract_output(batched) == agg.extract_output(one_by_one)
-
-
-value = st.tuples(st.lists(entry, min_size=1, max_size=3),
-                  st.sampled_from(["text", "bytes", "list", "dict", "spaced"])).map(lambda p: _as_value(*p))
-
-
-@settings(max_examples=examples(200), deadline=None)
-@given(st.lists(value, max_size=30), st.lists(value, max_size=4), st.sampled_from([("auction",), None]))
-def test_add_inputs_is_one_add_input_per_value(values, before, key):
-    _assert_add_inputs_is_add_input_per_value(ArgMax("count", key=key), values, before)
-
-
-object_text = st.tuples(st.lists(entry, min_size=1, max_size=1),
-                        st.sampled_from(["text", "bytes", "spaced"])).map(lambda p: _as_value(*p))
-
-
-@settings(max_examples=examples(200), deadline=None)
-@given(st.lists(object_text, max_size=40), st.lists(value, max_size=4), st.sampled_from([("auction",), None]),
-       st.sampled_from([1, 5, 32]))
-def test_add_inputs_over_the_arrow_scan_is_one_add_input_per_value(values, before, key, scan_at_least):
-    """Many object texts: the ``by`` fields read by one Arrow pass, only the values at the top parsed
-    (ints beyond a double's precision tie as doubles and are told apart exactly)."""
-    agg = ArgMax("count", key=key)
-    agg.scan_at_least = scan_at_least
-    _assert_add_inputs_is_add_input_per_value(agg, values, before)
-
-
-def test_the_arrow_scan_leaves_values_it_cannot_read_to_the_parse():
-    agg = ArgMax("count")
-    texts = ['{"count":1}', '{"count":3}', '{"auction":2}', '{"count":3,"auction":1}']
-    assert agg._highest(texts) == ['{"count":3}', '{"count":3,"auction":1}']
-    assert agg._highest(['{"auction":2}']) == []
-    for other in (['[{"count":1}]'], ['{"count":"x"}'], ['{"count":1,"count":2}'], [{"count": 1}], ['{"count":NaN}']):
-        assert agg._highest(texts + other) == texts + other
 
 
 @pytest.mark.parametrize("text", ['{"a":1}', b'{"a":[1,2]}', ' {"a":1} ', "[1,2]", '{"a":1}x', '{"a":', "",
