@@ -19,7 +19,11 @@ bundle and per watermark:
 * aggregation: one whose ``vectorised`` form (:class:`~windowing.aggregations.Vectorised`) names
   components among ``count``, ``sum``, ``min``, ``max`` (:mod:`windowing.components`)
   (Count for any value; Sum, Min, Max, Mean when the values are integers, so that a sum is exact
-  in any order): the window's accumulator is those components.
+  in any order): the window's accumulator is those components. Or any other (a user's
+  :class:`~windowing.Combiner`, ``ToList``, ``Quantile``, ...): the window's accumulator
+  is the combiner's own, held in an object column, and each window's values of a bundle are
+  folded by one ``add_inputs`` call in arrival order (the per-element driver's fold); the
+  windows, triggers and firing stay vectorised.
 
 :meth:`ColumnarDriver.supports` says whether a configuration qualifies; everything else runs
 the per-element driver (:class:`~watermarks.MultiQueryDriver` chooses per query). The bundle
@@ -156,6 +160,15 @@ def _objects(items: list) -> np.ndarray:
     return out
 
 
+def _object_array(items: list) -> np.ndarray:
+    """``items`` as a 1-d object array, each item one element (lists and tuples too, which
+    ``np.array`` would make a dimension of)."""
+    out = np.empty(len(items), object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
+
+
 def _count_of(trigger: Trigger | None) -> int | None:
     """``n`` of an ``AfterCount(n)``; 0 for no trigger; None for anything else."""
     if trigger is None:
@@ -198,16 +211,20 @@ class ColumnarDriver:
         self._fire_always = self.on_time_behavior is OnTimeBehavior.FIRE_ALWAYS
         comps = set(_components(self.combiner))
         self._needs = {c: c in comps for c in ("sum", "min", "max")}
+        #: no vectorised form of these components: each window's accumulator is the combiner's
+        #: own (column ``acc``)
+        self._objects = _own_accumulators(self.combiner)
+        self._beam = ref._beam
+        self._columns = _COLUMNS + (("acc",) if self._objects else ())
         #: an empty accumulator's result differs from the components' (Min, Max: None; Mean: no division)
         self._empty_differs = bool(comps & {"min", "max"}) or comps == {"sum", "count"}
-        self._empty_value = self.combiner.extract_output(self.combiner.create_accumulator())
+        self._empty_value = self._beam.extract_output(self._beam.create_accumulator())
         self._wm = self._now = BEGINNING_OF_TIME_MS
         self._keys: list = []
         self._codes: dict = {}
         self._seq = np.zeros(0, np.int64)         # per key code: when it got its first live window (-1: none)
         self._next_seq = 0
-        self._t = {c: np.zeros(0, bool if c in ("dirty", "after_end", "closed", "on_time") else np.int64)
-                   for c in _COLUMNS}
+        self._t = {c: self._fresh_column(c, 0) for c in self._columns}
         #: Element copies dropped because their window was past the allowed lateness.
         self.dropped_late = 0
         #: Element copies dropped because their window's trigger had finished (window closed).
@@ -233,8 +250,9 @@ class ColumnarDriver:
             return False
         if not isinstance(combiner, AggregateFunction) or getattr(combiner, "timestamped", False):
             return False
-        comps = set(_components(combiner))
-        return bool(comps) and comps <= _COMPONENTS and (comps == {"count"} or integral_values)
+        if _own_accumulators(combiner):
+            return True                  # the combiner's own accumulators, one object per window
+        return _components(combiner) == {"count"} or integral_values
 
     # -- the per-element driver's surface ---------------------------------------------------------
     @property
@@ -338,7 +356,7 @@ class ColumnarDriver:
     def add_retractions(self, elements: Iterable[tuple[Any, int]], key: Any = None) -> list[Pane]:
         """Take back earlier ``(value, event_time_ms)`` inputs (the combiner's ``uncombine``), as
         :meth:`TriggerDriver.add_retractions`."""
-        if getattr(self.combiner, "uncombine", None) is None:
+        if getattr(self._beam, "uncombine", None) is None:
             raise ArgumentTypeError(f"combiner {self.combiner!r} has no uncombine; it cannot apply retractions")
         elements = list(elements)
         times = np.array([t for _, t in elements], np.int64)
@@ -408,7 +426,9 @@ class ColumnarDriver:
         at[codes] = np.arange(n_keys)
         return at[self._t["kc"][pos]]
 
-    def _values(self, values: Any, n: int) -> np.ndarray | None:
+    def _values(self, values: Any, n: int) -> Any:
+        if self._objects:
+            return values if isinstance(values, (list, np.ndarray)) else list(values)
         if not any(self._needs.values()):
             return None                                    # Count: the values are not read
         if n == 0:
@@ -456,15 +476,17 @@ class ColumnarDriver:
         if new.any():
             src = first[new] - n_old
             fresh = {"kc": kc[src], "start": start[src]}
-            for c in _COLUMNS:
+            for c in self._columns:
                 if c not in fresh:
                     fresh[c] = self._fresh_column(c, src.size)
-            self._t = {c: np.concatenate([t[c], fresh[c]]) for c in _COLUMNS}
+            self._t = {c: np.concatenate([t[c], fresh[c]]) for c in self._columns}
         pos = np.empty(order.size, np.int64)
         pos[order] = row_of_group[group]
         return pos[n_old:]
 
     def _fresh_column(self, c: str, n: int) -> np.ndarray:
+        if c == "acc":
+            return _object_array([self._beam.create_accumulator() for _ in range(n)])
         if c == "min":
             return np.full(n, _I64.max, np.int64)
         if c == "max":
@@ -477,7 +499,9 @@ class ColumnarDriver:
         if pos.size == 0:
             return
         np.add.at(t["cnt"], pos, sign)
-        if vals is not None:
+        if self._objects:
+            self._fold_objects(pos, vals, elem, sign)
+        elif vals is not None:
             v = vals[elem]
             if self._needs["sum"]:
                 np.add.at(t["sum"], pos, v * sign)
@@ -494,6 +518,25 @@ class ColumnarDriver:
         if self._late_n:
             after = pos[~before_end]
             np.add.at(t["late"], after[t["on_time"][after]], 1)
+
+    def _fold_objects(self, pos: np.ndarray, values: Any, elem: np.ndarray, sign: int) -> None:
+        """The combiner's own fold of every copy: per window (table row), its values in arrival
+        order, one ``add_inputs`` call (``uncombine`` per value for retractions), as the
+        per-element driver folds a window's values of one bundle."""
+        order = np.argsort(pos, kind="stable")
+        rows = pos[order]
+        cut = np.flatnonzero(rows[1:] != rows[:-1]) + 1
+        firsts, lasts = np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [rows.size]]).tolist()
+        vs = [values[i] for i in elem[order].tolist()]
+        acc, beam = self._t["acc"], self._beam
+        for r, a, b in zip(rows[firsts].tolist(), firsts, lasts):
+            if sign > 0:
+                acc[r] = beam.add_inputs(acc[r], vs[a:b])
+            else:
+                x = acc[r]
+                for v in vs[a:b]:
+                    x = beam.uncombine(x, v)
+                acc[r] = x
 
     # -- firing -----------------------------------------------------------------------------------
     def _check_all(self, gc: bool) -> PaneColumns:
@@ -547,7 +590,7 @@ class ColumnarDriver:
         done = rows[finished & ~gc]
         t["closed"][done] = True
         t["dirty"][done] = False
-        self._reset(done)
+        self._reset(done, closed=True)
         if gc.any():
             self._drop(rows[gc])
         return out
@@ -556,6 +599,9 @@ class ColumnarDriver:
         t = self._t
         if rows.size == 0:
             return []
+        if self._objects:
+            extract, acc = self._beam.extract_output, t["acc"]
+            return [extract(acc[r]) for r in rows.tolist()]
         cnt = t["cnt"][rows]
         full = cnt != 0 if self._empty_differs else np.ones(rows.size, bool)
         out = [self._empty_value] * int(rows.size)
@@ -567,10 +613,15 @@ class ColumnarDriver:
                 out[i] = v
         return out
 
-    def _reset(self, rows: np.ndarray) -> None:
+    def _reset(self, rows: np.ndarray, closed: bool = False) -> None:
+        """Empty accumulators in table rows ``rows`` (``closed``: the windows finished; a
+        combiner's accumulator is then None, as the per-element driver drops it)."""
         t = self._t
         for c in ("cnt", "sum", "min", "max"):
             t[c][rows] = self._fresh_column(c, rows.size)
+        if self._objects and rows.size:
+            fresh = _object_array([None] * rows.size) if closed else self._fresh_column("acc", rows.size)
+            t["acc"][rows] = fresh
 
     def _drop(self, rows: np.ndarray) -> None:
         keep = np.ones(self._t["kc"].size, bool)
@@ -600,7 +651,8 @@ class ColumnarDriver:
 
     def to_bytes(self) -> bytes:
         """All state (every key's windows, times, counters) as bytes; deterministic for equal
-        histories of calls."""
+        histories of calls (a combiner's own accumulators as pickle writes them: objects shared
+        within them are written once)."""
         self._forget_idle_keys()
         return _MAGIC + pickle.dumps((self._reference._fingerprint(), self._wm, self._now, self.dropped_late,
                                       self.dropped_closed, self._keys, self._seq, self._next_seq, self._t),
@@ -632,13 +684,17 @@ class ColumnarDriver:
         layout = Layout()
         root = build(self.trigger, layout)
         slots = _trigger_slots(root)
-        cols: dict[str, list] = {c: [] for c in _COLUMNS}
+        cols: dict[str, list] = {c: [] for c in self._columns}
         self._keys, self._codes = [], {}
         for code, (key, rows) in enumerate(keys):
             self._keys.append(key)
             self._codes[key] = code
             for start, _end, acc, _hold, flags, next_index, trig, _panes, *_ in rows:
-                cnt, s, lo, hi = self._components_of(acc)
+                if self._objects:
+                    cols["acc"].append(acc)
+                    cnt, s, lo, hi = 0, 0, _I64.max, _I64.min
+                else:
+                    cnt, s, lo, hi = self._components_of(acc)
                 for c, v in (("kc", code), ("start", start), ("cnt", cnt), ("sum", s), ("min", lo), ("max", hi),
                              ("dirty", bool(flags & 1)), ("after_end", bool(flags & 2)),
                              ("closed", bool(flags & 4)), ("index", next_index),
@@ -646,7 +702,8 @@ class ColumnarDriver:
                              ("late", trig[slots["late"]] if "late" in slots else 0),
                              ("on_time", bool(trig[slots["on_time"]]) if "on_time" in slots else False)):
                     cols[c].append(v)
-        self._t = {c: np.array(v, bool if c in ("dirty", "after_end", "closed", "on_time") else np.int64)
+        self._t = {c: _object_array(v) if c == "acc" else
+                   np.array(v, bool if c in ("dirty", "after_end", "closed", "on_time") else np.int64)
                    for c, v in cols.items()}
         self._seq = np.arange(len(self._keys), dtype=np.int64)
         self._next_seq = len(self._keys)
@@ -670,6 +727,8 @@ class ColumnarDriver:
         for this combiner, the inverse of :meth:`_components_of`; ``None`` once closed."""
         comps = set(_components(self.combiner))
         t = self._t
+        if self._objects:
+            return [None if c else a for a, c in zip(t["acc"][rows].tolist(), t["closed"][rows].tolist())]
         cnt = t["cnt"][rows].tolist()
         if comps == {"sum", "count"}:                  # Mean: (sum, count)
             accs: list = list(zip(t["sum"][rows].tolist(), cnt))
@@ -693,6 +752,13 @@ def _components(fn: AggregateFunction) -> frozenset[str]:
     """The components ``fn``'s vectorised form names (none without one)."""
     form = getattr(fn, "vectorised", None)
     return frozenset(form.components) if form is not None else frozenset()
+
+
+def _own_accumulators(fn: AggregateFunction) -> bool:
+    """Whether ``fn`` runs on its own accumulators here: its vectorised form (if any) names a
+    component the table does not hold (``Quantile``'s sorted values) or none."""
+    comps = _components(fn)
+    return not comps or not comps <= _COMPONENTS
 
 
 def _trigger_slots(root: Any) -> dict[str, int]:

@@ -1,5 +1,6 @@
 """The vectorised driver (ColumnarDriver) against the per-element driver (TriggerDriver) as the
-reference, with hypothesis: the same panes (window, value, timing, index, first / last flags,
+reference, with hypothesis, for the component aggregations and for combiners' own accumulators
+(``ToList``, ``Median``, a user's ``Combiner`` with its own ``add_inputs``): the same panes (window, value, timing, index, first / last flags,
 timestamp, in the same order), the same drops, live windows, window states and key order, across state round
 trips and from a state the per-element driver wrote; and MultiQueryDriver's column batches against
 its one ``add`` per key."""
@@ -17,9 +18,10 @@ from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWate
 from dataflow_kafka.watermarks.columnar import ColumnarDriver
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.windows import compile_window_fn
+from dataflow_kafka.windowing.aggregations import Combined
 from dataflow_kafka.windowing import (
-    END_OF_TIME_MS, AddWindow, Count, Max, Mean, Min, RemoveWindow, SessionWindow, SlidingWindow, Sum, ToList,
-    TumblingWindow,
+    END_OF_TIME_MS, M4, AddWindow, AggregateFunction, Combiner, Count, Max, Mean, Median, Min, RemoveWindow, SessionWindow, SlidingWindow,
+    Sum, ToList, TumblingWindow,
 )
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped"),
@@ -28,7 +30,49 @@ pytestmark = [pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.Late
 WINDOWS = [TumblingWindow(20), TumblingWindow(15, 5), SlidingWindow(30, 10), SlidingWindow(25, 10, 3), SlidingWindow(10, 10)]
 TRIGGERS = [DefaultTrigger(), AfterWatermark(), AfterWatermark(early=AfterCount(1)), AfterWatermark(late=AfterCount(1)),
             AfterWatermark(early=AfterCount(2), late=AfterCount(3)), AfterWatermark(early=AfterCount(3))]
-COMBINERS = [Count, Sum, Min, Max, Mean]
+
+
+class TopTwo(Combiner):
+    """A user's combiner with its own ``add_inputs`` and a mutable accumulator (a list changed in
+    place): the two highest values, the first seen on a tie."""
+
+    def create_accumulator(self) -> list:
+        return []
+
+    def add_input(self, accumulator: list, value: int) -> list:
+        return self.add_inputs(accumulator, [value])
+
+    def add_inputs(self, accumulator: list, values) -> list:
+        accumulator += values
+        accumulator.sort(key=lambda v: -v)
+        del accumulator[2:]
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> list:
+        out: list = []
+        for a in accumulators:
+            out = self.add_inputs(out, list(a))
+        return out
+
+    def extract_output(self, accumulator: list) -> list:
+        return list(accumulator)
+
+
+class LowestText(AggregateFunction):
+    """A user's lift / combine / lower aggregation (no Combiner methods): the lowest value's text."""
+
+    def lift(self, v):
+        return str(v)
+
+    def combine(self, a, b):
+        return a if int(a) <= int(b) else b
+
+
+def count_and_list() -> Combined:              # several aggregations: one tuple accumulator per window
+    return Combined([Count(), ToList()])
+
+
+COMBINERS = [Count, Sum, Min, Max, Mean, ToList, Median, TopTwo, LowestText, count_and_list]
 
 _keys = st.sampled_from(["a", "b", 7, ("x", 1), None])
 _step = st.one_of(
@@ -98,7 +142,7 @@ def test_columnar_equals_per_element(window, trigger, mode, lateness, combiner, 
     (SessionWindow(10), DefaultTrigger(), "accumulating", Count),
     (TumblingWindow(10), AfterWatermark(early=AfterProcessingTime(5)), "accumulating", Count),
     (TumblingWindow(10), DefaultTrigger(), "accumulating_and_retracting", Count),
-    (TumblingWindow(10), DefaultTrigger(), "accumulating", ToList),
+    (TumblingWindow(10), DefaultTrigger(), "accumulating", M4),       # timestamped values
 ])
 def test_other_configurations_run_per_element(config):
     window, trigger, mode, combiner = config
@@ -124,6 +168,12 @@ def test_retractions_take_back_counts():
         d.add([(1, 3), (1, 4)], key="k")
     assert col.advance_watermark(10) == ref.advance_watermark(10)
     assert col.add_retractions([(1, 4)], key="k") == ref.add_retractions([(1, 4)], key="k")
+    lists = (compile_window_fn(TumblingWindow(10)), DefaultTrigger(), "accumulating", 100, "end_of_window", ToList())
+    ref, col = TriggerDriver(*lists), ColumnarDriver(*lists)
+    for d in (ref, col):
+        d.add([(1, 3), (2, 4), (1, 5)], key="k")
+    assert col.add_retractions([(1, 4)], key="k") == ref.add_retractions([(1, 4)], key="k")
+    assert col.advance_watermark(10) == ref.advance_watermark(10)
     mx = (compile_window_fn(TumblingWindow(10)), DefaultTrigger(), "accumulating", 0, "end_of_window", Max())
     with pytest.raises(TypeError, match="has no uncombine"):
         ColumnarDriver(*mx, integral_values=True).add_retractions([(1, 1)])
