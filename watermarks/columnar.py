@@ -59,7 +59,7 @@ from dataflow_kafka.watermarks.windows import (
 from dataflow_kafka.windowing import AggregateFunction
 from dataflow_kafka.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 
-__all__ = ["ColumnarDriver", "PaneColumns"]
+__all__ = ["ColumnarDriver", "PaneColumns", "object_array"]
 
 _MAGIC = b"DFC1"
 _COMPONENTS = frozenset(("count", "sum", "min", "max"))
@@ -160,7 +160,7 @@ def _objects(items: list) -> np.ndarray:
     return out
 
 
-def _object_array(items: list) -> np.ndarray:
+def object_array(items: list) -> np.ndarray:
     """``items`` as a 1-d object array, each item one element (lists and tuples too, which
     ``np.array`` would make a dimension of)."""
     out = np.empty(len(items), object)
@@ -486,7 +486,7 @@ class ColumnarDriver:
 
     def _fresh_column(self, c: str, n: int) -> np.ndarray:
         if c == "acc":
-            return _object_array([self._beam.create_accumulator() for _ in range(n)])
+            return object_array([self._beam.create_accumulator() for _ in range(n)])
         if c == "min":
             return np.full(n, _I64.max, np.int64)
         if c == "max":
@@ -620,7 +620,7 @@ class ColumnarDriver:
         for c in ("cnt", "sum", "min", "max"):
             t[c][rows] = self._fresh_column(c, rows.size)
         if self._objects and rows.size:
-            fresh = _object_array([None] * rows.size) if closed else self._fresh_column("acc", rows.size)
+            fresh = object_array([None] * rows.size) if closed else self._fresh_column("acc", rows.size)
             t["acc"][rows] = fresh
 
     def _drop(self, rows: np.ndarray) -> None:
@@ -702,7 +702,7 @@ class ColumnarDriver:
                              ("late", trig[slots["late"]] if "late" in slots else 0),
                              ("on_time", bool(trig[slots["on_time"]]) if "on_time" in slots else False)):
                     cols[c].append(v)
-        self._t = {c: _object_array(v) if c == "acc" else
+        self._t = {c: object_array(v) if c == "acc" else
                    np.array(v, bool if c in ("dirty", "after_end", "closed", "on_time") else np.int64)
                    for c, v in cols.items()}
         self._seq = np.arange(len(self._keys), dtype=np.int64)

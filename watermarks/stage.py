@@ -45,7 +45,7 @@ import pandas as pd
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, PaneTiming, TimestampCombiner
-from dataflow_kafka.watermarks.columnar import PaneColumns
+from dataflow_kafka.watermarks.columnar import PaneColumns, object_array
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, AggregateFunction, ToList, Window
@@ -264,12 +264,12 @@ class WindowingStage(Stage):
         widths = [len(a.spark_columns(a.name)) for a in self.aggregations]
         p = PaneColumns.concat([], []) if not parts else parts[0] if len(parts) == 1 else PaneColumns.join(parts)
         cols: dict[str, Any] = {}
-        key_col = _object_array(p.keys)[p.key] if len(p) else np.zeros(0, object)
+        key_col = object_array(p.keys)[p.key] if len(p) else np.zeros(0, object)
         if len(names) == 1:
             cols[names[0]] = key_col
         else:
             for j, n in enumerate(names):
-                cols[n] = _object_array([k[j] for k in key_col.tolist()])
+                cols[n] = object_array([k[j] for k in key_col.tolist()])
         cols["query_id"] = p.query if p.query is not None else np.full(len(p), None, object)
         cols["window_start_ms"], cols["window_end_ms"] = p.start, p.end
         cols["pane_index"] = p.index
@@ -284,14 +284,6 @@ class WindowingStage(Stage):
                        [None if v is None else list(np.atleast_1d(v).astype(float)) for v in vs] if t.startswith("array")
                        else [json_value(v) for v in vs])
         return pd.DataFrame(cols)
-
-
-def _object_array(items: list) -> np.ndarray:
-    """A 1-d object array of ``items`` (tuple keys stay elements)."""
-    out = np.empty(len(items), object)
-    for i, x in enumerate(items):
-        out[i] = x
-    return out
 
 
 def _result_columns(value: Any, widths: list[int]) -> list:
