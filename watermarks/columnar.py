@@ -117,7 +117,7 @@ class PaneColumns:
                            [p.value for p in panes], np.array([p.timestamp_ms for p in panes], np.int64),
                            np.array([p.timing.value for p in panes], np.int8), np.array([p.index for p in panes], np.int64),
                            np.array([p.is_first for p in panes], bool), np.array([p.is_last for p in panes], bool),
-                           np.array([p.is_retraction for p in panes], bool), _objects([p.query_id for p in panes]))
+                           np.array([p.is_retraction for p in panes], bool), object_array([p.query_id for p in panes]))
 
     def take(self, idx: np.ndarray) -> "PaneColumns":
         pick = idx.tolist()
@@ -152,12 +152,6 @@ class PaneColumns:
             p.key = p.key + len(keys)
             keys += list(p.keys)
         return PaneColumns.concat(keys, parts)
-
-
-def _objects(items: list) -> np.ndarray:
-    out = np.empty(len(items), object)
-    out[:] = items
-    return out
 
 
 def object_array(items: list) -> np.ndarray:
@@ -213,9 +207,9 @@ class ColumnarDriver:
         self._needs = {c: c in comps for c in ("sum", "min", "max")}
         #: no vectorised form of these components: each window's accumulator is the combiner's
         #: own (column ``acc``)
-        self._objects = _own_accumulators(self.combiner)
+        self._own_accs = _own_accumulators(self.combiner)
         self._beam = ref._beam
-        self._columns = _COLUMNS + (("acc",) if self._objects else ())
+        self._columns = _COLUMNS + (("acc",) if self._own_accs else ())
         #: an empty accumulator's result differs from the components' (Min, Max: None; Mean: no division)
         self._empty_differs = bool(comps & {"min", "max"}) or comps == {"sum", "count"}
         self._empty_value = self._beam.extract_output(self._beam.create_accumulator())
@@ -427,7 +421,7 @@ class ColumnarDriver:
         return at[self._t["kc"][pos]]
 
     def _values(self, values: Any, n: int) -> Any:
-        if self._objects:
+        if self._own_accs:
             return values if isinstance(values, (list, np.ndarray)) else list(values)
         if not any(self._needs.values()):
             return None                                    # Count: the values are not read
@@ -499,7 +493,7 @@ class ColumnarDriver:
         if pos.size == 0:
             return
         np.add.at(t["cnt"], pos, sign)
-        if self._objects:
+        if self._own_accs:
             self._fold_objects(pos, vals, elem, sign)
         elif vals is not None:
             v = vals[elem]
@@ -599,7 +593,7 @@ class ColumnarDriver:
         t = self._t
         if rows.size == 0:
             return []
-        if self._objects:
+        if self._own_accs:
             extract, acc = self._beam.extract_output, t["acc"]
             return [extract(acc[r]) for r in rows.tolist()]
         cnt = t["cnt"][rows]
@@ -619,7 +613,7 @@ class ColumnarDriver:
         t = self._t
         for c in ("cnt", "sum", "min", "max"):
             t[c][rows] = self._fresh_column(c, rows.size)
-        if self._objects and rows.size:
+        if self._own_accs and rows.size:
             fresh = object_array([None] * rows.size) if closed else self._fresh_column("acc", rows.size)
             t["acc"][rows] = fresh
 
@@ -690,7 +684,7 @@ class ColumnarDriver:
             self._keys.append(key)
             self._codes[key] = code
             for start, _end, acc, _hold, flags, next_index, trig, _panes, *_ in rows:
-                if self._objects:
+                if self._own_accs:
                     cols["acc"].append(acc)
                     cnt, s, lo, hi = 0, 0, _I64.max, _I64.min
                 else:
@@ -727,7 +721,7 @@ class ColumnarDriver:
         for this combiner, the inverse of :meth:`_components_of`; ``None`` once closed."""
         comps = set(_components(self.combiner))
         t = self._t
-        if self._objects:
+        if self._own_accs:
             return [None if c else a for a, c in zip(t["acc"][rows].tolist(), t["closed"][rows].tolist())]
         cnt = t["cnt"][rows].tolist()
         if comps == {"sum", "count"}:                  # Mean: (sum, count)
