@@ -19,7 +19,8 @@ def produce_json(bootstrap: str, topic: str, n: int, partitions: int,
     from confluent_kafka import Producer
 
     rng = random.Random(seed)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "enable.idempotence": True})   # a retry can neither reorder a partition nor duplicate
     for i in range(n):
         key, value = record(i, rng)
         kw = {} if timestamp is None else {"timestamp": timestamp(i)}

@@ -32,10 +32,11 @@ class KafkaHelper:
         return name
 
     def produce(self, topic: str, records, **conf) -> None:
-        """``records``: iterable of dicts with value, and optional key, partition, timestamp, headers."""
+        """``records``: iterable of dicts with value, and optional key, partition, timestamp, headers;
+        written once each, in order per partition (an idempotent producer: a retry cannot reorder)."""
         from confluent_kafka import Producer
 
-        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **conf})
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True, **conf})
         errors = []
         for r in records:
             kw = {k: r[k] for k in ("key", "partition", "timestamp", "headers") if r.get(k) is not None}

@@ -193,7 +193,10 @@ def produce(bootstrap: str, prefix: str, events: Sequence[Event], partitions: in
     names = {k: t for k, t in topics(prefix).items() if k in kinds}
     if create:
         create_topics(bootstrap, {t: partitions for t in names.values()}, timeout_s=15)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000, "log_level": 3})
+    # idempotent: a retried request (a slow or restarting broker) can neither reorder a partition nor
+    # write a record twice, so each partition holds the events in arrival order, once
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000, "log_level": 3,
+                  "enable.idempotence": True})
     errors: list = []
     for e in events:
         if e.kind not in names:
