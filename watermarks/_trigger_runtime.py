@@ -54,16 +54,36 @@ def _any_if_past_end(values: list, ctx: Any) -> bool:
     return any(values) and ctx.watermark >= ctx.end
 
 
+def _with_fresh(merge: Callable[[list, Any], Any], default: Any) -> Callable[[Any, Any], Any]:
+    """``merge((value, default), ctx)`` as a function of ``(value, ctx)``: what a slot becomes when
+    its window merges with a new element's fresh window. The slot kinds above reduce to one step
+    (a done bit clears, a count or deadline stays, a sequence restarts, the on-time bit needs the
+    watermark past the merged end); any other merge is called."""
+    if merge is _all and default is False:
+        return lambda v, ctx: False
+    if merge is _sum and type(default) is int and default == 0:
+        return lambda v, ctx: 0 + v + 0
+    if merge is _min_present and default is None:
+        return lambda v, ctx: v
+    if merge is _min and type(default) is int and default == 0:
+        return lambda v, ctx: min(v, 0)
+    if merge is _any_if_past_end and default is False:
+        return lambda v, ctx: bool(v) and ctx.watermark >= ctx.end
+    return lambda v, ctx: merge((v, default), ctx)
+
+
 class Layout:
     """Slot defaults and merge functions, filled while building the tree."""
 
     def __init__(self) -> None:
         self.defaults: list[Any] = []
         self.merges: list[Callable[[list, Any], Any]] = []
+        self._with_fresh: list[Callable[[Any, Any], Any]] = []
 
     def slot(self, default: Any, merge: Callable[[list, Any], Any]) -> int:
         self.defaults.append(default)
         self.merges.append(merge)
+        self._with_fresh.append(_with_fresh(merge, default))
         return len(self.defaults) - 1
 
     def fresh(self) -> list:
@@ -71,6 +91,11 @@ class Layout:
 
     def merge(self, states: list[list], ctx: Any) -> list:
         return [m(values, ctx) for m, values in zip(self.merges, zip(*states))]
+
+    def merge_fresh(self, state: list, ctx: Any) -> list:
+        """``merge([state, fresh()], ctx)``, a slot at a time without the general merge (a session
+        taking an element inside it merges with the element's window once per element)."""
+        return [f(v, ctx) for f, v in zip(self._with_fresh, state)]
 
 
 class _Node:

@@ -408,8 +408,11 @@ class TriggerDriver:
         existing = ws.keys()
         if self.window_fn.merges_overlapping_only:
             existing = [w for w in existing if w.start_ms < new.end_ms and new.start_ms < w.end_ms]
-            if len(existing) == 1 and existing[0].start_ms <= new.start_ms and new.end_ms <= existing[0].end_ms:
-                return self._merge_inside(ws, existing[0], new, renames)
+            if len(existing) == 1:
+                w = existing[0]
+                if w.start_ms <= new.start_ms and new.end_ms <= w.end_ms:
+                    return self._merge_inside(ws, w, new, renames)
+                return self._merge_one(ws, w, new, renames)
         for group, result in self.window_fn.merge_windows([*existing, new]) if existing else ():
             if any(g != new and ws[g].closed for g in group):
                 if new in group:
@@ -445,9 +448,27 @@ class TriggerDriver:
         del ws[w]
         ws[w] = st                         # the merged window goes last, as the general path puts it
         self._ctx.end = w.end_ms
-        st.trig = self._layout.merge([st.trig, self._layout.defaults], self._ctx)
+        st.trig = self._layout.merge_fresh(st.trig, self._ctx)
         st.after_end = st.after_end and self._ctx.watermark >= w.end_ms
         return w
+
+    def _merge_one(self, ws: dict, w: IntervalWindow, new: IntervalWindow, renames: dict) -> IntervalWindow | None:
+        """:meth:`_merge_new` when ``new`` overlaps one live window ``w`` and reaches beyond it (an
+        element extending a session): the general path's steps for the one group ``{w, new}``,
+        without sorting and sweeping the windows."""
+        st = ws[w]
+        if st.closed:
+            return None
+        result = w.span(new)
+        del ws[w]
+        if self._discarding and st.shown is not None:   # w changes extent (result != w)
+            st.acc = self._beam.merge_accumulators([st.shown, st.acc])
+            st.shown = None
+        renames[w] = result
+        if new != result:
+            renames[new] = result
+        ws[result] = self._merge_states([st], result, with_new=True)
+        return result
 
     def _merge_states(self, states: list[_WindowState], result: IntervalWindow, with_new: bool) -> _WindowState:
         """GroupAlsoByWindow's state merge; ``with_new``: the new element's (empty) window joins."""
@@ -456,7 +477,7 @@ class TriggerDriver:
         trigs = [s.trig for s in states] + ([self._layout.defaults] if with_new else [])
         if len(states) == 1:  # one window grows by the new element's window: keep its state
             merged = states[0]
-            merged.trig = self._layout.merge(trigs, ctx)
+            merged.trig = self._layout.merge_fresh(merged.trig, ctx) if with_new else self._layout.merge(trigs, ctx)
         else:
             merged = _WindowState(self._beam.merge_accumulators([s.acc for s in states]),
                                   self._layout.merge(trigs, ctx))

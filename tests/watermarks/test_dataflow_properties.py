@@ -217,7 +217,7 @@ def test_reference_self_check():
 
 class _SessionsMergedInFull(SessionWindowFn):
     """Sessions through the driver's general merge path: every live window of the key handed to
-    ``merge_windows`` (no shortcut for an element inside one session)."""
+    ``merge_windows`` (no shortcut for an element inside one session or extending one)."""
 
     merges_overlapping_only = False
 
@@ -232,8 +232,8 @@ dense_elements = st.lists(st.tuples(st.integers(1, 9), st.integers(0, 40), st.sa
        st.sampled_from(["discarding", "accumulating", "accumulating_and_retracting"]),
        st.sampled_from([0, 25, NO_DROPS]), st.integers(3, 15))
 def test_sessions_shortcuts_equal_the_general_merge(elems, adv, trigger, mode, lateness, gap):
-    """An element inside one session (the shortcut) and a bundle's chain of merges (renames
-    followed once) give the panes, drops and state bytes of the general path."""
+    """An element inside one session or extending one (the shortcuts) and a bundle's chain of
+    merges (renames followed once) give the panes, drops and state bytes of the general path."""
     steps = steps_for(elems, adv)
     fast, general = make(SessionWindowFn(gap), trigger, mode, lateness), make(_SessionsMergedInFull(gap), trigger,
                                                                              mode, lateness)

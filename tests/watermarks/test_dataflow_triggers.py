@@ -10,6 +10,8 @@ import pickle
 import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow_kafka.watermarks import (
     GLOBAL_WINDOW, AfterAll, AfterAny, AfterCount, AfterEach, AfterProcessingTime, AfterWatermark, DefaultTrigger,
@@ -18,6 +20,8 @@ from dataflow_kafka.watermarks import (
 from dataflow_kafka.windowing import END_OF_TIME_MS, GlobalWindow, SessionWindow, Sum, TumblingWindow
 from dataflow_kafka.watermarks.transcript import run_transcript
 from dataflow_kafka.watermarks.triggers import finishes
+
+from tests.suite import examples
 
 #: late drops are expected here and counted; the warning itself is tested in test_dataflow_beam_rules.py
 pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
@@ -262,3 +266,43 @@ def test_bad_triggers_are_rejected_naming_the_value(make, message):
 )
 def test_finishes(trigger, kind):
     assert finishes(trigger) == kind
+
+
+_TREES = [
+    DefaultTrigger(), AfterCount(2), AfterProcessingTime(5), AfterWatermark(),
+    AfterWatermark(early=AfterCount(1), late=AfterCount(1)),
+    AfterWatermark(early=AfterProcessingTime(7), late=AfterCount(2)),
+    Repeatedly(AfterAny(AfterCount(3), AfterProcessingTime(5))),
+    AfterEach(OrFinally(Repeatedly(AfterProcessingTime(4)), AfterWatermark()), Repeatedly(AfterWatermark())),
+    AfterAll(AfterCount(2), AfterWatermark(late=AfterCount(1))),
+]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.sampled_from(_TREES),
+       st.lists(st.tuples(st.sampled_from(["element", "fire", "reset"]), st.integers(0, 30), st.integers(0, 30)),
+                max_size=12),
+       st.integers(0, 30), st.integers(0, 30))
+def test_merging_with_a_fresh_window_equals_the_general_merge(trigger, steps, watermark, end):
+    """``Layout.merge_fresh`` (a session taking an element inside it) gives, slot by slot and type
+    by type, what the general merge with the new element's fresh window gives, for trigger states
+    reached by elements, firings and resets at any time."""
+    from dataflow_kafka.watermarks._trigger_runtime import Layout, build
+    from dataflow_kafka.watermarks.driver import _Ctx
+
+    layout = Layout()
+    root = build(trigger, layout)
+    s, ctx = layout.fresh(), _Ctx()
+    ctx.now = 0
+    for op, wm, e in steps:
+        ctx.watermark, ctx.end, ctx.now = wm, e, ctx.now + 1
+        if op == "element":
+            root.on_element(s, ctx)
+        elif op == "fire":
+            if root.should_fire(s, ctx):
+                root.fire(s, ctx)
+        else:
+            root.reset(s)
+    ctx.watermark, ctx.end = watermark, end
+    fast, general = layout.merge_fresh(s, ctx), layout.merge([s, layout.defaults], ctx)
+    assert [(type(v), v) for v in fast] == [(type(v), v) for v in general]
