@@ -54,22 +54,23 @@ def _any_if_past_end(values: list, ctx: Any) -> bool:
     return any(values) and ctx.watermark >= ctx.end
 
 
-def _with_fresh(merge: Callable[[list, Any], Any], default: Any) -> Callable[[Any, Any], Any]:
-    """``merge((value, default), ctx)`` as a function of ``(value, ctx)``: what a slot becomes when
-    its window merges with a new element's fresh window. The slot kinds above reduce to one step
-    (a done bit clears, a count or deadline stays, a sequence restarts, the on-time bit needs the
-    watermark past the merged end); any other merge is called."""
+def _with_fresh(i: int, merge: Callable[[list, Any], Any], default: Any) -> str:
+    """Slot ``i``'s ``merge((s[i], default), ctx)`` as a Python expression of ``s`` and ``ctx``: what
+    the slot becomes when its window merges with a new element's fresh window. The slot kinds
+    above reduce to one step (a done bit clears, a count or deadline stays, a sequence restarts,
+    the on-time bit needs the watermark past the merged end); any other merge is called
+    (``merge_i`` and ``default_i`` in the expression's namespace)."""
     if merge is _all and default is False:
-        return lambda v, ctx: False
+        return "False"
     if merge is _sum and type(default) is int and default == 0:
-        return lambda v, ctx: 0 + v + 0
+        return f"0 + s[{i}] + 0"
     if merge is _min_present and default is None:
-        return lambda v, ctx: v
+        return f"s[{i}]"
     if merge is _min and type(default) is int and default == 0:
-        return lambda v, ctx: min(v, 0)
+        return f"min(s[{i}], 0)"
     if merge is _any_if_past_end and default is False:
-        return lambda v, ctx: bool(v) and ctx.watermark >= ctx.end
-    return lambda v, ctx: merge((v, default), ctx)
+        return f"(bool(s[{i}]) and ctx.watermark >= ctx.end)"
+    return f"merge_{i}((s[{i}], default_{i}), ctx)"
 
 
 class Layout:
@@ -78,13 +79,16 @@ class Layout:
     def __init__(self) -> None:
         self.defaults: list[Any] = []
         self.merges: list[Callable[[list, Any], Any]] = []
-        self._with_fresh: list[Callable[[Any, Any], Any]] = []
+        self._merge_fresh: Callable[[list, Any], list] | None = None
 
     def slot(self, default: Any, merge: Callable[[list, Any], Any]) -> int:
         self.defaults.append(default)
         self.merges.append(merge)
-        self._with_fresh.append(_with_fresh(merge, default))
+        self._merge_fresh = None
         return len(self.defaults) - 1
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_merge_fresh": None}    # compiled again where it is unpickled
 
     def fresh(self) -> list:
         return list(self.defaults)
@@ -93,9 +97,15 @@ class Layout:
         return [m(values, ctx) for m, values in zip(self.merges, zip(*states))]
 
     def merge_fresh(self, state: list, ctx: Any) -> list:
-        """``merge([state, fresh()], ctx)``, a slot at a time without the general merge (a session
-        taking an element inside it merges with the element's window once per element)."""
-        return [f(v, ctx) for f, v in zip(self._with_fresh, state)]
+        """``merge([state, fresh()], ctx)`` in one list display compiled for this layout (a
+        session taking an element merges with the element's window once per element)."""
+        if self._merge_fresh is None:
+            names = {}
+            for i, (m, d) in enumerate(zip(self.merges, self.defaults)):
+                names[f"merge_{i}"], names[f"default_{i}"] = m, d
+            slots = ", ".join(_with_fresh(i, m, d) for i, (m, d) in enumerate(zip(self.merges, self.defaults)))
+            self._merge_fresh = eval(f"lambda s, ctx: [{slots}]", names)  # noqa: S307 - our own expressions
+        return self._merge_fresh(state, ctx)
 
 
 class _Node:

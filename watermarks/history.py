@@ -44,8 +44,8 @@ def elements_per_key(n: int, rows: np.ndarray, values: Sequence[Any], times: np.
     """``[(value, time)]`` of each of ``n`` keys (``rows``: each element's key index), in arrival order."""
     order = np.argsort(rows, kind="stable")
     bounds = np.searchsorted(rows[order], np.arange(n + 1)).tolist()
-    vs, ts = [values[i] for i in order.tolist()], times[order].tolist()
-    return [list(zip(vs[bounds[i]:bounds[i + 1]], ts[bounds[i]:bounds[i + 1]])) for i in range(n)]
+    pairs = list(zip([values[i] for i in order.tolist()], times[order].tolist()))
+    return [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 class ElementHistory:
