@@ -284,16 +284,16 @@ _TREES = [
                 max_size=12),
        st.integers(0, 30), st.integers(0, 30))
 def test_merging_with_a_fresh_window_equals_the_general_merge(trigger, steps, watermark, end):
-    """``Layout.merge_fresh`` (a session taking an element inside it) gives, slot by slot and type
-    by type, what the general merge with the new element's fresh window gives, for trigger states
-    reached by elements, firings and resets at any time."""
+    """``Layout.merge_fresh`` (a session taking an element inside it or extending it) gives, slot by
+    slot and type by type, what the general merge with the new element's fresh window gives, for
+    trigger states reached by elements, firings and resets at any time."""
+    from types import SimpleNamespace
+
     from dataflow_kafka.watermarks._trigger_runtime import Layout, build
-    from dataflow_kafka.watermarks.driver import _Ctx
 
     layout = Layout()
     root = build(trigger, layout)
-    s, ctx = layout.fresh(), _Ctx()
-    ctx.now = 0
+    s, ctx = layout.fresh(), SimpleNamespace(watermark=0, now=0, end=0)
     for op, wm, e in steps:
         ctx.watermark, ctx.end, ctx.now = wm, e, ctx.now + 1
         if op == "element":
