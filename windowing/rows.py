@@ -161,7 +161,7 @@ def plain_value(v: Any) -> Any:
 def json_value(v: Any) -> str:
     """A result value as JSON text (tuples as arrays; numpy scalars as numbers; else its repr)."""
     try:
-        return json.dumps(v.tolist() if isinstance(v, np.ndarray) else v, default=_plain, allow_nan=True)
+        return _ENCODE(v.tolist() if isinstance(v, np.ndarray) else v)
     except (TypeError, ValueError):
         return json.dumps(repr(v))
 
@@ -170,6 +170,11 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     raise TypeError
+
+
+#: ``json.dumps(v, default=_plain, allow_nan=True)`` without building an encoder per call (what
+#: ``json.dumps`` does for any non-default argument): the same text, one encoder for every pane
+_ENCODE = json.JSONEncoder(default=_plain, allow_nan=True).encode
 
 
 def window_command(text: str, stage_name: str | None) -> tuple[WindowCommand | None, str | None]:

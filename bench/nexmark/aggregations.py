@@ -49,7 +49,7 @@ class ArgMax(Combiner):
 
     def _identity(self, entry: dict) -> str:
         fields = self.key if self.key is not None else sorted(entry)
-        return json.dumps([entry.get(f) for f in fields], separators=(",", ":"))
+        return _COMPACT([entry.get(f) for f in fields])
 
     # accumulator: [highest value or None, {identity: entry}] holding only entries at the highest value
     def create_accumulator(self) -> list:
@@ -110,6 +110,9 @@ class ArgMax(Combiner):
 
 
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())
+#: ``json.dumps(v, separators=(",", ":"))`` with one encoder (``json.dumps`` builds one per call
+#: for any non-default argument)
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _parse(text: str | bytes) -> Any:
