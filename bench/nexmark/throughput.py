@@ -602,6 +602,13 @@ def _phase_ms(progress: list[dict]) -> dict:
             for phase in PHASES}
 
 
+def spark_kafka_missing() -> str:
+    """Why Spark's Kafka connector is not on the session (what resolves it)."""
+    from bench import spark_kafka
+
+    return spark_kafka.missing_message()
+
+
 def session_extra(parser: argparse.ArgumentParser, conf: list[str]) -> tuple[dict[str, str], str]:
     """The harness's extra Spark settings and the native arms' connector: Spark's Kafka connector
     when it is resolved (else our source's data rows), every batch's progress kept for the timing,
@@ -697,10 +704,12 @@ def main(argv=None) -> None:
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:
+            native_note = "" if connector == "kafka" else f" (not Spark's connector: {spark_kafka_missing()})"
             print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "
                   f"load {min((r['load_before'] for r in h.rows), default=0):.1f}-"
                   f"{max((r['load_after'] for r in h.rows), default=0):.1f}; events/CPU-s = bids / {BID_SHARE} "
-                  f"(a join's persons and auctions / {JOIN_SHARE}) per CPU-second of Spark's JVM, Python workers and driver:\n")
+                  f"(a join's persons and auctions / {JOIN_SHARE}) per CPU-second of Spark's JVM, Python workers and driver; "
+                  f"Spark's native queries on format({connector!r}){native_note}:\n")
             print(h.table())
             if h.rows:
                 h.write_csv(a.csv)
