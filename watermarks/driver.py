@@ -474,11 +474,12 @@ class TriggerDriver:
         """GroupAlsoByWindow's state merge; ``with_new``: the new element's (empty) window joins."""
         ctx = self._ctx
         ctx.end = result.end_ms
-        trigs = [s.trig for s in states] + ([self._layout.defaults] if with_new else [])
         if len(states) == 1:  # one window grows by the new element's window: keep its state
             merged = states[0]
-            merged.trig = self._layout.merge_fresh(merged.trig, ctx) if with_new else self._layout.merge(trigs, ctx)
+            merged.trig = (self._layout.merge_fresh(merged.trig, ctx) if with_new
+                           else self._layout.merge([merged.trig], ctx))
         else:
+            trigs = [s.trig for s in states] + ([self._layout.defaults] if with_new else [])
             merged = _WindowState(self._beam.merge_accumulators([s.acc for s in states]),
                                   self._layout.merge(trigs, ctx))
             pick = min if self._earliest else max  # Beam merges element holds by the combiner

@@ -602,13 +602,6 @@ def _phase_ms(progress: list[dict]) -> dict:
             for phase in PHASES}
 
 
-def spark_kafka_missing() -> str:
-    """Why Spark's Kafka connector is not on the session (what resolves it)."""
-    from bench import spark_kafka
-
-    return spark_kafka.missing_message()
-
-
 def session_extra(parser: argparse.ArgumentParser, conf: list[str]) -> tuple[dict[str, str], str]:
     """The harness's extra Spark settings and the native arms' connector: Spark's Kafka connector
     when it is resolved (else our source's data rows), every batch's progress kept for the timing,
@@ -688,6 +681,7 @@ def main(argv=None) -> None:
     sizes = [int(x) for x in a.batch_sizes.split(",") if x]
 
     from dataflow_kafka.brokers import kafka_broker
+    from bench import spark_kafka
     from dataflow_kafka.datasource.session import spark_session
 
     extra, connector = session_extra(p, a.conf)
@@ -704,7 +698,7 @@ def main(argv=None) -> None:
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:
-            native_note = "" if connector == "kafka" else f" (not Spark's connector: {spark_kafka_missing()})"
+            native_note = "" if connector == "kafka" else f" (not Spark's connector: {spark_kafka.missing_message()})"
             print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "
                   f"load {min((r['load_before'] for r in h.rows), default=0):.1f}-"
                   f"{max((r['load_after'] for r in h.rows), default=0):.1f}; events/CPU-s = bids / {BID_SHARE} "
