@@ -20,7 +20,7 @@ import pandas as pd
 
 from dataflow_kafka.keygroups.computed import Computed, evaluate
 from dataflow_kafka.keygroups.contract import KIND_DATA, conform
-from dataflow_kafka.keygroups.operator import OperatorSpec, run_key_group
+from dataflow_kafka.keygroups.operator import OperatorSpec, StateLog, run_key_group
 from dataflow_kafka.keygroups.plan import ingest_columns, plain_column
 from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN, MARKER_KINDS, key_groups_of
 from dataflow_kafka.keygroups.stage import StageLogic, group_ids_of, key_columns_of, router_of
@@ -31,10 +31,12 @@ __all__ = ["run_chain_local", "groups_of_columns", "by_key_group", "ingest_frame
 
 
 def run_chain_local(df: pd.DataFrame, specs: Sequence[OperatorSpec], states: list[dict[int, bytes]],
-                    head: bool = False) -> pd.DataFrame:
+                    head: bool = False, logs: list[dict[int, StateLog]] | None = None) -> pd.DataFrame:
     """One micro-batch (a frame of the row contract) through a chain's operators ``specs``;
     ``states``: per operator ``{key group: state bytes}``, updated. ``head``: ``df`` is a
-    multi-input first operator's tagged input (:func:`keygroups.fan_in.tag_frame`)."""
+    multi-input first operator's tagged input (:func:`keygroups.fan_in.tag_frame`). ``logs``:
+    per operator ``{key group: StateLog}`` (created where missing) to keep the stages'
+    append-only parts in, as the Spark processor does (None: all in the bytes)."""
     for j, spec in enumerate(specs):
         first = spec.stages[0]
         n = first.num_key_groups
@@ -49,7 +51,8 @@ def run_chain_local(df: pd.DataFrame, specs: Sequence[OperatorSpec], states: lis
             groups = groups_of_columns(df, key_columns_of(first), n)
         outs = []
         for kg, rows in by_key_group(df, groups, n, group_ids_of(first)):
-            out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg))
+            log = None if logs is None else logs[j].setdefault(kg, StateLog())
+            out, states[j][kg] = run_key_group(spec, kg, rows, states[j].get(kg), log)
             if out is not None and len(out):
                 outs.append(out)
         df = conform(outs, spec.output_columns())

@@ -15,6 +15,12 @@ new modifications (key group 0 only: the next operator's routing copies them to 
 the last stage's data rows, the pass-on rows (errors, reports), the stages' ``dropped`` rows, one
 ``metrics`` row per stage (:mod:`keygroups.metrics`: watermarks, counts, and the stage's own
 counters), and one punctuation row carrying the last stage's output low watermark.
+
+**State.** A key group's state is one ``bytes`` value (magic, token, payload), and, when the
+caller gives a :class:`StateLog` (the Spark processor: a map state beside the value), the
+stages' append-only parts as segments in that log (:meth:`~keygroups.stage.StageLogic.dump_state_logged`:
+a Dataflow stage's element history, each element written once instead of once per batch it
+stays). Without a log everything is in the bytes (the local runner, :func:`load_operator_state`).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from dataflow_kafka.keygroups.routing import KEY_GROUP_COLUMN
 from dataflow_kafka.keygroups.stage import INPUT_COLUMN, PythonRouter, StageLogic, StageInput, StageOutput, router_of
 from dataflow_kafka.errors import FusionError, InvalidArgumentError
 
-__all__ = ["OperatorSpec", "OperatorState", "run_key_group", "load_operator_state"]
+__all__ = ["OperatorSpec", "OperatorState", "StateLog", "run_key_group", "load_operator_state"]
 
 _MAGIC = b"KGO1"
 _TOKEN = 16
@@ -98,6 +104,26 @@ class OperatorState:
     emitted: int = 0             # data rows emitted (offset of the next data row)
 
 
+class StateLog:
+    """Where a key group's stages keep their append-only parts: segments by ``(stage index,
+    segment id)``. This one holds them in a dict (tests, tools); the Spark processor's is its map
+    state (:class:`keygroups.processor.StageProcessor`). :meth:`read` is called only when the key
+    group's live state is not cached in the process; :meth:`write` once per batch."""
+
+    def __init__(self, segments: dict[tuple[int, int], bytes] | None = None) -> None:
+        self.segments = dict(segments or {})
+
+    def read(self) -> dict[tuple[int, int], bytes]:
+        """Every segment held."""
+        return dict(self.segments)
+
+    def write(self, new: dict[tuple[int, int], bytes], dropped: list[tuple[int, int]]) -> None:
+        """Delete ``dropped``, then add ``new``."""
+        for k in dropped:
+            self.segments.pop(k, None)
+        self.segments.update(new)
+
+
 def _new_tracker(spec: OperatorSpec) -> PunctuationTracker | InputWatermarks:
     if spec.inputs:
         return InputWatermarks(spec.inputs, spec.idle_timeout_ms, dict(spec.expected))
@@ -108,11 +134,12 @@ def _new_state(spec: OperatorSpec) -> OperatorState:
     return OperatorState(_new_tracker(spec), [s.new_state() for s in spec.stages], [None] * len(spec.stages))
 
 
-def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
-    """The state in ``blob`` (magic, token, payload). If this process dumped exactly that state
-    (same token) its live objects are *taken* from the cache: an attempt that fails after
-    mutating them leaves no entry, and a dump that was never committed has a token the state
-    store does not hold, so a retry or replay always starts from the committed bytes."""
+def _load(spec: OperatorSpec, blob: bytes | None, log: StateLog | None = None) -> OperatorState:
+    """The state in ``blob`` (magic, token, payload; with its segments in ``log`` if it was
+    written with one). If this process dumped exactly that state (same token) its live objects
+    are *taken* from the cache: an attempt that fails after mutating them leaves no entry, and a
+    dump that was never committed has a token the state store does not hold, so a retry or replay
+    always starts from the committed bytes (and the committed log: Spark commits both at once)."""
     if blob is None:
         return _new_state(spec)
     blob = bytes(blob)
@@ -122,25 +149,46 @@ def _load(spec: OperatorSpec, blob: bytes | None) -> OperatorState:
     cached = _CACHE.pop(blob[4:4 + _TOKEN], None)
     if cached is not None:
         return cached
-    tracker, stage_blobs, out_wms, last, seq, emitted = pickle.loads(blob[4 + _TOKEN:])
+    tracker, stage_blobs, out_wms, last, seq, emitted, *rest = pickle.loads(blob[4 + _TOKEN:])
     if len(stage_blobs) != len(spec.stages):
         raise InvalidArgumentError(f"stage operator {spec.name!r}: the checkpoint holds {len(stage_blobs)} stage "
                          f"states, the pipeline has {len(spec.stages)} stages here (pipeline changed?)")
-    states = [s.load_state(b) for s, b in zip(spec.stages, stage_blobs)]
+    if rest and rest[0]:                # written with a log
+        if log is None:
+            raise InvalidArgumentError(f"stage operator {spec.name!r}: this key group state keeps its stages' "
+                                       "append-only parts in a log (the map state 'log'); read it with that log")
+        per_stage: list[dict[int, bytes]] = [{} for _ in spec.stages]
+        for (i, j), segment in log.read().items():
+            if 0 <= i < len(per_stage):
+                per_stage[i][j] = bytes(segment)
+        states = [s.load_state_logged(b, seg) for s, b, seg in zip(spec.stages, stage_blobs, per_stage)]
+    else:
+        states = [s.load_state(b) for s, b in zip(spec.stages, stage_blobs)]
     tracker = (InputWatermarks if spec.inputs else PunctuationTracker).from_bytes(tracker)
     return OperatorState(tracker, states, list(out_wms), last, seq, emitted)
 
 
-def load_operator_state(spec: OperatorSpec, blob: bytes) -> OperatorState:
-    """A key group's committed state read from its bytes (never from this process's cache): what
-    :func:`keygroups.state_view.read_state` shows of a stopped query."""
+def load_operator_state(spec: OperatorSpec, blob: bytes, log: StateLog | None = None) -> OperatorState:
+    """A key group's committed state read from its bytes and ``log`` (never from this process's
+    cache): what :func:`keygroups.state_view.read_state` shows of a stopped query."""
     _CACHE.pop(bytes(blob)[4:4 + _TOKEN], None)
-    return _load(spec, blob)
+    return _load(spec, blob, log)
 
 
-def _dump(spec: OperatorSpec, st: OperatorState) -> bytes:
-    payload = pickle.dumps((st.tracker.to_bytes(), [s.dump_state(x) for s, x in zip(spec.stages, st.states)],
-                            st.out_watermarks, st.last_control_offset, st.seq, st.emitted), protocol=5)
+def _dump(spec: OperatorSpec, st: OperatorState, log: StateLog | None = None) -> bytes:
+    if log is None:
+        stage_blobs = [s.dump_state(x) for s, x in zip(spec.stages, st.states)]
+    else:
+        stage_blobs, new, dropped = [], {}, []
+        for i, (s, x) in enumerate(zip(spec.stages, st.states)):
+            b, s_new, s_dropped = s.dump_state_logged(x)
+            stage_blobs.append(b)
+            new.update({(i, j): v for j, v in s_new.items()})
+            dropped += [(i, j) for j in s_dropped]
+        if new or dropped:
+            log.write(new, dropped)
+    payload = pickle.dumps((st.tracker.to_bytes(), stage_blobs, st.out_watermarks, st.last_control_offset, st.seq,
+                            st.emitted, log is not None), protocol=5)
     token = os.urandom(_TOKEN)
     _CACHE[token] = st
     while len(_CACHE) > _CACHE_SIZE:
@@ -226,10 +274,11 @@ def unclaimed_command(mod: Modification, claims: tuple) -> str | None:
     return None
 
 
-def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: bytes | None
-                  ) -> tuple[pd.DataFrame | None, bytes]:
-    """One micro-batch of one key group: ``(output rows or None, new state blob)``."""
-    st = _load(spec, blob)
+def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: bytes | None,
+                  log: StateLog | None = None) -> tuple[pd.DataFrame | None, bytes]:
+    """One micro-batch of one key group: ``(output rows or None, new state blob)``; with ``log``,
+    the stages' append-only parts are read from and written to it (module docstring)."""
+    st = _load(spec, blob, log)
     split = split_rows(pdf)
     pt = split.processing_time_ms
     mods = [m for m in split.modifications
@@ -311,4 +360,4 @@ def run_key_group(spec: OperatorSpec, key_group: int, pdf: pd.DataFrame, blob: b
                                   "offset": st.seq, "punctuation_ms": st.out_watermarks[-1],
                                   "processing_time_ms": pt}]))
     out_frame = conform(frames, spec.output_columns())
-    return out_frame, _dump(spec, st)
+    return out_frame, _dump(spec, st, log)

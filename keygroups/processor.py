@@ -1,8 +1,10 @@
 """The ``transformWithStateInPandas`` processor of a stage operator, and :func:`deferred`.
 
-:class:`StageProcessor` holds one binary value state per key group and calls the pure
-:func:`keygroups.operator.run_key_group` once per key group and micro-batch (state read once,
-written once). :class:`keygroups.Pipeline` builds it; use ``timeMode="None"``: Spark's own
+:class:`StageProcessor` holds one binary value state per key group (``operator``) and a map
+state (``log``: the stages' append-only parts as segments, :class:`keygroups.operator.StateLog`)
+and calls the pure :func:`keygroups.operator.run_key_group` once per key group and micro-batch
+(the value read once and written once; segments read only when the process has not the key
+group's live state, each written once). :class:`keygroups.Pipeline` builds it; use ``timeMode="None"``: Spark's own
 event-time mode would drop rows behind Spark's watermark before the stage sees them, and the
 stages' late-data policies need them. Time comes only from rows (punctuations and the
 processing time recorded in the source's offsets), so a replayed micro-batch gives the same output.
@@ -14,7 +16,7 @@ from typing import Iterator
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from dataflow_kafka.errors import ArgumentTypeError
 
@@ -35,6 +37,7 @@ class StageProcessor(StatefulProcessor):
         from dataflow_kafka.collector import freeze_worker_heap
 
         self._state = handle.getValueState("operator", _OPERATOR_STATE)
+        self._log = _MapStateLog(handle.getMapState("log", _LOG_KEY, _LOG_VALUE))
         freeze_worker_heap()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
@@ -50,7 +53,7 @@ class StageProcessor(StatefulProcessor):
                 pdf = pd.concat(list(rows), ignore_index=True)
             stored = self._state.get()
             blob = None if stored is None or stored[0] is None else bytes(stored[0])
-            out, blob = run_key_group(self.spec, int(key[0]), pdf, blob)
+            out, blob = run_key_group(self.spec, int(key[0]), pdf, blob, self._log)
             self._state.update((blob,))
         if out is not None and len(out):
             yield out
@@ -60,6 +63,24 @@ class StageProcessor(StatefulProcessor):
 
 
 _OPERATOR_STATE = StructType([StructField("blob", BinaryType())])
+_LOG_KEY = StructType([StructField("stage", IntegerType()), StructField("segment", LongType())])
+_LOG_VALUE = StructType([StructField("data", BinaryType())])
+
+
+class _MapStateLog:
+    """A :class:`keygroups.operator.StateLog` in a ``transformWithStateInPandas`` map state."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    def read(self) -> dict[tuple[int, int], bytes]:
+        return {(int(k[0]), int(k[1])): bytes(v[0]) for k, v in self._state.iterator()}
+
+    def write(self, new: dict[tuple[int, int], bytes], dropped: list[tuple[int, int]]) -> None:
+        for k in dropped:
+            self._state.removeKey(k)
+        for k, v in new.items():
+            self._state.updateValue(k, (v,))
 
 
 def deferred(processor):

@@ -250,6 +250,19 @@ class StageLogic(ABC):
         """The state :meth:`dump_state` wrote (default: unpickled)."""
         return pickle.loads(bytes(blob))
 
+    def dump_state_logged(self, state: Any) -> tuple[bytes, dict[int, bytes], list[int]]:
+        """A key group's state as bytes without its append-only part, and that part's changes since
+        the last call as a log: ``(bytes, new segments {id: bytes}, ids of segments to delete)``.
+        On Spark the bytes go to the key group's value state and the segments to a map state, so
+        a part that only grows is written once, not every batch (:mod:`keygroups.operator`).
+        Default: no log (:meth:`dump_state`)."""
+        return self.dump_state(state), {}, []
+
+    def load_state_logged(self, blob: bytes, segments: dict[int, bytes]) -> Any:
+        """The state :meth:`dump_state_logged` wrote, with every segment not deleted (default:
+        :meth:`load_state`)."""
+        return self.load_state(blob)
+
     def describe_state(self, state: Any) -> Any:
         """What a key group's state holds, for people (:func:`keygroups.state_view.read_state`):
         one row per item (:func:`keygroups.state_view.state_item`: ``item`` such as ``window``,

@@ -2,12 +2,13 @@
 records and watermarks.
 
 Each stage operator keeps one Spark value state per key group (``operator``: the key group's
-tracker, its stages' states and output watermarks, :mod:`keygroups.operator`). Spark's state data
-source reads it (``spark.read.format("statestore").option("operatorId", k)
-.option("stateVarName", "operator").load(checkpoint)``: one row per key group, the state as
-bytes); :func:`read_state` does that for every operator of the checkpoint, decodes each key
-group's state with the pipeline's stages and asks each stage to describe its part
-(:meth:`keygroups.Stage.describe_state`).
+tracker, its stages' states and output watermarks, :mod:`keygroups.operator`) and a map state
+(``log``: the stages' append-only parts, such as a Dataflow stage's element history, as
+segments). Spark's state data source reads them (``spark.read.format("statestore")
+.option("operatorId", k).option("stateVarName", "operator").load(checkpoint)``: one row per key
+group, the state as bytes; ``"log"``: one row per segment); :func:`read_state` does that for
+every operator of the checkpoint, decodes each key group's state with the pipeline's stages and
+asks each stage to describe its part (:meth:`keygroups.Stage.describe_state`).
 
 Which Spark operator is which: Spark numbers stateful operators from the sink towards the source;
 each key group's tracker names the senders of its punctuations (Kafka partitions ``topic-p`` for
@@ -27,6 +28,7 @@ inside the bytes: the windows, slices and held records come from the stages (thi
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +36,14 @@ import numpy as np
 import pandas as pd
 
 from dataflow_kafka.errors import InvalidArgumentError
-from dataflow_kafka.keygroups.operator import OperatorSpec, load_operator_state
+from dataflow_kafka.keygroups.operator import OperatorSpec, StateLog, load_operator_state
 from dataflow_kafka.keygroups.punctuation import InputWatermarks
 
 __all__ = ["StateView", "read_state", "local_state", "describe_operator", "state_item", "concat_rows", "ITEM_COLUMNS",
            "ROW_COLUMNS"]
 
 STATE_NAME = "operator"            # the value state every StageProcessor keeps (keygroups.processor)
+LOG_NAME = "log"                   # ... and its map state of segments
 ITEM_COLUMNS = ["operator", "stage", "key_group", "key", "item", "query_id", "start_ms", "end_ms", "count",
                 "detail"]
 ROW_COLUMNS = ITEM_COLUMNS[3:-1]   # what a stage's description gives besides its detail fields
@@ -191,11 +194,13 @@ def _senders(state) -> dict[str, Any]:
     return tracker.source_punctuations()
 
 
-def describe_operator(spec: OperatorSpec, key_group: int, blob: bytes) -> tuple[list[pd.DataFrame], list[dict]]:
-    """One key group's committed state of operator ``spec``: its stages' descriptions (frames of
-    :data:`ROW_COLUMNS` and detail fields, with ``operator``, ``stage`` and ``key_group``) and
-    its watermark rows (:class:`StateView`'s columns)."""
-    st = load_operator_state(spec, blob)
+def describe_operator(spec: OperatorSpec, key_group: int, blob: bytes, log: StateLog | None = None
+                      ) -> tuple[list[pd.DataFrame], list[dict]]:
+    """One key group's committed state of operator ``spec`` (its value and, if it was written
+    with one, its log): its stages' descriptions (frames of :data:`ROW_COLUMNS` and detail
+    fields, with ``operator``, ``stage`` and ``key_group``) and its watermark rows
+    (:class:`StateView`'s columns)."""
+    st = load_operator_state(spec, blob, log)
     op = " > ".join(str(s.name) for s in spec.stages)
     items: list[pd.DataFrame] = []
     marks: list[dict] = []
@@ -234,7 +239,7 @@ def _expected_upstreams(pipeline: Any, fuse: bool) -> list[tuple[OperatorSpec, s
     return out
 
 
-def _match(expected: list[tuple[OperatorSpec, set]], decoded: dict[int, list[tuple[int, bytes]]]
+def _match(expected: list[tuple[OperatorSpec, set]], decoded: dict[int, list[tuple[int, bytes, StateLog | None]]]
            ) -> dict[int, OperatorSpec]:
     """Spark operator id -> the spec it runs, read from each operator's senders (module docstring)."""
     names = {spec.name for spec, _ in expected}
@@ -243,7 +248,7 @@ def _match(expected: list[tuple[OperatorSpec, set]], decoded: dict[int, list[tup
         fits, senders = [], {}
         for spec, ups in expected:
             try:
-                st = load_operator_state(spec, rows[0][1])       # the stage count and codecs must fit
+                st = load_operator_state(spec, rows[0][1], rows[0][2])   # the stage count and codecs must fit
             except Exception:  # noqa: BLE001 - another operator's state: not this spec
                 continue
             senders = _senders(st)
@@ -258,13 +263,14 @@ def _match(expected: list[tuple[OperatorSpec, set]], decoded: dict[int, list[tup
     return out
 
 
-def _view(operators: list[tuple[OperatorSpec, list[tuple[int, bytes]]]], batch_id: int | None) -> StateView:
-    """The view of every operator's key-group states, in the order given."""
+def _view(operators: list[tuple[OperatorSpec, list[tuple[int, bytes, StateLog | None]]]], batch_id: int | None
+          ) -> StateView:
+    """The view of every operator's key-group states (value, log), in the order given."""
     frames: list[pd.DataFrame] = []
     marks: list[dict] = []
     for spec, groups in operators:
-        for kg, blob in groups:
-            its, ms = describe_operator(spec, kg, blob)
+        for kg, blob, log in groups:
+            its, ms = describe_operator(spec, kg, blob, log)
             frames += its
             marks += ms
     every = concat_rows(frames) if frames else pd.DataFrame(columns=ITEM_COLUMNS[:-1])
@@ -286,7 +292,8 @@ def local_state(pipeline: Any, states: dict[str, dict[int, bytes]], fuse: bool =
     if unknown:
         raise InvalidArgumentError(f"local_state: operators {sorted(unknown)} are not this pipeline's "
                                    f"({[s.name for s in specs]}; run with the same fuse=?)")
-    return _view([(spec, sorted(states.get(spec.name, {}).items())) for spec in specs], None)
+    return _view([(spec, [(kg, b, None) for kg, b in sorted(states.get(spec.name, {}).items())]) for spec in specs],
+                 None)
 
 
 def read_state(checkpoint: str, pipeline: Any, spark: Any = None, batch_id: int | None = None,
@@ -301,18 +308,36 @@ def read_state(checkpoint: str, pipeline: Any, spark: Any = None, batch_id: int 
     if spark is None:
         raise InvalidArgumentError("read_state: no active SparkSession; pass spark=")
     meta = spark.read.format("state-metadata").load(checkpoint).collect()
-    ours = [r for r in meta if STATE_NAME in (r["operatorProperties"] or "")]
+    ours = [r for r in meta if STATE_NAME in _state_names(r)]
     if not ours:
         raise InvalidArgumentError(f"read_state: {checkpoint!r} holds no stage operator state (operators: "
                                    f"{[r['operatorName'] for r in meta]})")
-    decoded: dict[int, list[tuple[int, bytes]]] = {}
+    decoded: dict[int, list[tuple[int, bytes, StateLog | None]]] = {}
+
+    def reader(r, name):
+        out = spark.read.format("statestore").option("operatorId", r["operatorId"]).option("stateVarName", name)
+        return out if batch_id is None else out.option("batchId", batch_id)
+
     for r in ours:
-        reader = spark.read.format("statestore").option("operatorId", r["operatorId"]).option("stateVarName", STATE_NAME)
-        if batch_id is not None:
-            reader = reader.option("batchId", batch_id)
-        rows = reader.load(checkpoint).select("key.key_group", "value.blob").collect()
-        decoded[r["operatorId"]] = sorted((int(k), bytes(b)) for k, b in rows if b is not None)
+        rows = reader(r, STATE_NAME).load(checkpoint).select("key.key_group", "value.blob").collect()
+        logs: dict[int, StateLog] = {}
+        if LOG_NAME in _state_names(r):         # written since the log came (2026-11-30)
+            segments = reader(r, LOG_NAME).load(checkpoint).select(
+                "key.key_group", "user_map_key.stage", "user_map_key.segment", "user_map_value.data").collect()
+            for kg, i, j, data in segments:
+                logs.setdefault(int(kg), StateLog()).segments[(int(i), int(j))] = bytes(data)
+        decoded[r["operatorId"]] = sorted(((int(k), bytes(b), logs.get(int(k), StateLog())) for k, b in rows
+                                           if b is not None), key=lambda x: x[0])
     decoded = {k: v for k, v in decoded.items() if v}
     mapping = _match(_expected_upstreams(pipeline, fuse), decoded)
     last = batch_id if batch_id is not None else max((r["maxBatchId"] for r in ours), default=None)
     return _view([(mapping[op_id], decoded[op_id]) for op_id in sorted(decoded, reverse=True)], last)  # source first
+
+
+def _state_names(meta_row: Any) -> set[str]:
+    """The state variables an operator of the ``state-metadata`` source declares."""
+    try:
+        props = json.loads(meta_row["operatorProperties"] or "{}")
+    except ValueError:
+        return set()
+    return {v.get("stateName") for v in props.get("stateVariables", []) if isinstance(v, dict)}

@@ -14,7 +14,19 @@ lists, which pickle writes at C speed for plain values).
 
 Semantics are the per-key lists': elements of a key in arrival order; keys in order of their
 first element still held (a key whose elements are all dropped is forgotten, and comes last if
-it comes again); :meth:`ElementHistory.retract` removes the first equal element.
+it comes again); :meth:`ElementHistory.retract` removes the first equal element. The history has
+a floor (the highest :meth:`~ElementHistory.trim` so far): an element appended below it is not held.
+
+**Written as a log** (:meth:`~ElementHistory.log_delta`, :meth:`~ElementHistory.from_log`): the
+history is append-only but for trims and retractions, so a state store need not hold it in the
+key group's one value, rewritten every batch (each element written about ``history_ms`` / batch
+interval times: three to fifteen times in NEXMark's Dataflow forms). Instead each call gives the
+elements appended since the previous one as a new *segment* (encoded like the whole history),
+the ids of segments whose every element is below the floor (to delete) and, after a retraction,
+one segment holding the whole history in place of all earlier ones. The part written with the
+key group's value is :meth:`~ElementHistory.log_header` (the key order, the floor and the live
+segments: small); the segments read back in id order, filtered by the floor and put in the
+header's key order, are the same history.
 
 >>> h = ElementHistory()
 >>> h.append(["a", "b"], [0, 1, 0], [10, 20, 30], [5, 6, 7])
@@ -26,6 +38,16 @@ it comes again); :meth:`ElementHistory.retract` removes the first equal element.
 ['a']
 >>> ElementHistory.decode(h.encode()).per_key() == h.per_key()
 True
+>>> log = ElementHistory()
+>>> segments, dropped = log.log_delta(); log.append(["a"], [0], [1], [5])
+>>> new, dropped = log.log_delta(); segments.update(new); sorted(new), dropped
+([0], [])
+>>> log.append(["b"], [0], [2], [9]); log.trim(6)
+>>> new, dropped = log.log_delta(); segments.update(new); sorted(new), dropped
+([1], [0])
+>>> for i in dropped: del segments[i]
+>>> ElementHistory.from_log(log.log_header(), segments).per_key()
+{'b': [(2, 9)]}
 """
 
 from __future__ import annotations
@@ -34,6 +56,8 @@ import pickle
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from dataflow_kafka.errors import InvalidArgumentError
 
 __all__ = ["ElementHistory", "elements_per_key"]
 
@@ -51,7 +75,7 @@ def elements_per_key(n: int, rows: np.ndarray, values: Sequence[Any], times: np.
 class ElementHistory:
     """Per key, ``(value, event_time_ms)`` elements in arrival order, held as columns (module docstring)."""
 
-    __slots__ = ("_keys", "_codes", "_kc", "_t", "_v")
+    __slots__ = ("_keys", "_codes", "_kc", "_t", "_v", "_floor", "_segments", "_unlogged", "_rewrite", "_next")
 
     def __init__(self) -> None:
         self._keys: list = []              # distinct keys, in order of their first element held
@@ -59,6 +83,14 @@ class ElementHistory:
         self._kc = _EMPTY                  # per element: its key's index
         self._t = _EMPTY                   # per element: event time (ms)
         self._v: list = []                 # per element: value
+        self._floor: int | None = None     # the highest trim so far
+        # the log (module docstring): segment id -> latest event time in it; the appends since the
+        # last log_delta (None: not logging, the next log_delta writes the whole history); a
+        # retraction since then (the next log_delta writes the whole history); the next segment's id
+        self._segments: dict[int, int] = {}
+        self._unlogged: list | None = None
+        self._rewrite = False
+        self._next = 0
 
     def __len__(self) -> int:
         return len(self._v)
@@ -70,8 +102,14 @@ class ElementHistory:
         ``values[i]`` and event time ``times[i]``. New keys are taken in the order of ``keys``
         (as adding each key's elements in that order would)."""
         rows = np.asarray(rows, np.int64)
+        times = np.asarray(times, np.int64)
+        if self._floor is not None and rows.size and int(times.min()) < self._floor:
+            pick = np.flatnonzero(times >= self._floor)
+            rows, times, values = rows[pick], times[pick], [values[i] for i in pick.tolist()]
         if rows.size == 0:
             return
+        if self._unlogged is not None:
+            self._unlogged.append((keys, rows, values, times))
         present = np.bincount(rows, minlength=len(keys)) > 0
         code_of = np.full(len(keys), -1, np.int64)
         for i in np.flatnonzero(present).tolist():
@@ -82,7 +120,7 @@ class ElementHistory:
                 self._keys.append(k)
             code_of[i] = c
         self._kc = np.concatenate([self._kc, code_of[rows]])
-        self._t = np.concatenate([self._t, np.asarray(times, np.int64)])
+        self._t = np.concatenate([self._t, times])
         self._v.extend(values)
 
     def append_key(self, key: Any, elements: Iterable[tuple[Any, int]]) -> None:
@@ -93,7 +131,11 @@ class ElementHistory:
                         np.fromiter((t for _, t in elements), np.int64, len(elements)))
 
     def trim(self, floor_ms: int) -> None:
-        """Drop the elements with event time before ``floor_ms`` (and the keys left with none)."""
+        """Drop the elements with event time before ``floor_ms`` (and the keys left with none); the
+        floor (elements appended below it are not held) is the highest ``floor_ms`` so far."""
+        if self._floor is not None and floor_ms <= self._floor:
+            return
+        self._floor = floor_ms
         if self._t.size == 0 or int(self._t.min()) >= floor_ms:
             return
         self._keep(self._t >= floor_ms)
@@ -114,6 +156,7 @@ class ElementHistory:
             keep = np.ones(len(self._v), bool)
             keep[list(gone)] = False
             self._keep(keep)
+            self._rewrite = True
 
     def _keep(self, keep: np.ndarray) -> None:
         idx = np.flatnonzero(keep)
@@ -151,16 +194,77 @@ class ElementHistory:
         span = int(self._t.max()) - base if self._t.size else 0
         t = (self._t - base).astype(np.uint32) if span < 2**32 else self._t
         return (pickle.dumps(self._keys, protocol=5), kc.dtype.str, kc.tobytes(), base, t.dtype.str, t.tobytes(),
-                pickle.dumps(self._v, protocol=5))
+                pickle.dumps(self._v, protocol=5), self._floor)
 
     @classmethod
     def decode(cls, encoded: Sequence[Any]) -> "ElementHistory":
-        """The history :meth:`encode` wrote."""
-        keys, kc_type, kc, base, t_type, t, values = encoded
+        """The history :meth:`encode` wrote (not logging: its first :meth:`log_delta` writes it whole)."""
+        keys, kc_type, kc, base, t_type, t, values = encoded[:7]
         h = cls()
+        h._floor = encoded[7] if len(encoded) > 7 else None
         h._keys = pickle.loads(keys)
         h._codes = {k: i for i, k in enumerate(h._keys)}
         h._kc = np.frombuffer(kc, np.dtype(kc_type)).astype(np.int64)
         h._t = np.frombuffer(t, np.dtype(t_type)).astype(np.int64) + base
         h._v = pickle.loads(values)
+        return h
+
+    # -- as a log (module docstring) --------------------------------------------------------------
+    def log_delta(self) -> tuple[dict[int, tuple], list[int]]:
+        """The changes since the previous call: ``(new segments {id: encoded}, ids of segments to
+        delete)``. The first call (or the first after a retraction, or after :meth:`decode`) gives
+        the whole history as one segment and every earlier segment to delete; from then on the
+        history records its appends for the next call."""
+        if self._unlogged is None or self._rewrite:
+            dropped, self._segments = sorted(self._segments), {}
+            new = {self._next: self.encode()} if len(self) else {}
+            if len(self):
+                self._segments[self._next] = int(self._t.max())
+        else:
+            dropped = sorted(i for i, latest in self._segments.items()
+                             if self._floor is not None and latest < self._floor)
+            for i in dropped:
+                del self._segments[i]
+            part = ElementHistory()
+            for chunk in self._unlogged:
+                part.append(*chunk)
+            part._floor = self._floor
+            new = {self._next: part.encode()} if len(part) else {}
+            if len(part):
+                self._segments[self._next] = int(part._t.max())
+        if new:
+            self._next += 1
+        self._unlogged, self._rewrite = [], False
+        return new, dropped
+
+    def log_header(self) -> tuple:
+        """What :meth:`from_log` needs besides the segments (plain values and bytes, for
+        :mod:`watermarks._codec`): the key order, the floor, the live segments, the next id."""
+        return (pickle.dumps(self._keys, protocol=5), self._floor, sorted(self._segments.items()), self._next)
+
+    @classmethod
+    def from_log(cls, header: Sequence[Any], segments: dict[int, Sequence[Any]]) -> "ElementHistory":
+        """The history whose :meth:`log_header` is ``header``, from its live segments (``{id:
+        encoded}`` as :meth:`log_delta` gave them; others are ignored), logging on."""
+        keys, floor, live, nxt = header
+        live = dict(live)
+        missing = sorted(set(live) - set(segments))
+        if missing:
+            raise InvalidArgumentError(f"element history: segments {missing[:5]} of {sorted(live)[:5]}... are not in "
+                                       "the state store (state written by another query or version?)")
+        h = cls()
+        for i in sorted(live):
+            part = cls.decode(segments[i])
+            h.append(part._keys, part._kc, part._v, part._t)
+        if floor is not None:
+            h.trim(floor)
+        order = pickle.loads(keys)
+        if len(order) != len(h._keys) or set(h._codes) != set(order):
+            raise InvalidArgumentError("element history: its segments hold other keys than its header names "
+                                       f"({len(h._keys)} against {len(order)})")
+        codes = {k: i for i, k in enumerate(order)}
+        remap = np.fromiter((codes[k] for k in h._keys), np.int64, len(h._keys))
+        h._kc = remap[h._kc] if h._kc.size else h._kc
+        h._keys, h._codes = order, codes
+        h._floor, h._segments, h._next, h._unlogged = floor, live, nxt, []
         return h

@@ -43,7 +43,10 @@ Memory: the history holds every element of the last ``history_ms`` of event time
 ahead of the watermark), for each key: held as columns (:class:`~watermarks.history.ElementHistory`,
 encoded in a fixed number of calls, not value by value), an element costs about 7 bytes in the
 state blob for a small integer value (``history_ms=0`` keeps only elements not yet behind the
-watermark: a new query then covers windows from the watermark on).
+watermark: a new query then covers windows from the watermark on). :meth:`MultiQueryDriver.to_bytes_logged`
+writes the state without the history's elements, and those as segments of a log, each element
+once (:mod:`watermarks.history`): what a state store with a map per key group holds cheaper than
+the history rewritten every batch.
 
 Example
 -------
@@ -86,8 +89,10 @@ from dataflow_kafka.errors import InvalidArgumentError, NotFoundError
 
 __all__ = ["MultiQueryDriver", "CoveredWindowFn"]
 
-_FORMAT = 3      # 2: a query's driver state may be the vectorised driver's (ColumnarDriver); 3: the history as columns
-_READS = (1, 2, 3)
+# 2: a query's driver state may be the vectorised driver's (ColumnarDriver); 3: the history as columns;
+# 4: the history tagged: ("whole", columns) or ("log", header of its segments)
+_FORMAT = 4
+_READS = (1, 2, 3, 4)
 
 
 class CoveredWindowFn(WindowFn):
@@ -428,18 +433,30 @@ class MultiQueryDriver(WindowQueries):
 
     def to_bytes(self) -> bytes:
         """All state (queries, every query's driver state, history, pending panes)."""
+        return self._encode(("whole", self._history.encode()))
+
+    def to_bytes_logged(self) -> tuple[bytes, dict[int, bytes], list[int]]:
+        """:meth:`to_bytes` with the element history as a log (:meth:`ElementHistory.log_delta`):
+        ``(the state without the history's elements, new segments {id: bytes}, ids of segments
+        to delete)``. The first call writes the whole history as one segment; :meth:`load_bytes`
+        reads the state back given every segment not deleted."""
+        new, dropped = self._history.log_delta()
+        data = self._encode(("log", self._history.log_header()))
+        return data, {i: _codec.encode(seg) for i, seg in new.items()}, dropped
+
+    def _encode(self, history: tuple) -> bytes:
         queries = [(qid, ("json", q.window.to_json()) if isinstance(q.window, Window) else ("fn", q.window),
                     q.coverage, q.report_from, q.driver.to_bytes()) for qid, q in self._queries.items()]
         pending = [(p.query_id, p.key, p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
                     p.is_first, p.is_last, p.is_retraction) for p in self._pending]
-        history = self._history.encode()
         return _codec.encode((_FORMAT, self._fingerprint(), self._wm, self._now, self._floor, self._next_id,
                               self.ignored_commands, self.dropped_late, self.dropped_closed, queries, history,
                               pending))
 
-    def load_bytes(self, data: bytes) -> None:
-        """Replace this driver's state (its queries too) with state written by ``to_bytes`` of a
-        driver with the same shared configuration."""
+    def load_bytes(self, data: bytes, segments: dict[int, bytes] | None = None) -> None:
+        """Replace this driver's state (its queries too) with state written by ``to_bytes`` (or
+        :meth:`to_bytes_logged`, with its live ``segments``) of a driver with the same shared
+        configuration."""
         (fmt, fingerprint, self._wm, self._now, self._floor, self._next_id, self.ignored_commands,
          self.dropped_late, self.dropped_closed, queries, history, pending) = _codec.decode(data)
         if fmt not in _READS or fingerprint != self._fingerprint():
@@ -458,7 +475,17 @@ class MultiQueryDriver(WindowQueries):
                 raise InvalidArgumentError(f"query {qid!r}: its state was written by the vectorised driver, this "
                                            "configuration runs the per-element one (aggregation or value type changed?)")
             q.driver.load_bytes(blob)
-        self._history = ElementHistory.decode(history) if fmt >= 3 else ElementHistory.of_items(history)
+        if fmt < 3:
+            self._history = ElementHistory.of_items(history)
+        elif fmt == 3 or history[0] == "whole":
+            self._history = ElementHistory.decode(history if fmt == 3 else history[1])
+        else:
+            if segments is None:
+                raise InvalidArgumentError("multi-query driver state: its element history was written as a log "
+                                           "(to_bytes_logged); pass its segments")
+            self._history = ElementHistory.from_log(history[1], {i: _codec.decode(b) for i, b in segments.items()})
+        if fmt < 4 and self._floor != BEGINNING_OF_TIME_MS:
+            self._history.trim(self._floor)            # the floor the history keeps since format 4
         self._pending = [Pane(k, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la, r, qid)
                          for qid, k, s, e, v, ts, tv, i, f, la, r in pending]
 

@@ -176,6 +176,15 @@ class WindowingStage(Stage):
         d.load_bytes(blob)
         return d
 
+    def dump_state_logged(self, state: MultiQueryDriver) -> tuple[bytes, dict[int, bytes], list[int]]:
+        """The element history as a log (:meth:`MultiQueryDriver.to_bytes_logged`): each element written once."""
+        return state.to_bytes_logged()
+
+    def load_state_logged(self, blob: bytes, segments: dict[int, bytes]) -> MultiQueryDriver:
+        d = self.new_state()
+        d.load_bytes(blob, segments)
+        return d
+
     def describe_state(self, driver: MultiQueryDriver) -> list[dict]:
         """The driver's clock (``time``: watermark, processing time), the queries (``start_ms``:
         coverage start of a query added while running), per key the elements kept for queries
