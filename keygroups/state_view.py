@@ -340,4 +340,6 @@ def _state_names(meta_row: Any) -> set[str]:
         props = json.loads(meta_row["operatorProperties"] or "{}")
     except ValueError:
         return set()
+    if not isinstance(props, dict):
+        return set()
     return {v.get("stateName") for v in props.get("stateVariables", []) if isinstance(v, dict)}

@@ -18,6 +18,7 @@ from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.frames import run_chain_local
 from dataflow_kafka.keygroups.operator import StateLog, load_operator_state
 from dataflow_kafka.errors import InvalidArgumentError
+from tests.suite import examples
 from tests.watermarks.test_dataflow_stage import _batches, _stage
 
 pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
@@ -29,7 +30,7 @@ def _specs(n: int, batches):
         return Pipeline([_stage(n)]).bound_specs({"k": "string", "v": "bigint"})
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 3), failed=st.sets(st.integers(0, 7)))
 def test_a_log_beside_the_value_gives_the_rows_of_the_value_alone(seed, n, failed):
     batches = _batches(seed, 8)
