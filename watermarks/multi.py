@@ -264,7 +264,7 @@ class MultiQueryDriver(WindowQueries):
         """Add ``(value, event_time_ms)`` pairs for ``key`` to every query, as one bundle per query
         (:meth:`TriggerDriver.add`); returns the panes."""
         elements = list(elements)
-        self._history.append_key(key, [(v, t) for v, t in elements if t >= self._floor])
+        self._history.append_key(key, elements)        # the history drops those below its floor
         return self._each(lambda d: d.add(elements, key=key))
 
     def add_batch(self, keys: list, rows: np.ndarray, values: list, times: np.ndarray
@@ -308,12 +308,7 @@ class MultiQueryDriver(WindowQueries):
             d.dropped_late = d.dropped_closed = 0
             cols = self._label_columns(qid, q, cols)
             parts.append((qi, cols))
-        kept = times >= self._floor
-        if kept.all():
-            self._history.append(keys, rows, values, times)
-        elif kept.any():
-            pick = np.flatnonzero(kept)
-            self._history.append(keys, rows[pick], [values[j] for j in pick.tolist()], times[pick])
+        self._history.append(keys, rows, values, times)      # the history drops those below its floor
         bundle = PaneColumns.concat(keys, [c for _, c in parts])
         qi = np.concatenate([np.full(len(c), q, np.int64) for q, c in parts]) if parts else np.zeros(0, np.int64)
         bundle = bundle.take(np.lexsort((np.arange(len(bundle)), qi, bundle.key)))     # by key, then query

@@ -172,15 +172,13 @@ class WindowingStage(Stage):
         return state.to_bytes()
 
     def load_state(self, blob: bytes) -> MultiQueryDriver:
-        d = self.new_state()
-        d.load_bytes(blob)
-        return d
+        return self.load_state_logged(blob, None)
 
     def dump_state_logged(self, state: MultiQueryDriver) -> tuple[bytes, dict[int, bytes], list[int]]:
         """The element history as a log (:meth:`MultiQueryDriver.to_bytes_logged`): each element written once."""
         return state.to_bytes_logged()
 
-    def load_state_logged(self, blob: bytes, segments: dict[int, bytes]) -> MultiQueryDriver:
+    def load_state_logged(self, blob: bytes, segments: dict[int, bytes] | None) -> MultiQueryDriver:
         d = self.new_state()
         d.load_bytes(blob, segments)
         return d

@@ -24,7 +24,7 @@ from tests.watermarks.test_dataflow_stage import _batches, _stage
 pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 
-def _specs(n: int, batches):
+def _specs(n: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return Pipeline([_stage(n)]).bound_specs({"k": "string", "v": "bigint"})
@@ -34,7 +34,7 @@ def _specs(n: int, batches):
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 3), failed=st.sets(st.integers(0, 7)))
 def test_a_log_beside_the_value_gives_the_rows_of_the_value_alone(seed, n, failed):
     batches = _batches(seed, 8)
-    specs = _specs(n, batches)
+    specs = _specs(n)
     whole: list[dict] = [{}]
     value: list[dict] = [{}]
     logs: list[dict] = [{}]
@@ -53,7 +53,7 @@ def test_a_log_beside_the_value_gives_the_rows_of_the_value_alone(seed, n, faile
 
 def test_the_value_leaves_the_history_to_the_log_and_needs_it():
     batches = _batches(7, 8)
-    specs = _specs(1, batches)
+    specs = _specs(1)
     whole: list[dict] = [{}]
     value: list[dict] = [{}]
     logs: list[dict] = [{}]
