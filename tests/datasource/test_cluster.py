@@ -83,6 +83,7 @@ def _executor_assertions(standalone_cluster) -> list[str]:
     return hits
 
 
+@pytest.mark.long_fault
 def test_composed_pipeline_survives_a_lost_worker_exactly_once(standalone_cluster, executor_python, kafka, tmp_path):
     records = 2400 + 2400 * KILLS
     topic, out_topic = kafka.topic(job.PARTITIONS, prefix="cluster-in"), kafka.topic(2, prefix="cluster-out")

@@ -104,6 +104,7 @@ def _wait_new_commits(ck: Path, n: int, copier: subprocess.Popen, log: Path, tim
         time.sleep(0.1)
 
 
+@pytest.mark.long_fault
 def test_hard_bounces_of_brokers_and_the_driver_while_transactions_are_open(kafka_cluster, tmp_path):
     bs = kafka_cluster.bootstrap_servers
     topic, out = unique_topic("txn-in"), unique_topic("txn-out")

@@ -28,6 +28,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 
 JOB = Path(__file__).with_name("crash_job.py")
 PER_ROUND = 120          # records produced before each round (3 micro-batches per query)
@@ -70,6 +72,7 @@ def _read(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
     return read(bootstrap, topic, isolation)
 
 
+@pytest.mark.long_fault
 def test_sigkill_the_driver_and_restart_loses_nothing_and_exactly_once_sinks_duplicate_nothing(spark, kafka,
                                                                                                  tmp_path):
     kills = int(os.environ.get("DFK_CRASH_KILLS", "1"))
