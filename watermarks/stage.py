@@ -72,7 +72,10 @@ class WindowingStage(Stage):
     """Dataflow windowing of ``value`` per ``key``; see the module docstring.
 
     ``key``: column name(s) or SQL expression(s) (a dict ``{name: expression}`` names them);
-    ``value``: SQL expression of the element value; ``windows``: one :mod:`windowing` window, a
+    ``value``: SQL expression of the element value, or ``{name: expression}``: the value is the
+    tuple of those columns' values in that order (null, so dropped and counted, when any is null;
+    e.g. a number to compare beside the record it came from, which a combiner parses only when it
+    needs it: ``bench.nexmark.aggregations.ArgMax``); ``windows``: one :mod:`windowing` window, a
     list (ids ``"0"``, ``"1"``, ...) or a dict ``{id: window}``; ``trigger``, ``accumulation_mode``,
     ``allowed_lateness_ms``, ``timestamp_combiner``, ``on_time_behavior``, ``history_ms``: as
     :class:`~watermarks.MultiQueryDriver`; ``aggregations``: a list of :mod:`windowing`
@@ -85,7 +88,7 @@ class WindowingStage(Stage):
     commands = WINDOW_OPS
 
     key: Any = "key"
-    value: str = "value"
+    value: Any = "value"
     windows: Any = None
     trigger: Trigger = field(default_factory=DefaultTrigger)
     accumulation_mode: Any = AccumulationMode.DISCARDING
@@ -106,6 +109,9 @@ class WindowingStage(Stage):
     def __post_init__(self) -> None:
         if self.windows is None:
             raise InvalidArgumentError("WindowingStage needs windows= (a window, a list or a dict {id: window})")
+        if isinstance(self.value, dict) and not self.value:
+            raise InvalidArgumentError("WindowingStage: value={} names no column (a dict {name: expression} makes "
+                                       "the value a tuple of those columns)")
         if self.aggregation is not None:
             if self.aggregations is not None:
                 raise InvalidArgumentError("WindowingStage: give aggregations= only (aggregation= is its old name)")
@@ -128,13 +134,19 @@ class WindowingStage(Stage):
     # -- input ------------------------------------------------------------------------------------
     def inputs(self) -> dict[str, str]:
         cols = {n: e for n, e in self._keys}
-        cols[_VALUE] = self.value
+        cols.update(self._value_inputs())
         for c in (self.select or {}):
             cols.setdefault(c, c)
         return cols
 
     def routing(self) -> list[str]:
         return [n for n, _ in self._keys]
+
+    def _value_inputs(self) -> dict[str, Any]:
+        """The value's input columns: one, or one per field of a tuple value (``value`` a dict)."""
+        if isinstance(self.value, dict):
+            return {f"{_VALUE}_{i}": e for i, e in enumerate(self.value.values())}
+        return {_VALUE: self.value}
 
     def bind(self, input_types: dict[str, str]) -> "WindowingStage":
         import copy
@@ -257,11 +269,16 @@ class WindowingStage(Stage):
         each row's key (an index into them) with its value and event time (rows with a null value
         left out), and the null values per key."""
         keys, rows = distinct_keys(data, [n for n, _ in self._keys])
-        col = data[_VALUE]
-        null = col.isna().to_numpy()
+        cols = [data[c] for c in self._value_inputs()]
+        null = np.logical_or.reduce([c.isna().to_numpy() for c in cols])
         nulls = np.bincount(rows[null], minlength=len(keys))
         ok = ~null
-        values = col[ok].to_numpy(np.int64).tolist() if self.integral_values else col[ok].astype(object).tolist()
+        if len(cols) > 1 or isinstance(self.value, dict):
+            values = list(zip(*(c[ok].astype(object).tolist() for c in cols)))
+        elif self.integral_values:
+            values = cols[0][ok].to_numpy(np.int64).tolist()
+        else:
+            values = cols[0][ok].astype(object).tolist()
         times = data["event_time_ms"].to_numpy(np.int64)[ok]
         return keys, rows[ok], values, times, nulls
 

@@ -16,7 +16,7 @@ from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.keygroups.contract import control_frame
 from dataflow_kafka.watermarks import AfterCount, AfterProcessingTime, AfterWatermark, MultiQueryDriver
 from dataflow_kafka.watermarks.stage import WindowingStage
-from dataflow_kafka.windowing import SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
+from dataflow_kafka.windowing import Combiner, SessionWindow, SlidingWindow, Sum, TumblingWindow, parse_command
 
 from tests.suite import examples
 
@@ -167,3 +167,43 @@ def test_the_old_aggregation_keyword_still_works_with_a_warning():
         WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregation=Sum(), aggregations=[Sum()])
     with pytest.raises(TypeError, match=r"aggregations=Sum\(\): expected a list, e.g. aggregations=\[Sum\(\)\]"):
         WindowingStage(key="k", value="v", windows=TumblingWindow(10), aggregations=Sum())
+
+
+
+class _TotalOfFirst(Combiner):
+    """A combiner of ``(v, "w<v>")`` tuples: the total of their first fields (``Sum``'s of them alone)."""
+
+    name, spark_type = "sum", "double"
+
+    def create_accumulator(self):
+        return 0.0
+
+    def add_input(self, acc, value):
+        assert isinstance(value, tuple) and len(value) == 2 and value[1] == f"w{int(value[0])}", value
+        return acc + value[0]
+
+    def merge_accumulators(self, accs):
+        return float(sum(accs))
+
+
+def test_a_tuple_value_gives_the_combiner_tuples_and_drops_a_row_with_any_field_null():
+    """``value={name: expression}``: each element is the tuple of those columns; a combiner of its
+    first field gives ``Sum``'s panes of that column; a null in any field drops the row as null."""
+    batches = _batches(5)
+    for f in batches:
+        f["w"] = [None if v is None or v != v else f"w{int(v)}" for v in f["v"]]
+    cols = ["k", "query_id", "window_start_ms", "window_end_ms", "pane_index", "is_retraction", "sum"]
+    pairs = dataclasses.replace(_stage(2), value={"v": "v", "w": "w"}, aggregations=[_TotalOfFirst()])
+    got, want = Pipeline([pairs]).run_local(batches), Pipeline([_stage(2)]).run_local(batches)
+    for g, w in zip(got, want):
+        g, w = (f.loc[f["kind"] == "data", cols].sort_values(cols).reset_index(drop=True) for f in (g, w))
+        pd.testing.assert_frame_equal(g, w, check_dtype=False)
+    assert sum(len(f[f["kind"] == "data"]) for f in got) > 10
+    for f in batches:                          # w null alone: those rows are dropped, counted as null
+        f["w"] = [None if i % 3 == 0 else w for i, w in enumerate(f["w"])]
+    nulls = sum(f.loc[f["kind"] == "dropped"].query("dropped_reason == 'null'")["dropped_count"].sum()
+                for f in Pipeline([pairs]).run_local(batches))
+    expected = sum(int(((f["kind"] == "data") & (f["w"].isna() | f["v"].isna())).sum()) for f in batches)
+    assert nulls == expected > 0
+    with pytest.raises(ValueError, match="names no column"):
+        WindowingStage(key="k", value={}, windows=TumblingWindow(10))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-from dataflow_kafka.keygroups import Pipeline, json_field, json_object
+from dataflow_kafka.keygroups import Pipeline, json_field
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
@@ -63,14 +63,16 @@ class Q5(Query):
                                     accumulation_mode="accumulating", allowed_lateness_ms=late,
                                     output_watermark="input", num_key_groups=n,
                                     name="q5_counts")
-        top = dict(windows=TumblingWindow(SLIDE_MS), aggregations=[ArgMax("count", key=("auction",))],
-                   trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
-                   allowed_lateness_ms=late, num_key_groups=n)
+        top = dict(windows=TumblingWindow(SLIDE_MS), trigger=AfterWatermark(late=AfterCount(1)),
+                   accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
         # the top per window of each key group's auctions, where the counts are (a partial stage: no
-        # shuffle of a row per auction and window), then the top of those per window
-        partial = WindowingStage(key={"w": "window_end_ms"}, value=json_object("auction", "count"),
+        # shuffle of a row per auction and window; each element the tuple (auction, count), an entry
+        # made only at the top), then the top of those per window (their JSON lists)
+        partial = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
+                                 aggregations=[ArgMax("count", key=("auction",), fields=("auction", "count"))],
                                  output_watermark="input", name="q5_hot_partial", **top)
-        hot = WindowingStage(key={"w": "w"}, value="top", name="q5_hot", **top)
+        hot = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax("count", key=("auction",))],
+                             name="q5_hot", **top)
         return Pipeline([counts]).then(partial, fuse="partial").then(hot)
 
     def results(self, variant, frames, settings=Settings()):

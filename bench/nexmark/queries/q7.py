@@ -7,7 +7,8 @@ those):
 
 * ``dataflow``: the bids at the highest price per auction and window (the whole bid, JSON text,
   :class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage, accumulating, a late pane per
-  late bid), then the highest of those per window;
+  late bid; each element the pair (price, bid text), the price read by Spark, so that only the
+  bids at the top are parsed), then the highest of those per window;
 * ``slicer``: the highest price per (auction, bidder) and window (``Max`` in the slicer's keyed
   table), then the highest of those per window. The slicer aggregates numbers, so this form
   names the bid by auction and bidder and loses its ``dateTime`` and ``extra``: its rows are
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from dataflow_kafka.keygroups import Pipeline, json_field, json_object
+from dataflow_kafka.keygroups import Pipeline, json_field
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
@@ -65,21 +66,24 @@ class Q7(Query):
                                 value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
                                 aggregations=[Max()], allowed_lateness_ms=late,
                                 output_watermark="input", num_key_groups=n, name="q7_max")
-            value, top = json_object("auction", "bidder", "max"), ArgMax("max", key=("auction", "bidder"))
+            fields = ("auction", "bidder", "max")         # each element a tuple of these columns
+            value, top = {f: f for f in fields}, ArgMax("max", key=fields[:2], fields=fields)
         else:
-            first = WindowingStage(key={"auction": json_field("auction")}, value=raw_value, windows=TumblingWindow(SIZE_MS),
+            first = WindowingStage(key={"auction": json_field("auction")},
+                                   value={"price": json_field("price"), "bid": raw_value}, windows=TumblingWindow(SIZE_MS),
                                    aggregations=[ArgMax("price", name="bids")], trigger=AfterWatermark(late=AfterCount(1)),
                                    accumulation_mode="accumulating", allowed_lateness_ms=late,
                                    output_watermark="input", num_key_groups=n,
                                    name="q7_max")
             value, top = "bids", ArgMax("price")
-        per_window = dict(windows=TumblingWindow(SIZE_MS), aggregations=[top], trigger=AfterWatermark(late=AfterCount(1)),
+        per_window = dict(windows=TumblingWindow(SIZE_MS), trigger=AfterWatermark(late=AfterCount(1)),
                           accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
         # the highest per window of each key group's rows, where the first stage ran (a partial stage:
-        # no shuffle of its every row), then the highest of those per window
-        partial = WindowingStage(key={"w": "window_end_ms"}, value=value, output_watermark="input",
+        # no shuffle of its every row), then the highest of those per window (their JSON lists)
+        partial = WindowingStage(key={"w": "window_end_ms"}, value=value, aggregations=[top], output_watermark="input",
                                  name="q7_highest_partial", **per_window)
-        highest = WindowingStage(key={"w": "w"}, value="top", name="q7_highest", **per_window)
+        highest = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax(top.by, key=top.key)],
+                                 name="q7_highest", **per_window)
         return Pipeline([first]).then(partial, fuse="partial").then(highest)
 
     def results(self, variant, frames, settings=Settings()):
