@@ -26,10 +26,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from dataflow_kafka.keygroups import Computed, Pipeline
+from dataflow_kafka.keygroups import Pipeline
 from dataflow_kafka.windowing.final import current_windows
 
-__all__ = ["Query", "Projection", "Settings", "raw_value", "BID_DDL", "parse_bids", "bids_frame",
+__all__ = ["Query", "Projection", "Settings", "BID_DDL", "parse_bids", "bids_frame",
            "window_rows", "ms", "epoch_ms"]
 
 #: The bid record's schema as Spark DDL (``from_json``), ``dateTime`` in epoch ms.
@@ -43,14 +43,6 @@ class Settings:
 
     lateness_ms: int = 5000
     key_groups: int = 4
-
-
-def _text(frame: pd.DataFrame) -> list:
-    return [v.decode() if isinstance(v, (bytes, bytearray)) else v for v in frame["value"]]
-
-
-#: A stage input: the record's JSON value as text (Spark computes it in the JVM: ``Computed.sql``).
-raw_value = Computed(_text, "string", ("value",), "CAST(`value` AS STRING)")
 
 
 def ms(ts: Any) -> int:

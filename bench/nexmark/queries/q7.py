@@ -5,10 +5,11 @@ This project's forms, three stages each (per auction; the highest per window of 
 where the first stage ran, ``fuse="partial"``; then re-keyed by the window's end, the highest of
 those):
 
-* ``dataflow``: the bids at the highest price per auction and window (the whole bid, JSON text,
+* ``dataflow``: the bids at the highest price per auction and window (the whole bid,
   :class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage, accumulating, a late pane per
-  late bid; each element the pair (price, bid text), the price read by Spark, so that only the
-  bids at the top are parsed), then the highest of those per window;
+  late bid; each element the pair (price, the record's value bytes), the price read as a JSON
+  field, so that only the bids at the top are decoded and parsed), then the highest of those per
+  window;
 * ``slicer``: the highest price per (auction, bidder) and window (``Max`` in the slicer's keyed
   table), then the highest of those per window. The slicer aggregates numbers, so this form
   names the bid by auction and bidder and loses its ``dateTime`` and ``extra``: its rows are
@@ -30,7 +31,7 @@ from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Max, TumblingWindow
 
 from bench.nexmark.aggregations import ArgMax
-from bench.nexmark.query import Query, Settings, raw_value, window_rows
+from bench.nexmark.query import Query, Settings, window_rows
 
 __all__ = ["Q7"]
 
@@ -70,7 +71,7 @@ class Q7(Query):
             value, top = {f: f for f in fields}, ArgMax("max", key=fields[:2], fields=fields)
         else:
             first = WindowingStage(key={"auction": json_field("auction")},
-                                   value={"price": json_field("price"), "bid": raw_value}, windows=TumblingWindow(SIZE_MS),
+                                   value={"price": json_field("price"), "bid": "value"}, windows=TumblingWindow(SIZE_MS),
                                    aggregations=[ArgMax("price", name="bids")], trigger=AfterWatermark(late=AfterCount(1)),
                                    accumulation_mode="accumulating", allowed_lateness_ms=late,
                                    output_watermark="input", num_key_groups=n,
