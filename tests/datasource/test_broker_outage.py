@@ -92,6 +92,7 @@ def _outage(broker, how: str, down_s: float) -> str:
     return f"{how} took {t1 - t0:.1f} s, start {time.monotonic() - t2:.1f} s"
 
 
+@pytest.mark.long_fault
 @pytest.mark.parametrize("how", ["stop", "kill"])
 def test_a_short_broker_restart_under_a_file_sink_query_costs_only_latency(spark, tmp_path, how):
     from dataflow_kafka.brokers import kafka_broker
@@ -126,6 +127,7 @@ def _sunk(spark, path) -> int:
         return 0
 
 
+@pytest.mark.long_fault
 def test_a_short_broker_restart_under_the_kafka_sink_loses_and_duplicates_nothing(spark, tmp_path):
     """source -> exactly-once dataflow-kafka sink: both retry through a SIGKILL and restart."""
     from dataflow_kafka.brokers import kafka_broker
