@@ -35,8 +35,9 @@ test: setup
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 -m "not long_fault"
 
 # The long fault runs, one of each (about 7 min): the driver SIGKILLed mid-run, a Spark worker
-# lost under the exactly-once pipeline, hard bounces of brokers and the driver with open
-# transactions, a broker restarted under a query (docs/reliability.md). make crash10 and make
+# lost under the exactly-once pipeline, a source leader and the sink's transaction coordinator
+# killed under it, hard bounces of brokers and the driver with open transactions, a broker
+# restarted under a query (docs/reliability.md). make crash10 and make
 # chaos run longer versions.
 faults: setup
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -rA -p no:cacheprovider -m long_fault --durations=0

@@ -5,8 +5,9 @@
    what a ``read_committed`` consumer finds must equal the pipeline's local run of the same
    micro-batches (0 lost, 0 duplicated), and each fault's cost is measured as the time from the
    fault to the next committed batch. ``DFK_FAULTS``: the faults by name, comma-separated, or
-   ``all`` (``make chaos``); the suite runs a source partition's leader killed, then the sink's
-   transaction coordinator.
+   ``all`` (``make chaos``); ``make faults`` runs a source partition's leader killed, then the
+   sink's transaction coordinator (the suite's leader changes are ``tests/brokers/test_cluster.py``
+   and ``tests/datasource/test_cluster_reads.py``).
 2. Kafka's ``transactions_test`` analogue: a copier (source -> exactly-once sink, partition to
    partition) runs as a driver process of its own while numbered records arrive; brokers and the
    driver are hard-bounced (SIGKILL) at moments when a transaction is open (the output's last
@@ -43,6 +44,7 @@ def _faults() -> list:
     return list(FAULTS.values()) if names == "all" else [FAULTS[n.strip()] for n in names.split(",")]
 
 
+@pytest.mark.long_fault
 def test_the_pipeline_rides_out_kafka_faults_exactly_once(spark, kafka_cluster, tmp_path):
     faults = _faults()
     figures = run_under_faults(spark, kafka_cluster, faults, tmp_path)
