@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+from operator import itemgetter
 from typing import Any, Iterable, Sequence
 
 from dataflow_kafka.errors import InvalidArgumentError
@@ -84,6 +85,15 @@ class ArgMax(Combiner):
         if its value is the highest), then the highest ``by`` found before any entry's identity is
         built; the same accumulator as ``add_input`` per value."""
         by = self.by
+        if self.fields is not None and values and all(type(v) is tuple for v in values):
+            i = self.fields.index(by)                 # tuples of the fields: the top found by their by
+            try:
+                high = max(map(itemgetter(i), values))
+            except TypeError:                         # a None by: the pairs' general pass below
+                pass
+            else:                                     # (all None: nothing to add)
+                return accumulator if high is None else self._add_top(
+                    accumulator, [v for v in values if v[i] == high], high)
         if self.fields is not None:                   # a tuple of the fields: the pair (its by, itself)
             i = self.fields.index(by)
             values = [(v[i], v) if type(v) is tuple else v for v in values]
