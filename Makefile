@@ -73,11 +73,11 @@ bench: setup $(SPARK_KAFKA_STAMP)
 	$(PY) -m bench.traces --quick
 	$(PY) -m bench.skew --quick
 
-# The crash test with 10 SIGKILLs of the driver (about 11 min; the suite runs 1): docs/reliability.md
+# The crash test with 10 SIGKILLs of the driver (about 11 min; make faults runs 1): docs/reliability.md
 crash10: setup
 	DFK_CRASH_KILLS=10 $(PY) -m pytest -q -s tests/reliability/test_crash.py
 
-# The long versions of the cluster fault tests (about 40 min; the suite runs short ones): Kafka's
+# The long versions of the cluster fault tests (about 40 min; make test and make faults run short ones): Kafka's
 # replication test with 5 hard and 5 clean leader bounces, every Kafka fault under the exactly-once
 # pipeline, 6 broker and driver bounces with open transactions, 4 Spark worker kills, the demo on the
 # clusters, and Spark's StackOverflowError on a stop mid-batch (docs/reliability.md#clusters)

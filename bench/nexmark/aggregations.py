@@ -82,8 +82,9 @@ class ArgMax(Combiner):
     def add_inputs(self, accumulator: list, values: Sequence[Any]) -> list:
         """Every value in one pass (the Dataflow driver gives a window's values of a bundle at once):
         each text parsed by the C scanner without ``json.loads``'s wrappers (a pair's entry only
-        if its value is the highest), then the highest ``by`` found before any entry's identity is
-        built; the same accumulator as ``add_input`` per value."""
+        if its value is the highest; tuples of ``fields``: the highest ``by`` of their column, an
+        entry made only of the tuples at it), then the highest ``by`` found before any entry's
+        identity is built; the same accumulator as ``add_input`` per value."""
         by = self.by
         if self.fields is not None and values and all(type(v) is tuple for v in values):
             i = self.fields.index(by)                 # tuples of the fields: the top found by their by

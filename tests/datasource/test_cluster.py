@@ -5,7 +5,7 @@ The demo's composed pipeline (sessions -> page_windows -> panes, two shuffle par
 the exactly-once sink, one worker SIGKILLed with its executor and Python workers while the query
 runs: Spark reschedules the lost tasks, the state comes back from the checkpoint, the query
 finishes, and what a ``read_committed`` consumer finds equals the pipeline's local run of
-the same micro-batches: nothing lost, nothing twice. ``DFK_WORKER_KILLS`` kills (1 in the suite;
+the same micro-batches: nothing lost, nothing twice. ``DFK_WORKER_KILLS`` kills (1 in ``make faults``;
 ``make chaos`` more, the workers in turn, each restarted after the query recovered) give the
 recovery time as a repeated figure.
 

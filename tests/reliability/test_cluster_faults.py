@@ -13,7 +13,7 @@
    driver are hard-bounced (SIGKILL) at moments when a transaction is open (the output's last
    stable offset behind its high watermark). A ``read_committed`` consumer must see every record
    once, in order per partition. ``DFK_TXN_BOUNCES`` bounces, the driver and the leader of an
-   output partition in turn (1 in the suite: the driver; ``make chaos`` 6).
+   output partition in turn (1 in ``make faults``: the driver; ``make chaos`` 6).
 """
 
 from __future__ import annotations
