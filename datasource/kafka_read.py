@@ -34,7 +34,8 @@ from dataflow_kafka.errors import (
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
            "watermarks", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
-           "event_time_problem", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS"]
+           "event_time_problem", "event_times_and_fields", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS",
+           "PARSED_PREFIX"]
 
 CHUNK = 20_000
 #: Polls of 0.5 s that return nothing before a read asks for the log's bounds (a busy machine or a
@@ -483,9 +484,21 @@ def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms
 def _event_times_vectorised(values: Sequence[bytes | None], field: str) -> tuple[np.ndarray, np.ndarray]:
     """:func:`event_times` of a JSON field in one ``pyarrow.json`` pass over the chunk; a chunk it
     cannot take as one JSON object per line goes record by record."""
+    return event_times_and_fields(values, field, {})[:2]
+
+
+def event_times_and_fields(values: Sequence[bytes | None], field: str, also: dict[str, pa.DataType]
+                           ) -> tuple[np.ndarray, np.ndarray, dict[str, pa.Array] | None]:
+    """:func:`event_times` of the JSON field ``field`` (at least ``SMALL_CHUNK`` values), and the
+    JSON fields ``also`` (name -> Arrow type) of the same values from the same ``pyarrow.json``
+    pass: Arrow arrays, one value per record, or None where that pass refused them (a field not of
+    its type, a null, empty or multi-line value; the event times are then parsed alone, as without
+    ``also``). A field named in ``also`` and as ``field`` must be ``int64``, else ``also`` is not parsed."""
     n = len(values)
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, bool)
+        return np.zeros(0, np.int64), np.zeros(0, bool), {f: pa.array([], t) for f, t in also.items()}
+    if field in also and also[field] != pa.int64():
+        also = {}
     try:
         try:
             buf = b"\n".join(values)
@@ -493,19 +506,26 @@ def _event_times_vectorised(values: Sequence[bytes | None], field: str) -> tuple
             raise InvalidArgumentError("needs per-record parsing") from None
         if buf.count(b"\n") != n - 1:  # a value spans lines
             raise InvalidArgumentError("needs per-record parsing")
-        table = pajson.read_json(
-            io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
-            parse_options=pajson.ParseOptions(
-                explicit_schema=pa.schema([(field, pa.int64())]), unexpected_field_behavior="ignore"),
-        )
+    except InvalidArgumentError:
+        return (*_event_times_per_record(values, field), None)
+    own = [(field, pa.int64())]
+    tries = [(own + [(f, t) for f, t in also.items() if f != field], True)] if also else []
+    for fields, with_also in tries + [(own, False)]:   # ``also`` refused: the event times alone
+        try:
+            table = pajson.read_json(
+                io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
+                parse_options=pajson.ParseOptions(explicit_schema=pa.schema(fields),
+                                                  unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, ValueError):
+            continue
         if table.num_rows != n:  # empty values are skipped by the JSON reader
-            raise InvalidArgumentError("row count mismatch")
+            break
         col = table.column(field)
         valid = col.is_valid().to_numpy(zero_copy_only=False)
         ev = col.fill_null(0).to_numpy()
-        return ev, valid & (ev >= MIN_EVENT_MS) & (ev <= MAX_EVENT_MS)
-    except (pa.ArrowInvalid, ValueError):
-        return _event_times_per_record(values, field)
+        parsed = {f: table.column(f).combine_chunks() for f in also} if with_also else None
+        return ev, valid & (ev >= MIN_EVENT_MS) & (ev <= MAX_EVENT_MS), parsed
+    return (*_event_times_per_record(values, field), None)
 
 
 def _event_times_per_record(values: Sequence[bytes | None], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -577,6 +597,7 @@ class RangeRecords:
     punctuation_ms: np.ndarray  # for producer punctuation records
     errors: list
     all_data: bool = False      # every row is a data row (the common case, cheap paths)
+    fields: dict | None = None  # decode's ``also``: JSON fields of every row's value (Arrow arrays), or None
 
     def newest_event_ms(self) -> int | None:
         """Newest event time among the data rows, or None (the punctuation's basis)."""
@@ -605,12 +626,18 @@ def _timestamps(msgs: list) -> np.ndarray:
 
 
 def decode(records: RecordColumns, topic: str, partition: int, field: str | None,
-           ahead: tuple[int, int] | None = None) -> RangeRecords:
+           ahead: tuple[int, int] | None = None, also: dict[str, pa.DataType] | None = None) -> RangeRecords:
     """Column-wise decode of consumed messages; classify data / punctuation / error rows.
 
     ``ahead`` = (the batch's processing time, ``maxEventTimeAheadMs``): a data record whose event
     time is more than that ahead of the processing time is an error row: it must not move the
-    partition's punctuation (Enorm §6.2: a punctuation is a promise about all later records)."""
+    partition's punctuation (Enorm §6.2: a punctuation is a promise about all later records).
+
+    ``also``: JSON fields of the values (name -> Arrow type) to parse in the event times' own
+    ``pyarrow.json`` pass (:func:`event_times_and_fields`), for the rows' reader
+    (``keyGroupPacking``): the result's ``fields``, or None where that pass did not take them
+    (record timestamps as event times, a chunk below ``SMALL_CHUNK`` or with non-data records, a
+    value the pass refused)."""
     n = len(records)
     keys, values, offsets, headers = records.keys, records.values, records.offsets, records.headers
     ts = records.timestamps
@@ -636,7 +663,11 @@ def decode(records: RecordColumns, topic: str, partition: int, field: str | None
                                  f"[{MIN_EVENT_MS}, {MAX_EVENT_MS}], got {hv!r}")
                 break
     is_data = kinds == KIND_DATA if marked else None
-    ev, valid = event_times(values, field, ts_ms) if is_data is None or is_data.all() else (None, None)
+    parsed = None
+    if is_data is None and also and field is not None and n >= SMALL_CHUNK:
+        ev, valid, parsed = event_times_and_fields(values, field, also)
+    else:
+        ev, valid = event_times(values, field, ts_ms) if is_data is None or is_data.all() else (None, None)
     if ev is None:  # decode event times only for data rows
         ev = np.zeros(n, np.int64)
         valid = np.zeros(n, bool)
@@ -660,7 +691,7 @@ def decode(records: RecordColumns, topic: str, partition: int, field: str | None
         bad = np.concatenate([bad, far])
     all_data = len(bad) == 0 and (is_data is None or bool(is_data.all()))
     return RangeRecords(topic, partition, keys, values, offsets, ts_ms, ts_types, headers, ev, kinds,
-                        punct, errors, all_data)
+                        punct, errors, all_data, parsed)
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -703,7 +734,16 @@ def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms:
         pa.nulls(n, pa.string()) if all_data else pa.array(r.errors, pa.string()),
         pa.nulls(n, pa.int64()),  # control_offset: modification rows only
     ]
-    return pa.RecordBatch.from_arrays(cols, schema=arrow_schema(include_headers))
+    schema = arrow_schema(include_headers)
+    if r.fields:          # decode's ``also``, for the rows' reader: columns beyond the source's schema
+        cols += list(r.fields.values())
+        schema = pa.schema(list(schema) + [pa.field(PARSED_PREFIX + f, a.type) for f, a in r.fields.items()])
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+#: Prefix of the columns :func:`records_to_batch` adds for :func:`decode`'s ``also`` fields
+#: (``__parsed:price``); only a rows' reader (``keyGroupPacking``) sees them, never Spark.
+PARSED_PREFIX = "__parsed:"
 
 
 def make_rows_batch(rows: list[dict[str, Any]], include_headers: bool) -> pa.RecordBatch:

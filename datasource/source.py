@@ -124,6 +124,8 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
     if synthetic:
         yield kafka_read.make_rows_batch(synthetic, hdr)
     newest = in_range = None
+    # the rows' reader's JSON fields of the values, parsed with the event times (one pass per chunk)
+    also = opts.key_group_packing.json_fields("value") if opts.key_group_packing is not None else None
     if r.end > r.start:
         with kafka_read.naming_servers(opts.kafka, f"topic {r.topic}-{r.partition} offsets [{r.start}, {r.end})"), \
                 kafka_read.pooled_consumer(opts.kafka, opts.group_id_prefix) as c:
@@ -137,7 +139,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 if not len(records):
                     continue
                 rec = kafka_read.decode(records, r.topic, r.partition, opts.event_time_field,
-                                        _ahead(opts, r.processing_time_ms))
+                                        _ahead(opts, r.processing_time_ms), also)
                 in_range = _newer(in_range, rec.newest_event_ms())
                 yield kafka_read.records_to_batch(rec, hdr, r.processing_time_ms)
         if r.publish_stats and opts.range_stats_topic:

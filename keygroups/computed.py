@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Computed", "json_field", "json_field_source", "json_fields_by_column", "json_fields_of_arrow",
+__all__ = ["Computed", "json_field", "json_field_source", "json_fields_by_column", "json_fields_of_arrow", "arrow_type_of",
            "json_object", "computed_inputs", "evaluate"]
 
 
@@ -250,6 +250,11 @@ def _shared_json_fields(rows: pd.DataFrame, computed: dict[str, Computed]) -> di
             continue
         out.update({name: parsed[field] for name, (field, _) in inputs.items()})
     return out
+
+
+def arrow_type_of(ddl: str) -> pa.DataType:
+    """The Arrow type :func:`json_fields_of_arrow` parses a field of Spark DDL type ``ddl`` as."""
+    return _ARROW_OF[ddl]
 
 
 def _arrow_types() -> dict:

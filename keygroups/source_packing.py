@@ -90,6 +90,15 @@ class SourcePacking:
             return None
         return cls(tuple(columns), tuple(renamed), tuple(computed), tuple(keys), int(stage.num_key_groups))
 
+    def json_fields(self, column: str) -> dict:
+        """The JSON fields of source column ``column`` that the :func:`~keygroups.computed.json_field`
+        inputs read, with their Arrow types: the source parses them with its event times (one
+        ``pyarrow.json`` pass per chunk) and hands them over as extra columns (``pack``)."""
+        from dataflow_kafka.keygroups.computed import arrow_type_of, json_fields_by_column
+
+        inputs = json_fields_by_column(dict(self.computed)).get(column, {})
+        return {field: arrow_type_of(t) for field, t in inputs.values()}
+
     def option(self) -> str:
         """This packing as the value of the source's ``keyGroupPacking`` option."""
         import base64
@@ -101,20 +110,18 @@ class SourcePacking:
     def pack(self, batches: Iterable) -> Iterator:
         """A task's source record batches as ``(key_group, payload)`` record batches: the rows of
         each key group in one blob per ``rows_per_blob`` rows read (the last part at the end)."""
-        import pyarrow as pa
-
         pending, rows = [], 0
         for b in batches:
             if b.num_rows:
                 pending.append(b)
                 rows += b.num_rows
             if rows >= self.rows_per_blob:
-                yield from self._pack(pa.Table.from_batches(pending))
+                yield from self._pack(*_with_parsed(pending))
                 pending, rows = [], 0
         if pending:
-            yield from self._pack(pa.Table.from_batches(pending))
+            yield from self._pack(*_with_parsed(pending))
 
-    def _pack(self, table) -> Iterator:
+    def _pack(self, table, parsed: dict | None = None) -> Iterator:
         import pyarrow as pa
 
         from dataflow_kafka.keygroups.computed import evaluate
@@ -125,7 +132,7 @@ class SourcePacking:
         kinds = table.column("kind").to_numpy()
         values: dict = {name: _epoch_ms(table.column(ts)) for name, ts in _MS_COLUMNS.items()
                         if ts in table.column_names and (name in wanted or name in dict(self.renamed).values())}
-        values.update(_json_inputs(table, kinds, self.computed))
+        values.update(_json_inputs(table, kinds, self.computed, parsed))
         rest = {name: e for name, e in self.computed if name not in values}
         if rest:
             needed = sorted({c for e in rest.values() for c in e.columns} - {"kind"})
@@ -143,11 +150,12 @@ class SourcePacking:
                                              [name for name, _ in self.fields])
 
 
-def _json_inputs(table, kinds, computed: tuple) -> dict:
+def _json_inputs(table, kinds, computed: tuple, parsed: dict | None = None) -> dict:
     """The :func:`~keygroups.computed.json_field` inputs among ``computed`` whose column the Arrow
     parse takes (:func:`~keygroups.computed.json_fields_of_arrow`, one pass per column over the
-    data rows), as full columns, null on the other rows; an input left out is evaluated in pandas
-    (the values then go row by row, as :func:`~keygroups.computed.evaluate` parses them)."""
+    data rows; for ``value``, the fields the source parsed with its event times, ``parsed``, when
+    it holds every one), as full columns, null on the other rows; an input left out is evaluated
+    in pandas (the values then go row by row, as :func:`~keygroups.computed.evaluate` parses them)."""
     import numpy as np
     import pyarrow as pa
 
@@ -157,12 +165,50 @@ def _json_inputs(table, kinds, computed: tuple) -> dict:
     where = pa.array(np.where(data, np.cumsum(data) - 1, 0), pa.int64(), mask=~data)   # row -> its data row
     out = {}
     for column, inputs in json_fields_by_column(dict(computed)).items():
-        try:
-            parsed = json_fields_of_arrow(table.column(column).filter(pa.array(data)), dict(inputs.values()))
-        except (TypeError, ValueError, pa.ArrowInvalid):
-            continue
-        out.update({name: parsed[field].take(where) for name, (field, _) in inputs.items()})
+        fields = dict(inputs.values())
+        if column == "value" and parsed is not None and set(fields) <= set(parsed):
+            of_data = {f: parsed[f].filter(pa.array(data)) for f in fields}
+        else:
+            try:
+                of_data = json_fields_of_arrow(table.column(column).filter(pa.array(data)), fields)
+            except (TypeError, ValueError, pa.ArrowInvalid):
+                continue
+        out.update({name: of_data[field].take(where) for name, (field, _) in inputs.items()})
     return out
+
+
+def _with_parsed(batches: list) -> tuple:
+    """The source's record batches as one table of the source's columns, and the JSON fields it
+    parsed with its event times (``kafka_read.PARSED_PREFIX`` columns) as one array per field
+    over the table's rows, or None when a batch with data rows lacks them (a chunk the source
+    parsed otherwise); a batch without data rows (markers, errors) counts as nulls there."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dataflow_kafka.datasource.kafka_read import PARSED_PREFIX
+
+    names = next((b.schema.names for b in batches if b.schema.names[-1].startswith(PARSED_PREFIX)), None)
+    if names is None:
+        return pa.Table.from_batches(batches), None
+    own = [n for n in names if not n.startswith(PARSED_PREFIX)]
+    extra = [n[len(PARSED_PREFIX):] for n in names if n.startswith(PARSED_PREFIX)]
+    parts: dict = {f: [] for f in extra}
+    whole = True
+    for b in batches:
+        if b.schema.names == names:
+            for f in extra:
+                parts[f].append(b.column(PARSED_PREFIX + f))
+        elif pc.any(pc.equal(b.column("kind"), "data")).as_py():
+            whole = False
+        else:
+            for f in extra:
+                parts[f].append(pa.nulls(b.num_rows, _type_in(batches, PARSED_PREFIX + f)))
+    table = pa.Table.from_batches([b.select(own) if b.schema.names != own else b for b in batches])
+    return table, ({f: pa.concat_arrays(a) for f, a in parts.items()} if whole else None)
+
+
+def _type_in(batches: list, name: str):
+    return next(b.schema.field(name).type for b in batches if name in b.schema.names)
 
 
 def _source_types() -> dict[str, str]:

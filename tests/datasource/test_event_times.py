@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,3 +49,48 @@ def test_a_small_chunk_does_not_call_the_json_reader(monkeypatch):
     monkeypatch.setattr(kafka_read.pajson, "read_json", refuse)
     ev, ok = kafka_read.event_times([b'{"ts": 5}', b'{"ts": "x"}'], "ts", np.zeros(2, np.int64))
     assert ok.tolist() == [True, False] and int(ev[0]) == 5
+
+
+_ALSO = st.sampled_from([{"a": "bigint"}, {"a": "bigint", "b": "bigint"}, {"ts": "bigint", "a": "bigint"},
+                         {"ts": "string"}, {"a": "string"}, {"b": "double"}])
+
+
+@st.composite
+def _object(draw, any_type: bool = True) -> bytes:
+    """A JSON object value with fields ``ts``, ``a``, ``b``, ``c``, each missing, an integer or (when
+    ``any_type``) a text, a float, null or a boolean."""
+    field = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(0, 9),
+                      *([st.sampled_from(["x", 1.5, None, True])] if any_type else []))
+    return json.dumps(draw(st.dictionaries(st.sampled_from(["ts", "a", "b", "c"]), field))).encode()
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.one_of(_object(), _object(), _object(), _value()),
+                min_size=kafka_read.SMALL_CHUNK, max_size=kafka_read.SMALL_CHUNK + 8) | st.lists(
+           _object(any_type=False), min_size=kafka_read.SMALL_CHUNK, max_size=kafka_read.SMALL_CHUNK + 8), _ALSO)
+def test_fields_parsed_with_the_event_times_are_the_fields_parsed_alone(values, also):
+    """``event_times_and_fields``: the event times of the pass alone, whatever else it reads; each
+    field it returns equals what the stage's own Arrow parse gives for those values
+    (``keygroups.computed.json_fields_of_arrow``), which must then take them; None when the shared
+    pass was refused."""
+    from dataflow_kafka.keygroups.computed import arrow_type_of, json_fields_of_arrow
+
+    ev_a, ok_a = kafka_read._event_times_vectorised(values, "ts")
+    ev_b, ok_b, parsed = kafka_read.event_times_and_fields(values, "ts", {f: arrow_type_of(t) for f, t in also.items()})
+    assert ok_a.tolist() == ok_b.tolist() and ev_a[ok_a].tolist() == ev_b[ok_b].tolist()
+    if parsed is not None:
+        assert sorted(parsed) == sorted(also)
+        alone = json_fields_of_arrow(pa.array(values, pa.binary()), also)
+        for f in also:
+            assert parsed[f].equals(alone[f]), f
+
+
+def test_clean_values_get_their_fields_from_the_shared_pass():
+    values = [json.dumps({"ts": 1_700_000_000_000 + i, "a": i, "b": "x"}).encode() for i in range(100)]
+    from dataflow_kafka.keygroups.computed import arrow_type_of
+
+    ev, ok, parsed = kafka_read.event_times_and_fields(values, "ts", {"a": arrow_type_of("bigint")})
+    assert ok.all() and parsed["a"].to_pylist() == list(range(100))
+    # a field of another type than the values hold: the event times alone, the field left to the stage
+    ev2, ok2, refused = kafka_read.event_times_and_fields(values, "ts", {"b": arrow_type_of("bigint")})
+    assert refused is None and ok2.all() and ev2.tolist() == ev.tolist()

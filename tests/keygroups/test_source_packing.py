@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -14,6 +15,7 @@ from dataflow_kafka.keygroups.packed import ORDER_COLUMNS, unpack_key_group
 from dataflow_kafka.keygroups.source_packing import SourcePacking
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.windowing import Count, Max, TumblingWindow
+from tests.suite import examples
 
 T0 = 1_700_000_000_000
 
@@ -192,3 +194,52 @@ def test_a_reader_of_another_format_is_refused_by_name(spark):
 
     with pytest.raises(InvalidArgumentError, match="format\\('dataflow-kafka'\\)"):
         Pipeline([_stage(2)]).apply(spark.readStream.format("rate"))
+
+
+_clean_bid = st.tuples(st.integers(0, 5), st.integers(-5_000, 50_000)).map(
+    lambda p: json.dumps({"auction": p[0], "ts": T0 + p[1], "x": [1]}).encode())
+_bid = st.one_of(_clean_bid, st.sampled_from([b"not json", b'{"auction": "7", "ts": 1}', b'{"ts": 5}', b"{}",
+                                              b'{"auction": 1}', b'{"auction": 1.5, "ts": 2}']))
+#: chunks the shared pass takes (every value a JSON object of integers, at least
+#: ``kafka_read.SMALL_CHUNK`` of them), or any values
+_chunk = st.lists(_clean_bid, min_size=64, max_size=80) | st.lists(_bid, min_size=0, max_size=80)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(chunks=st.lists(_chunk, min_size=1, max_size=4), n=st.integers(1, 6),
+       rows_per_blob=st.integers(1, 150), marker_after=st.integers(0, 4))
+def test_fields_the_source_parses_with_its_event_times_pack_as_the_packings_own_parse(chunks, n, rows_per_blob,
+                                                                                      marker_after):
+    """The source's read path (``kafka_read.decode`` with the packing's ``json_fields``, then
+    ``records_to_batch``) hands the stage's JSON fields over as extra columns; packing those
+    batches gives the blobs of the same batches without them (the packing's own Arrow or pandas
+    parse), with a marker batch among them and chunks the shared pass refuses."""
+    from dataflow_kafka.datasource import kafka_read
+
+    stage = SlicerStage(key={"auction": json_field("auction")}, value=json_field("ts"),
+                        windows={"w": TumblingWindow(1_000)}, aggregations=[Count(), Max()], num_key_groups=n,
+                        allowed_lateness_ms=0, name="s")
+    packing = SourcePacking.of(stage)
+    packing = SourcePacking(packing.columns, packing.renamed, packing.computed, packing.keys, n, rows_per_blob)
+    also = packing.json_fields("value")
+    assert set(also) == {"auction", "ts"}
+    with_fields, without, offset = [], [], 0
+    for i, values in enumerate(chunks):
+        records = kafka_read.RecordColumns([b"k"] * len(values), list(values),
+                                           np.arange(offset, offset + len(values), dtype=np.int64),
+                                           np.tile(np.array([[1, T0]], np.int64), (len(values), 1)), [None] * len(values))
+        offset += len(values)
+        for out, extra in ((with_fields, also), (without, None)):
+            rec = kafka_read.decode(records, "t", 0, "ts", None, extra)
+            out.append(kafka_read.records_to_batch(rec, False, T0 + 60_000))
+        if len(values) >= kafka_read.SMALL_CHUNK and all(v.endswith(b', "x": [1]}') for v in values):
+            assert with_fields[-1].num_columns == without[-1].num_columns + 2   # the shared pass took them
+        if i == marker_after:
+            marker = kafka_read.make_rows_batch([{"topic": "t", "partition": 0, "offset": offset, "kind": "punctuation",
+                                                  "punctuation": T0, "processing_time": T0 + 60_000}], False)
+            with_fields.append(marker)
+            without.append(marker)
+    got, want = _unpacked(packing.pack(with_fields)), _unpacked(packing.pack(without))
+    assert sorted(got) == sorted(want)
+    for kg in want:
+        pd.testing.assert_frame_equal(got[kg], want[kg])
