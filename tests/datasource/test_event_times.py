@@ -64,7 +64,7 @@ def _object(draw, any_type: bool = True) -> bytes:
     return json.dumps(draw(st.dictionaries(st.sampled_from(["ts", "a", "b", "c"]), field))).encode()
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.one_of(_object(), _object(), _object(), _value()),
                 min_size=kafka_read.SMALL_CHUNK, max_size=kafka_read.SMALL_CHUNK + 8) | st.lists(
            _object(any_type=False), min_size=kafka_read.SMALL_CHUNK, max_size=kafka_read.SMALL_CHUNK + 8), _ALSO)

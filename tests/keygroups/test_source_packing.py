@@ -205,7 +205,7 @@ _bid = st.one_of(_clean_bid, st.sampled_from([b"not json", b'{"auction": "7", "t
 _chunk = st.lists(_clean_bid, min_size=64, max_size=80) | st.lists(_bid, min_size=0, max_size=80)
 
 
-@settings(max_examples=examples(60), deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(chunks=st.lists(_chunk, min_size=1, max_size=4), n=st.integers(1, 6),
        rows_per_blob=st.integers(1, 150), marker_after=st.integers(0, 4))
 def test_fields_the_source_parses_with_its_event_times_pack_as_the_packings_own_parse(chunks, n, rows_per_blob,
