@@ -153,9 +153,10 @@ class SourcePacking:
 def _json_inputs(table, kinds, computed: tuple, parsed: dict | None = None) -> dict:
     """The :func:`~keygroups.computed.json_field` inputs among ``computed`` whose column the Arrow
     parse takes (:func:`~keygroups.computed.json_fields_of_arrow`, one pass per column over the
-    data rows; for ``value``, the fields the source parsed with its event times, ``parsed``, when
-    it holds every one), as full columns, null on the other rows; an input left out is evaluated
-    in pandas (the values then go row by row, as :func:`~keygroups.computed.evaluate` parses them)."""
+    data rows; for ``value``, the fields the source parsed with its event times, ``parsed``: their
+    values on the data rows, when it holds every one), as full columns, null on the other rows; an
+    input left out is evaluated in pandas (the values then go row by row, as
+    :func:`~keygroups.computed.evaluate` parses them)."""
     import numpy as np
     import pyarrow as pa
 
@@ -167,7 +168,7 @@ def _json_inputs(table, kinds, computed: tuple, parsed: dict | None = None) -> d
     for column, inputs in json_fields_by_column(dict(computed)).items():
         fields = dict(inputs.values())
         if column == "value" and parsed is not None and set(fields) <= set(parsed):
-            of_data = {f: parsed[f].filter(pa.array(data)) for f in fields}
+            of_data = parsed
         else:
             try:
                 of_data = json_fields_of_arrow(table.column(column).filter(pa.array(data)), fields)
@@ -178,37 +179,28 @@ def _json_inputs(table, kinds, computed: tuple, parsed: dict | None = None) -> d
 
 
 def _with_parsed(batches: list) -> tuple:
-    """The source's record batches as one table of the source's columns, and the JSON fields it
-    parsed with its event times (``kafka_read.PARSED_PREFIX`` columns) as one array per field
-    over the table's rows, or None when a batch with data rows lacks them (a chunk the source
-    parsed otherwise); a batch without data rows (markers, errors) counts as nulls there."""
+    """The source's record batches as one table of the source's columns, and the JSON fields the
+    source parsed with its event times (``kafka_read.PARSED_PREFIX`` columns) on the table's data
+    rows, in order, one array per field; None when a batch with data rows lacks them (a chunk the
+    source parsed otherwise). Batches without data rows (markers, errors) add nothing there."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from dataflow_kafka.datasource.kafka_read import PARSED_PREFIX
 
-    names = next((b.schema.names for b in batches if b.schema.names[-1].startswith(PARSED_PREFIX)), None)
-    if names is None:
-        return pa.Table.from_batches(batches), None
-    own = [n for n in names if not n.startswith(PARSED_PREFIX)]
-    extra = [n[len(PARSED_PREFIX):] for n in names if n.startswith(PARSED_PREFIX)]
-    parts: dict = {f: [] for f in extra}
-    whole = True
+    own, parts, whole = [], {}, True
     for b in batches:
-        if b.schema.names == names:
-            for f in extra:
-                parts[f].append(b.column(PARSED_PREFIX + f))
-        elif pc.any(pc.equal(b.column("kind"), "data")).as_py():
+        data = pc.equal(b.column("kind"), "data")
+        extra = [n for n in b.schema.names if n.startswith(PARSED_PREFIX)]
+        if extra:
+            for n in extra:
+                parts.setdefault(n[len(PARSED_PREFIX):], []).append(b.column(n).filter(data))
+            b = b.select([n for n in b.schema.names if n not in extra])
+        elif pc.any(data).as_py():
             whole = False
-        else:
-            for f in extra:
-                parts[f].append(pa.nulls(b.num_rows, _type_in(batches, PARSED_PREFIX + f)))
-    table = pa.Table.from_batches([b.select(own) if b.schema.names != own else b for b in batches])
-    return table, ({f: pa.concat_arrays(a) for f, a in parts.items()} if whole else None)
-
-
-def _type_in(batches: list, name: str):
-    return next(b.schema.field(name).type for b in batches if name in b.schema.names)
+        own.append(b)
+    return pa.Table.from_batches(own), ({f: pa.concat_arrays(a) for f, a in parts.items()} if parts and whole
+                                        else None)
 
 
 def _source_types() -> dict[str, str]:
