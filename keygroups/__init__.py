@@ -46,7 +46,7 @@ from dataflow_kafka.errors import require_module_name
 
 require_module_name(__name__, "dataflow_kafka.keygroups")  # one name per file: never `import keygroups`
 
-from dataflow_kafka.keygroups.computed import Computed, json_field, json_object
+from dataflow_kafka.keygroups.computed import Computed, fanout, json_field, json_object
 from dataflow_kafka.keygroups.contract import CONTROL_COLUMNS, Modification
 from dataflow_kafka.keygroups.pipeline import Pipeline, Stage
 from dataflow_kafka.keygroups.punctuation import InputWatermarks, PunctuationTracker
@@ -57,7 +57,7 @@ __all__ = [
     "KEY_GROUP_COLUMN", "with_key_groups", "key_group_of", "key_groups_of", "hash_key",
     "PunctuationTracker", "InputWatermarks", "CONTROL_COLUMNS", "Modification",
     "Stage", "StageInput", "StageOutput", "Dropped", "Input", "PythonRouter", "Pipeline", "Computed", "json_field",
-    "json_object",
+    "json_object", "fanout",
     "StageProcessor", "deferred",
 ]
 

@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["Computed", "json_field", "json_field_source", "json_fields_by_column", "json_fields_of_arrow", "arrow_type_of",
+__all__ = ["Computed", "json_field", "fanout", "json_field_source", "json_fields_by_column", "json_fields_of_arrow", "arrow_type_of",
            "json_object", "computed_inputs", "evaluate"]
 
 
@@ -278,6 +278,72 @@ def json_field(name: str, type: str = "bigint", column: str = "value") -> Comput
         raise InvalidArgumentError(f"json_field(name={name!r}): expected a field name without quotes or backticks")
     sql = f"from_json(CAST(`{column}` AS STRING), '`{name}` {type.upper()}').`{name}`"
     return Computed(_JsonField(name, type, column), type, (column,), sql)
+
+
+class _Fanout:
+    """``fn`` of :func:`fanout` (a class: pickles by reference): bucket ``column % n`` of each row
+    as the key value :meth:`values` gives that bucket (null where the column is)."""
+
+    def __init__(self, n: int, column: str) -> None:
+        self.n, self.column = n, column
+        self._values: np.ndarray | None = None
+
+    def values(self) -> np.ndarray:
+        """Bucket ``i``'s key value: the smallest integer >= 0 whose key group among ``n`` is ``i``
+        (``keygroups.routing.key_groups_of``, a bigint key), so that ``n`` buckets on a stage of
+        ``n`` key groups give each key group one."""
+        if self._values is None:
+            from dataflow_kafka.keygroups.routing import key_groups_of
+
+            out = np.full(self.n, -1, np.int64)
+            start, left = 0, self.n
+            while left:
+                candidates = np.arange(start, start + 64 * self.n, dtype=np.int64)
+                groups = key_groups_of([candidates], self.n, [8])
+                for g, v in zip(groups.tolist(), candidates.tolist()):
+                    if out[g] < 0:
+                        out[g], left = v, left - 1
+                start += 64 * self.n
+            self._values = out
+        return self._values
+
+    def __call__(self, frame: pd.DataFrame) -> Any:
+        col = frame[self.column]
+        missing = col.isna().to_numpy(bool)
+        keys = self.values()[np.mod(col.to_numpy(np.int64, na_value=0), self.n)]
+        return keys if not missing.any() else [None if m else int(k) for m, k in zip(missing.tolist(), keys.tolist())]
+
+    def __getstate__(self) -> dict:
+        return {"n": self.n, "column": self.column}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["n"], state["column"])
+
+    def __repr__(self) -> str:
+        return f"fanout({self.n!r}, column={self.column!r})"
+
+
+def fanout(n: int, column: str = "offset") -> Computed:
+    """A first stage's key that spreads one global aggregation over ``n`` keys: each record's
+    bucket ``column % n`` (default: its Kafka offset, so consecutive records take turns; the same
+    bucket on every replay), as a key value that puts bucket ``i`` in key group ``i`` of a stage
+    with ``num_key_groups=n``. The stage aggregates per bucket and window; a next stage keyed by
+    the window merges the ``n`` partial results (its aggregation must merge them, as a Combiner's
+    ``merge_accumulators`` does). Beam's ``Combine.globally(...).withFanout(n)`` and Spark's
+    partial aggregation before the shuffle; enorm §4.3's compute / consolidate::
+
+        WindowingStage(key={"fan": fanout(4)}, ..., num_key_groups=4).then(
+            WindowingStage(key={"w": "window_end_ms"}, ...))
+
+    On Spark the JVM computes the same values (:attr:`Computed.sql`) where Python does not."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgumentError(f"fanout(n={n!r}): expected an int >= 1, the number of keys to spread over")
+    if not column or "`" in column:
+        raise InvalidArgumentError(f"fanout(column={column!r}): expected an integer column's name without backticks")
+    fn = _Fanout(n, column)
+    table = ", ".join(f"CAST({v} AS BIGINT)" for v in fn.values().tolist())
+    pick = f"element_at(array({table}), CAST(pmod(`{column}`, {n}) AS INT) + 1)"
+    return Computed(fn, "bigint", (column,), f"IF(`{column}` IS NULL, CAST(NULL AS BIGINT), {pick})")
 
 
 def json_object(*columns: str) -> Computed:

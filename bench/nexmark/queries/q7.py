@@ -1,19 +1,21 @@
 """NEXMark Q7, highest bid: per tumbling window of 10 s, the bids with the highest price (all of
 them on a tie: the public SQL joins the bids with the window's maximum on ``price = maxprice``).
 
-This project's forms, three stages each (per auction; the highest per window of each key group,
-where the first stage ran, ``fuse="partial"``; then re-keyed by the window's end, the highest of
-those):
+This project's forms, two operators each:
 
-* ``dataflow``: the bids at the highest price per auction and window (the whole bid,
+* ``dataflow``: Beam's ``Combine.globally(...).withFanout(n)``: the bids at the highest price per
+  window of each of ``n`` buckets of the bids (:func:`~dataflow_kafka.keygroups.fanout`, the
+  record's offset modulo ``n``, one bucket per key group;
   :class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage, accumulating, a late pane per
   late bid; each element the pair (price, the record's value bytes), the price read as a JSON
   field, so that only the bids at the top are decoded and parsed), then the highest of those per
   window;
 * ``slicer``: the highest price per (auction, bidder) and window (``Max`` in the slicer's keyed
-  table), then the highest of those per window. The slicer aggregates numbers, so this form
-  names the bid by auction and bidder and loses its ``dateTime`` and ``extra``: its rows are
-  the reference's projected on ``(window, auction, bidder, price)``.
+  table), the highest of those per window of each key group where the first stage ran
+  (``fuse="partial"``), then re-keyed by the window's end, the highest of those. The slicer
+  aggregates numbers, so this form names the bid by auction and bidder and loses its
+  ``dateTime`` and ``extra``: its rows are the reference's projected on ``(window, auction,
+  bidder, price)``.
 
 Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price, dateTime, extra)``
 (``dateTime`` and ``extra`` None in the slicer form).
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from dataflow_kafka.keygroups import Pipeline, json_field
+from dataflow_kafka.keygroups import Pipeline, fanout, json_field
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
@@ -62,27 +64,26 @@ class Q7(Query):
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
         n, late = settings.key_groups, settings.lateness_ms
-        if variant == "slicer":
-            first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
-                                value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
-                                aggregations=[Max()], allowed_lateness_ms=late,
-                                output_watermark="input", num_key_groups=n, name="q7_max")
-            fields = ("auction", "bidder", "max")         # each element a tuple of these columns
-            value, top = {f: f for f in fields}, ArgMax("max", key=fields[:2], fields=fields)
-        else:
-            first = WindowingStage(key={"auction": json_field("auction")},
-                                   value={"price": json_field("price"), "bid": "value"}, windows=TumblingWindow(SIZE_MS),
-                                   aggregations=[ArgMax("price", name="bids")], trigger=AfterWatermark(late=AfterCount(1)),
-                                   accumulation_mode="accumulating", allowed_lateness_ms=late,
-                                   output_watermark="input", num_key_groups=n,
-                                   name="q7_max")
-            value, top = "bids", ArgMax("price")
         per_window = dict(windows=TumblingWindow(SIZE_MS), trigger=AfterWatermark(late=AfterCount(1)),
                           accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
+        if variant == "dataflow":
+            # n buckets of the bids, the highest per window of each; then the highest of those
+            first = WindowingStage(key={"fan": fanout(n)}, value={"price": json_field("price"), "bid": "value"},
+                                   aggregations=[ArgMax("price", name="bids")], output_watermark="input",
+                                   name="q7_max", **per_window)
+            highest = WindowingStage(key={"w": "window_end_ms"}, value="bids", aggregations=[ArgMax("price")],
+                                     name="q7_highest", **per_window)
+            return Pipeline([first]).then(highest)
+        first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
+                            value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
+                            aggregations=[Max()], allowed_lateness_ms=late,
+                            output_watermark="input", num_key_groups=n, name="q7_max")
+        fields = ("auction", "bidder", "max")         # each element a tuple of these columns
+        top = ArgMax("max", key=fields[:2], fields=fields)
         # the highest per window of each key group's rows, where the first stage ran (a partial stage:
         # no shuffle of its every row), then the highest of those per window (their JSON lists)
-        partial = WindowingStage(key={"w": "window_end_ms"}, value=value, aggregations=[top], output_watermark="input",
-                                 name="q7_highest_partial", **per_window)
+        partial = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
+                                 output_watermark="input", name="q7_highest_partial", **per_window)
         highest = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax(top.by, key=top.key)],
                                  name="q7_highest", **per_window)
         return Pipeline([first]).then(partial, fuse="partial").then(highest)
