@@ -329,8 +329,9 @@ def fanout(n: int, column: str = "offset") -> Computed:
     bucket on every replay), as a key value that puts bucket ``i`` in key group ``i`` of a stage
     with ``num_key_groups=n``. The stage aggregates per bucket and window; a next stage keyed by
     the window merges the ``n`` partial results (its aggregation must merge them, as a Combiner's
-    ``merge_accumulators`` does). Beam's ``Combine.globally(...).withFanout(n)`` and Spark's
-    partial aggregation before the shuffle; enorm §4.3's compute / consolidate::
+    ``merge_accumulators`` does). Beam's ``Combine.globally(...).withFanout(n)``; enorm §4.3's
+    compute / consolidate (Spark's own aggregations pre-aggregate per task before their shuffle,
+    within one batch; here the buckets keep their windows' state across batches)::
 
         WindowingStage(key={"fan": fanout(4)}, ..., num_key_groups=4).then(
             WindowingStage(key={"w": "window_end_ms"}, ...))
