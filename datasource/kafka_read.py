@@ -473,27 +473,34 @@ def event_times(values: Sequence[bytes | None], field: str | None, timestamps_ms
     MAX_EVENT_MS]``, are invalid (the caller turns them into error rows, :func:`event_time_problem`
     says why).
     """
-    n = len(values)
+    return event_times_and_fields(values, field, {}, timestamps_ms)[:2]
+
+
+def event_times_and_fields(values: Sequence[bytes | None], field: str | None, also: dict[str, pa.DataType],
+                           timestamps_ms: np.ndarray | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, dict[str, pa.Array] | None]:
+    """:func:`event_times`, and the JSON fields ``also`` (name -> Arrow type) of the same values
+    from the event times' own ``pyarrow.json`` pass: Arrow arrays, one value per record, or None
+    where no such pass ran (record timestamps as event times, a chunk below ``SMALL_CHUNK``) or it
+    refused them (a field not of its type, a null, empty or multi-line value; the event times are
+    then parsed alone, as without ``also``). A field named in ``also`` and as ``field`` must be
+    ``int64``, else ``also`` is not parsed."""
     if field is None:
-        return timestamps_ms, (timestamps_ms >= 0) & (timestamps_ms <= MAX_EVENT_MS)
-    if n < SMALL_CHUNK:
-        return _event_times_per_record(values, field)
-    return _event_times_vectorised(values, field)
+        return timestamps_ms, (timestamps_ms >= 0) & (timestamps_ms <= MAX_EVENT_MS), None
+    if len(values) < SMALL_CHUNK:
+        return (*_event_times_per_record(values, field), None)
+    return _event_times_pass(values, field, also)
 
 
 def _event_times_vectorised(values: Sequence[bytes | None], field: str) -> tuple[np.ndarray, np.ndarray]:
     """:func:`event_times` of a JSON field in one ``pyarrow.json`` pass over the chunk; a chunk it
     cannot take as one JSON object per line goes record by record."""
-    return event_times_and_fields(values, field, {})[:2]
+    return _event_times_pass(values, field, {})[:2]
 
 
-def event_times_and_fields(values: Sequence[bytes | None], field: str, also: dict[str, pa.DataType]
-                           ) -> tuple[np.ndarray, np.ndarray, dict[str, pa.Array] | None]:
-    """:func:`event_times` of the JSON field ``field`` (at least ``SMALL_CHUNK`` values), and the
-    JSON fields ``also`` (name -> Arrow type) of the same values from the same ``pyarrow.json``
-    pass: Arrow arrays, one value per record, or None where that pass refused them (a field not of
-    its type, a null, empty or multi-line value; the event times are then parsed alone, as without
-    ``also``). A field named in ``also`` and as ``field`` must be ``int64``, else ``also`` is not parsed."""
+def _event_times_pass(values: Sequence[bytes | None], field: str, also: dict[str, pa.DataType]
+                      ) -> tuple[np.ndarray, np.ndarray, dict[str, pa.Array] | None]:
+    """:func:`event_times_and_fields` of a chunk in one ``pyarrow.json`` pass, whatever its size."""
     n = len(values)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool), {f: pa.array([], t) for f, t in also.items()}
@@ -663,11 +670,9 @@ def decode(records: RecordColumns, topic: str, partition: int, field: str | None
                                  f"[{MIN_EVENT_MS}, {MAX_EVENT_MS}], got {hv!r}")
                 break
     is_data = kinds == KIND_DATA if marked else None
-    parsed = None
-    if is_data is None and also and field is not None and n >= SMALL_CHUNK:
-        ev, valid, parsed = event_times_and_fields(values, field, also)
-    else:
-        ev, valid = event_times(values, field, ts_ms) if is_data is None or is_data.all() else (None, None)
+    ev = valid = parsed = None
+    if is_data is None or is_data.all():     # ``also`` only where every record is data (no markers)
+        ev, valid, parsed = event_times_and_fields(values, field, also if is_data is None and also else {}, ts_ms)
     if ev is None:  # decode event times only for data rows
         ev = np.zeros(n, np.int64)
         valid = np.zeros(n, bool)

@@ -280,44 +280,32 @@ def json_field(name: str, type: str = "bigint", column: str = "value") -> Comput
     return Computed(_JsonField(name, type, column), type, (column,), sql)
 
 
+def _bucket_keys(n: int) -> np.ndarray:
+    """Bucket ``i``'s key value for :func:`fanout`: the smallest integer >= 0 whose key group among
+    ``n`` is ``i`` (``keygroups.routing.key_groups_of``, a bigint key), so that ``n`` buckets on a
+    stage of ``n`` key groups give each key group one."""
+    from dataflow_kafka.keygroups.routing import key_groups_of
+
+    size = 64 * n
+    while True:
+        groups, first = np.unique(key_groups_of([np.arange(size, dtype=np.int64)], n, [8]), return_index=True)
+        if len(groups) == n:                  # every group hit: ``first[i]``, the first integer in group i
+            return first.astype(np.int64)
+        size *= 2
+
+
 class _Fanout:
     """``fn`` of :func:`fanout` (a class: pickles by reference): bucket ``column % n`` of each row
-    as the key value :meth:`values` gives that bucket (null where the column is)."""
+    as its key value, ``keys[bucket]`` (null where the column is)."""
 
     def __init__(self, n: int, column: str) -> None:
-        self.n, self.column = n, column
-        self._values: np.ndarray | None = None
-
-    def values(self) -> np.ndarray:
-        """Bucket ``i``'s key value: the smallest integer >= 0 whose key group among ``n`` is ``i``
-        (``keygroups.routing.key_groups_of``, a bigint key), so that ``n`` buckets on a stage of
-        ``n`` key groups give each key group one."""
-        if self._values is None:
-            from dataflow_kafka.keygroups.routing import key_groups_of
-
-            out = np.full(self.n, -1, np.int64)
-            start, left = 0, self.n
-            while left:
-                candidates = np.arange(start, start + 64 * self.n, dtype=np.int64)
-                groups = key_groups_of([candidates], self.n, [8])
-                for g, v in zip(groups.tolist(), candidates.tolist()):
-                    if out[g] < 0:
-                        out[g], left = v, left - 1
-                start += 64 * self.n
-            self._values = out
-        return self._values
+        self.n, self.column, self.keys = n, column, _bucket_keys(n)
 
     def __call__(self, frame: pd.DataFrame) -> Any:
         col = frame[self.column]
         missing = col.isna().to_numpy(bool)
-        keys = self.values()[np.mod(col.to_numpy(np.int64, na_value=0), self.n)]
+        keys = self.keys[np.mod(col.to_numpy(np.int64, na_value=0), self.n)]
         return keys if not missing.any() else [None if m else int(k) for m, k in zip(missing.tolist(), keys.tolist())]
-
-    def __getstate__(self) -> dict:
-        return {"n": self.n, "column": self.column}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["n"], state["column"])
 
     def __repr__(self) -> str:
         return f"fanout({self.n!r}, column={self.column!r})"
@@ -342,7 +330,7 @@ def fanout(n: int, column: str = "offset") -> Computed:
     if not column or "`" in column:
         raise InvalidArgumentError(f"fanout(column={column!r}): expected an integer column's name without backticks")
     fn = _Fanout(n, column)
-    table = ", ".join(f"CAST({v} AS BIGINT)" for v in fn.values().tolist())
+    table = ", ".join(f"CAST({v} AS BIGINT)" for v in fn.keys.tolist())
     pick = f"element_at(array({table}), CAST(pmod(`{column}`, {n}) AS INT) + 1)"
     return Computed(fn, "bigint", (column,), f"IF(`{column}` IS NULL, CAST(NULL AS BIGINT), {pick})")
 
