@@ -70,6 +70,10 @@ class OffsetRange(InputPartition):
     publish_stats: bool = False                # streaming: leave the range's newest event time for the driver
     notes: list = field(default_factory=list)  # error rows to emit (e.g. malformed control records)
     end_of_input: bool = False                 # endOfInput=punctuate, the run's last range: punctuate to the end
+    #: newest data event time before the micro-batch over every partition the source reads (the
+    #: largest ``newest_before_ms``, None: none yet): no source punctuation of an earlier batch
+    #: exceeds it (``keyGroupPacking``'s step before the shuffle, ``watermarks.before_shuffle``)
+    newest_of_source_ms: int | None = None
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
@@ -97,9 +101,10 @@ def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.Re
     The worker's heap is frozen on its first read (:func:`dataflow_kafka.collector.freeze_worker_heap`).
     With ``keyGroupPacking`` the rows go through its ``pack`` (``(key_group, payload)`` rows)."""
     freeze_worker_heap()
-    rows = (b for r in (part.ranges if isinstance(part, RangeGroup) else [part]) for b in _read_range(opts, r))
+    ranges = part.ranges if isinstance(part, RangeGroup) else [part]
+    rows = (b for r in ranges for b in _read_range(opts, r))
     if opts.key_group_packing is not None:      # keyGroupPacking: the first operator's routing and packing here
-        rows = opts.key_group_packing.pack(rows)
+        rows = opts.key_group_packing.pack(rows, ranges[0].newest_of_source_ms if ranges else None)
     yield from rows
 
 
@@ -187,7 +192,7 @@ def _split(r: OffsetRange, pieces: int) -> list[OffsetRange]:
     for i in range(pieces):
         out.append(OffsetRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.newest_before_ms,
                                r.processing_time_ms, r.mods if i == 0 else [], False, r.notes if i == 0 else [],
-                               r.end_of_input))
+                               r.end_of_input, r.newest_of_source_ms))
     return out
 
 
@@ -615,13 +620,15 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         publish = not self._last_available_now_batch({tp: e["o"] for tp, e in cur.items()}) and self._stats_usable()
         if publish:
             self._published = set()   # the previous batch's ranges have been looked up by now
+        newest = [n for n in ((e.get("e") if v1 else e.get("p")) for e in cur.values()) if n is not None]
         for i, (tp, e) in enumerate(sorted(cur.items())):
             s = e["s"] if "s" in e and not v1 else prev[tp]["o"] if tp in prev else e["o"]
             if publish:
                 self._published.add((tp, s, e["o"]))
             ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
                                       end["batchTimeMs"], mods, publish_stats=publish,
-                                      notes=notes if i == 0 else [], end_of_input=bool(end.get("eoi"))))
+                                      notes=notes if i == 0 else [], end_of_input=bool(end.get("eoi")),
+                                      newest_of_source_ms=max(newest) if newest else None))
         return _tasks(ranges, self.opts)
 
     def read(self, partition: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:

@@ -14,7 +14,7 @@ same rows it would unpack on the JVM path (``tests/keygroups/test_source_packing
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
@@ -39,7 +39,9 @@ class SourcePacking:
     plain inputs under another name; ``computed``: the :class:`~keygroups.computed.Computed`
     inputs (on data rows; :func:`~keygroups.computed.evaluate` over the source columns they
     name); ``keys``: the key columns; routing as :func:`~keygroups.routing.with_key_groups` (one
-    routing function, markers to every group, other rows to group 0). Build with :meth:`of`.
+    routing function, markers to every group, other rows to group 0); ``before_shuffle``: the
+    stage's step choosing the rows to send (:meth:`~keygroups.stage.StageLogic.before_shuffle`),
+    or None. Build with :meth:`of`.
     """
 
     columns: tuple
@@ -48,6 +50,7 @@ class SourcePacking:
     keys: tuple
     num_key_groups: int
     rows_per_blob: int = ROWS_PER_BLOB
+    before_shuffle: Any = None
 
     #: the source's rows with this packing: ``(name, Spark DDL type)``
     fields = (("key_group", "int"), (PAYLOAD_COLUMN, "binary"))
@@ -88,7 +91,8 @@ class SourcePacking:
         columns = [(c, t) for c, t in CONTROL_COLUMNS if c in source and c not in inputs] + list(inputs.items())
         if not packable_types(columns):
             return None
-        return cls(tuple(columns), tuple(renamed), tuple(computed), tuple(keys), int(stage.num_key_groups))
+        return cls(tuple(columns), tuple(renamed), tuple(computed), tuple(keys), int(stage.num_key_groups),
+                   before_shuffle=stage.before_shuffle())
 
     def json_fields(self, column: str) -> dict:
         """The JSON fields of source column ``column`` that the :func:`~keygroups.computed.json_field`
@@ -107,21 +111,23 @@ class SourcePacking:
 
         return base64.b64encode(cloudpickle.dumps(self)).decode("ascii")
 
-    def pack(self, batches: Iterable) -> Iterator:
+    def pack(self, batches: Iterable, newest_of_source_ms: int | None = None) -> Iterator:
         """A task's source record batches as ``(key_group, payload)`` record batches: the rows of
-        each key group in one blob per ``rows_per_blob`` rows read (the last part at the end)."""
+        each key group in one blob per ``rows_per_blob`` rows read (the last part at the end).
+        ``newest_of_source_ms``: the newest data event time the source read before the
+        micro-batch (``OffsetRange.newest_of_source_ms``), for :attr:`before_shuffle`."""
         pending, rows = [], 0
         for b in batches:
             if b.num_rows:
                 pending.append(b)
                 rows += b.num_rows
             if rows >= self.rows_per_blob:
-                yield from self._pack(*_with_parsed(pending))
+                yield from self._pack(*_with_parsed(pending), newest_of_source_ms)
                 pending, rows = [], 0
         if pending:
-            yield from self._pack(*_with_parsed(pending))
+            yield from self._pack(*_with_parsed(pending), newest_of_source_ms)
 
-    def _pack(self, table, parsed: dict | None = None) -> Iterator:
+    def _pack(self, table, parsed: dict | None = None, newest_of_source_ms: int | None = None) -> Iterator:
         import pyarrow as pa
 
         from dataflow_kafka.keygroups.computed import evaluate
@@ -142,6 +148,10 @@ class SourcePacking:
         for name, col in self.renamed:
             values[name] = values[col] if col in values else table.column(col)
         payload = pa.table([values[n] if n in values else table.column(n) for n, _ in self.columns], schema=schema)
+        if self.before_shuffle is not None:
+            send = self.before_shuffle(payload, kinds, newest_of_source_ms)
+            if send is not None and not send.all():
+                payload, kinds = payload.filter(pa.array(send)), kinds[send]
         keyed = pd.DataFrame({"kind": kinds, **{k: nullable_pandas(payload.column(k))
                                                 for k in self.keys}})
         groups = groups_of_columns(keyed, list(self.keys), self.num_key_groups)

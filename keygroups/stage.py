@@ -209,6 +209,15 @@ class StageLogic(ABC):
         present in each). None (default): one input, given by :meth:`inputs` or the router."""
         return None
 
+    def before_shuffle(self) -> "Callable | None":
+        """A stateless step for the source's tasks when this stage starts the first operator and
+        they pack its rows (``keyGroupPacking``): ``step(payload, kinds, bound_ms)`` gets the
+        payload columns (a ``pyarrow.Table``, ``kind`` as a numpy array) and the newest data event
+        time the source read before the micro-batch (None: not known), and returns which rows to
+        send (a bool array; None: all). Its rows must give the same output as all of them
+        (:class:`watermarks.before_shuffle.RowSelection`). None (default): no such step."""
+        return None
+
     def followed_by(self, downstream: "StageLogic | None") -> "StageLogic":
         """This stage as configured for a pipeline where ``downstream`` follows it (None: the last
         stage). Returns ``self`` or a configured copy (e.g. an optimistic stage adds the barrier

@@ -45,12 +45,13 @@ import pandas as pd
 from dataflow_kafka.keygroups import Dropped, Stage, StageInput, StageOutput
 from dataflow_kafka.keygroups.state_view import state_item
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, PaneTiming, TimestampCombiner
+from dataflow_kafka.watermarks.before_shuffle import RowSelection, row_selection
 from dataflow_kafka.watermarks.columnar import PaneColumns, object_array
 from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.watermarks.triggers import DefaultTrigger, Trigger
 from dataflow_kafka.windowing import BEGINNING_OF_TIME_MS, AggregateFunction, ToList, Window
 from dataflow_kafka.windowing.aggregations import Combined
-from dataflow_kafka.windowing.commands import WINDOW_OPS
+from dataflow_kafka.windowing.commands import WINDOW_OPS, AddWindow
 from dataflow_kafka.windowing.final import current_windows
 from dataflow_kafka.windowing.rows import (
     RESULT_COLUMNS, aggregation_columns, aggregation_list, distinct_keys, json_value, key_specs, output_watermark, window_command,
@@ -82,7 +83,12 @@ class WindowingStage(Stage):
     aggregations, all computed for every window, one column each (default ``[ToList()]``;
     ``aggregation=`` one aggregation, deprecated); ``select``: ``{column: value}``, only input rows with these values
     (e.g. ``{"query_id": "1s"}`` after a slicer with several queries); ``output_watermark``:
-    ``"complete"`` or ``"input"`` (:func:`windowing.rows.output_watermark`).
+    ``"complete"`` or ``"input"`` (:func:`windowing.rows.output_watermark`);
+    ``select_before_shuffle``: when the stage starts the first operator and the source's tasks pack
+    its rows, they send per key and window only the rows that decide its aggregations (each
+    :meth:`~windowing.AggregateFunction.selection` a highest or lowest value), the same panes
+    from fewer rows (:mod:`watermarks.before_shuffle`; refused, naming why, where that does not
+    hold; a window command adding a window is then refused too).
     """
 
     commands = WINDOW_OPS
@@ -100,6 +106,7 @@ class WindowingStage(Stage):
     num_key_groups: int = 4
     select: dict | None = None
     output_watermark: str = "complete"
+    select_before_shuffle: bool = False
     name: str | None = None
     key_types: dict = field(default_factory=dict)
     integral_values: bool | None = None           # set by bind: None, not bound (read_state's specs)
@@ -124,6 +131,8 @@ class WindowingStage(Stage):
         probe = self.new_state()                  # validates the configuration here, not in Spark
         self.accumulation_mode = probe._shared[1]
         self.timestamp_combiner, self.on_time_behavior = probe._shared[3], probe._shared[5]
+        if self.select_before_shuffle:
+            row_selection(self)                   # validates it here, not in the source's tasks
 
     def _queries(self):
         return {"0": self.windows} if isinstance(self.windows, Window) else self.windows
@@ -141,6 +150,10 @@ class WindowingStage(Stage):
 
     def routing(self) -> list[str]:
         return [n for n, _ in self._keys]
+
+    def before_shuffle(self) -> RowSelection | None:
+        """The rows the source's tasks send (``select_before_shuffle``), or None: all."""
+        return row_selection(self) if self.select_before_shuffle else None
 
     def _value_inputs(self) -> dict[str, Any]:
         """The value's input columns: one, or one per field of a tuple value (``value`` a dict)."""
@@ -237,6 +250,10 @@ class WindowingStage(Stage):
             cmd, err = window_command(m.text, self.name)
             if err:
                 errors.append(err)
+            elif cmd is not None and self.select_before_shuffle and isinstance(cmd, AddWindow):
+                errors.append(f"control record @{m.control_offset}: stage {self.name!r} selects its rows before the "
+                              f"shuffle (select_before_shuffle=True), so it keeps no element history a new window "
+                              f"could be computed from; add_window {cmd.query_id!r} ignored")
             elif cmd is not None:
                 driver.apply(cmd)
         parts = []

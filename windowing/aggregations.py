@@ -28,7 +28,11 @@ Optional capabilities are values on the class, inherited like any attribute:
   ``vectorised`` again runs its own methods (its class's ``vectorised`` is ``None``); one that
   only renames or retypes the result keeps the kernel;
 * ``spark_type`` / :meth:`AggregateFunction.spark_columns`: the result column(s) (default
-  ``string``: the result as JSON text).
+  ``string``: the result as JSON text);
+* :meth:`AggregateFunction.selection`: the values a result depends on are those at the highest
+  (or lowest) of one value column, so a Dataflow stage may keep only those before the shuffle
+  (``WindowingStage(select_before_shuffle=True)``; ``Min``, ``Max``); like ``vectorised``, a
+  subclass redefining how values combine does not inherit it.
 
 Built-ins: :class:`Sum`, :class:`Count`, :class:`Mean`, :class:`Min`, :class:`Max`, :class:`M4`,
 :class:`Quantile`, :class:`Median`, :class:`ToList`. Beam's names for them (``SumCombiner``, ...)
@@ -124,6 +128,8 @@ class AggregateFunction(abc.ABC):
             cls.vectorised = Vectorised(comps, bool(own.get("keeps_integers", False))) if comps else None
         elif "vectorised" not in own and any(h in own for h in _SEMANTICS):
             cls.vectorised = None        # the inherited kernel computes the parent's values, not these
+        if "selection" not in own and any(h in own for h in _SEMANTICS):
+            cls.selection = AggregateFunction.selection     # the parent's selection is of its values
 
     @property
     def name(self) -> str:
@@ -150,6 +156,15 @@ class AggregateFunction(abc.ABC):
     def spark_columns(self, name: str) -> list[tuple[str, str]]:
         """``(column, Spark DDL type)`` of the result, the column(s) named after ``name``."""
         return [(name, self.spark_type)]
+
+    def selection(self, value_columns: int) -> tuple[str, int] | None:
+        """Which values decide the result, for a stage keeping only those before its shuffle
+        (``WindowingStage(select_before_shuffle=True)``): ``("max", i)`` (``("min", i)``): the
+        result over any set of values equals the result over those whose column ``i`` is the set's
+        highest (lowest), ties all kept, so it equals the result over any subset holding those.
+        ``value_columns``: the columns of the stage's value (1: a plain value; more: a tuple).
+        None (the default): any value may change the result."""
+        return None
 
     # -- values ---------------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -336,12 +351,18 @@ class Min(_Extremum):
     _pick = min
     vectorised = Vectorised(("min",))
 
+    def selection(self, value_columns: int) -> tuple[str, int] | None:
+        return ("min", 0) if value_columns == 1 else None
+
 
 class Max(_Extremum):
     """Largest value; ``None`` for an empty window. Not invertible."""
 
     _pick = max
     vectorised = Vectorised(("max",))
+
+    def selection(self, value_columns: int) -> tuple[str, int] | None:
+        return ("max", 0) if value_columns == 1 else None
 
 
 class M4(Combiner):

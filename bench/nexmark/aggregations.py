@@ -139,6 +139,13 @@ class ArgMax(Combiner):
             kept[self._identity(e)] = e
         return accumulator
 
+    def selection(self, value_columns: int) -> tuple[str, int] | None:
+        """``("max", i)``: a tuple value's column of ``by`` (one of ``fields``, or a pair's number);
+        None for JSON texts, whose ``by`` only a parse finds."""
+        if self.fields is not None:
+            return ("max", self.fields.index(self.by)) if value_columns == len(self.fields) else None
+        return ("max", 0) if value_columns == 2 else None
+
     def merge_accumulators(self, accumulators: Iterable[list]) -> list:
         out = self.create_accumulator()
         for acc in accumulators:

@@ -1,8 +1,9 @@
 """Running a NEXMark query: on Spark over Kafka (ours, Spark's native form) and without Spark.
 
 * :func:`run_ours`: ``format("dataflow-kafka")`` on the bid topic (event time ``dateTime``,
-  ``endOfInput=punctuate`` so the last windows close), the query's variant, Trigger.AvailableNow,
-  every micro-batch's output collected as a pandas frame;
+  ``endOfInput=punctuate`` so the last windows close), the query's variant given the source's
+  reader (its tasks route and pack the first operator's rows, as the throughput harness runs
+  it), Trigger.AvailableNow, every micro-batch's output collected as a pandas frame;
 * :func:`run_native`: the query in Spark's API over ``format("kafka")`` (Spark's JVM connector,
   when its jars are on the session: :mod:`bench.spark_kafka`) or over the data rows of
   ``format("dataflow-kafka")``, append mode, Trigger.AvailableNow;
@@ -75,11 +76,15 @@ def source_options(bootstrap: str, topic: str, max_offsets: int | None) -> dict[
     return opts
 
 
-def _read(spark, fmt: str, options: dict[str, str]):
+def _reader(spark, fmt: str, options: dict[str, str]):
     reader = spark.readStream.format(fmt)
     for k, v in options.items():
         reader = reader.option(k, v)
-    return reader.load()
+    return reader
+
+
+def _read(spark, fmt: str, options: dict[str, str]):
+    return _reader(spark, fmt, options).load()
 
 
 def run_available_now(out_df, checkpoint: str, sink, timeout_s: float, on_end=None):
@@ -111,7 +116,8 @@ def _run(out_df, checkpoint: str, timeout_s: float) -> Run:
 def run_ours(spark, bootstrap: str, topic: str, query: Query, variant: str, checkpoint: str,
              settings: Settings = Settings(), max_offsets: int | None = None, timeout_s: float = 600) -> Run:
     """``query``'s ``variant`` over ``format("dataflow-kafka")``; see the module docstring."""
-    source = _read(spark, "dataflow-kafka", source_options(bootstrap, topic, max_offsets))
+    reader = _reader(spark, "dataflow-kafka", source_options(bootstrap, topic, max_offsets))
+    source = reader if type(query).spark is Query.spark else reader.load()    # a stage pipeline takes the reader
     return _run(query.spark(variant, source, settings), checkpoint, timeout_s)
 
 

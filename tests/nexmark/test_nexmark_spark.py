@@ -11,6 +11,7 @@ import pytest
 
 from bench.nexmark.generator import NexmarkConfig, bids, generate, produce
 from bench.nexmark.queries import REGISTRY
+from bench.nexmark.query import Query
 from bench.nexmark.runs import replayed_batches, run_ours
 
 
@@ -42,6 +43,13 @@ def test_query_on_spark_equals_the_reference_and_the_local_run(spark, bootstrap,
     local_frames = query.local(variant, replayed_batches(bootstrap, topic, ck, run.batch_ids))
     local = query.results(variant, local_frames)
     assert (on_spark, local) == (expected, expected), _difference(expected, on_spark, local, run.frames, local_frames)
+    staged = type(query).spark is Query.spark                   # a stage pipeline (not a projection in SQL)
+    selecting = [s.name for s in query.pipeline(variant).stages if getattr(s, "select_before_shuffle", False)
+                 ] if staged else []
+    for stage in selecting:     # the source's tasks sent fewer rows than the run without Spark took: the
+        # first batch's all (no event time read before it), then a few per task and window
+        sent, taken = _counters(run.frames)[stage]["records_in"], _counters(local_frames)[stage]["records_in"]
+        assert taken == len(records) and 0 < sent < taken / 2, (stage, sent, taken)
 
 
 def _counters(frames) -> dict:

@@ -1,15 +1,15 @@
 """NEXMark Q7, highest bid: per tumbling window of 10 s, the bids with the highest price (all of
 them on a tie: the public SQL joins the bids with the window's maximum on ``price = maxprice``).
 
-This project's forms, two operators each:
+This project's forms:
 
-* ``dataflow``: Beam's ``Combine.globally(...).withFanout(n)``: the bids at the highest price per
-  window of each of ``n`` buckets of the bids (:func:`~dataflow_kafka.keygroups.fanout`, the
-  record's offset modulo ``n``, one bucket per key group;
-  :class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage, accumulating, a late pane per
+* ``dataflow``: one operator, as Spark's own Q7: :class:`~bench.nexmark.aggregations.ArgMax` in
+  one Dataflow stage over all the bids (one key, ``fanout(1)``), accumulating, a late pane per
   late bid; each element the pair (price, the record's value bytes), the price read as a JSON
-  field, so that only the bids at the top are decoded and parsed), then the highest of those per
-  window;
+  field, so that only the bids at the top are decoded and parsed. The stage selects its rows
+  before the shuffle (``select_before_shuffle``, :mod:`watermarks.before_shuffle`): each source
+  task sends per window only its bids at its highest price (every bid of a window the watermark
+  may have passed), the same panes from a few rows per task and window;
 * ``slicer``: the highest price per (auction, bidder) and window (``Max`` in the slicer's keyed
   table), the highest of those per window of each key group where the first stage ran
   (``fuse="partial"``), then re-keyed by the window's end, the highest of those. The slicer
@@ -17,8 +17,8 @@ This project's forms, two operators each:
   ``dateTime`` and ``extra``: its rows are the reference's projected on ``(window, auction,
   bidder, price)``.
 
-Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price, dateTime, extra)``
-(``dateTime`` and ``extra`` None in the slicer form).
+Two operators there. Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price,
+dateTime, extra)`` (``dateTime`` and ``extra`` None in the slicer form).
 """
 
 from __future__ import annotations
@@ -67,13 +67,11 @@ class Q7(Query):
         per_window = dict(windows=TumblingWindow(SIZE_MS), trigger=AfterWatermark(late=AfterCount(1)),
                           accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
         if variant == "dataflow":
-            # n buckets of the bids, the highest per window of each; then the highest of those
-            first = WindowingStage(key={"fan": fanout(n)}, value={"price": json_field("price"), "bid": "value"},
-                                   aggregations=[ArgMax("price", name="bids")], output_watermark="input",
-                                   name="q7_max", **per_window)
-            highest = WindowingStage(key={"w": "window_end_ms"}, value="bids", aggregations=[ArgMax("price")],
+            # the highest per window over all the bids; each source task sends only its top bids
+            highest = WindowingStage(key={"all": fanout(1)}, value={"price": json_field("price"), "bid": "value"},
+                                     aggregations=[ArgMax("price")], select_before_shuffle=True,
                                      name="q7_highest", **per_window)
-            return Pipeline([first]).then(highest)
+            return Pipeline([highest])
         first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
                             value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
                             aggregations=[Max()], allowed_lateness_ms=late,
@@ -91,7 +89,7 @@ class Q7(Query):
     def results(self, variant, frames, settings=Settings()):
         table = window_rows(frames, self.last_stage(variant, settings))
         out = set()
-        for end, top in zip(table.get("w", []), table.get("top", [])):
+        for end, top in zip(table.get("w" if variant == "slicer" else "window_end_ms", []), table.get("top", [])):
             for e in json.loads(top):
                 if variant == "slicer":
                     out.add((int(end) - SIZE_MS, int(end), e["auction"], e["bidder"], int(e["max"]), None, None))
