@@ -97,10 +97,9 @@ def _codes(columns: list, pc) -> np.ndarray:
     """One int64 code per row for the combination of ``columns``' values (Arrow arrays, no nulls)."""
     code = np.zeros(len(columns[0]) if columns else 0, np.int64)
     for c in columns:
-        enc = pc.dictionary_encode(c)
-        enc = enc.combine_chunks() if hasattr(enc, "combine_chunks") else enc
+        enc = pc.dictionary_encode(c.combine_chunks() if hasattr(c, "combine_chunks") else c)   # one dictionary
         idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        code = code * (len(enc.dictionary) + 1) + idx
+        code = np.unique(code * (len(enc.dictionary) + 1) + idx, return_inverse=True)[1].ravel()   # stays small
     return code
 
 

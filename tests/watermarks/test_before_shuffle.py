@@ -71,6 +71,17 @@ def test_a_task_sends_its_top_rows_per_key_and_window_and_every_row_it_cannot_de
     assert sel(t, kinds, 2_000).all()                                    # every window may be late
 
 
+def test_a_key_of_several_columns_in_several_chunks_selects_per_combination():
+    sel = _stage(key={"a": "a", "b": "b"}, aggregations=[Min()]).before_shuffle()
+    chunks = [{"a": ["x", "x", "y"], "b": [1, 2, 1], "v": [3.0, 5.0, 4.0]},
+              {"a": ["x", "y", "x"], "b": [1, 1, 2], "v": [2.0, 6.0, 5.0]}]
+    t = pa.Table.from_batches([pa.record_batch({"event_time_ms": pa.array([1_100] * 3, pa.int64()), "a": c["a"],
+                                                "b": pa.array(c["b"], pa.int64()), "dataflow_value": c["v"]})
+                               for c in chunks])
+    # (x, 1): 3 and 2, the lowest 2; (x, 2): 5 and 5, a tie; (y, 1): 4 and 6
+    assert sel(t, np.array(["data"] * 6, object), 1_000).tolist() == [False, True, True, True, False, True]
+
+
 def _panes(frames) -> list:
     """Per batch, every output row but the metrics (whose ``records_in`` counts the rows sent), as
     a multiset: a batch's panes come by key in order of the key's first row in the batch, which
