@@ -323,6 +323,12 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
     Option("endOfInput", "`punctuate`: a bounded run (`Trigger.AvailableNow`, or a batch read) ends by closing "
            "every window: every partition's last punctuation is 9999-12-31, recorded in the offset log; `none`: "
            "the last windows stay open", punctuate, "end_of_input", False, "`none`"),
+    Option("dataOnly", "`true`: the rows and columns of Spark's Kafka connector only (`key`, `value`, `topic`, "
+           "`partition`, `offset`, `timestamp`, `timestampType`, and `headers` with `includeHeaders`): the data "
+           "records, no punctuation, modification or error rows, no event-time columns and no range stats, for "
+           "queries of Spark's own operators (a stage pipeline needs the markers). A producer's punctuation records "
+           "are left out as markers; a gap `failOnDataLoss=false` skips is logged as a warning, as Spark's connector "
+           "does", boolean, "data_only", False),
     Option(KEY_GROUP_PACKING, "set by `keygroups.Pipeline.apply(reader)`, not by hand: the first operator's "
            "routing and packing, run in the source's tasks, whose rows are then `(key_group, payload)`: one per "
            "task and key group, an Arrow IPC stream of its rows ([ARCHITECTURE.md](ARCHITECTURE.md))", packing,
@@ -382,6 +388,7 @@ class SourceOptions:
     range_stats_topic: str | None
     end_of_input: bool                   # endOfInput=punctuate
     key_group_packing: Any               # keyGroupPacking: a keygroups.source_packing.SourcePacking, or None
+    data_only: bool                      # dataOnly: Spark's Kafka rows and columns, data records only
 
 
 @dataclass(frozen=True)
@@ -448,8 +455,25 @@ def _batch_bounds(v: dict, streaming: bool | None) -> None:
         raise OptionError("option 'endingOffsets' cannot be 'earliest' for batch queries")
 
 
+def _data_only(v: dict, streaming: bool | None) -> None:
+    """``dataOnly`` yields data records in Spark's columns: the options about markers and event times
+    would be silently without effect, so they are refused."""
+    if not v["data_only"]:
+        return
+    marking = [n for n, f, unset in (("controlTopic", "control_topic", None), ("eventTimeField", "event_time_field", None),
+                                     ("watermarkDelayMs", "watermark_delay_ms", 0),
+                                     ("heartbeatIntervalMs", "heartbeat_interval_ms", None),
+                                     ("endOfInput", "end_of_input", False), (KEY_GROUP_PACKING, "key_group_packing", None))
+               if v[f] != unset]
+    if marking:
+        raise OptionError(f"option 'dataOnly' gives the data records in Spark's Kafka columns, without the event "
+                          f"times, punctuations and commands that {', '.join(repr(n) for n in marking)} "
+                          f"concern: remove {'it' if len(marking) == 1 else 'them'}, or dataOnly (a stage pipeline "
+                          f"needs the markers: give keygroups.Pipeline.apply a reader without dataOnly)")
+
+
 #: Rules between source options, after each option is parsed.
-SOURCE_CHECKS = (_one_subscription, _batch_bounds,
+SOURCE_CHECKS = (_one_subscription, _batch_bounds, _data_only,
                  _ordered(("minOffsetsPerTrigger", "min_offsets_per_trigger"),
                           ("maxOffsetsPerTrigger", "max_offsets_per_trigger")),
                  _ordered(("minPartitions", "min_partitions"), ("maxPartitions", "max_partitions")))

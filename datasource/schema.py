@@ -33,7 +33,8 @@ PUNCTUATION_HEADER = "dataflow.punctuation"
 _HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
-def source_schema(include_headers: bool) -> StructType:
+def source_schema(include_headers: bool, data_only: bool = False) -> StructType:
+    """The source's row schema; ``data_only`` (option ``dataOnly``): Spark's Kafka connector's columns only."""
     fields = [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
@@ -45,6 +46,8 @@ def source_schema(include_headers: bool) -> StructType:
     ]
     if include_headers:
         fields.append(StructField("headers", _HEADERS))
+    if data_only:
+        return StructType(fields)
     fields += [
         StructField("kind", StringType()),
         StructField("event_time", TimestampType()),

@@ -105,7 +105,28 @@ def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.Re
     rows = (b for r in ranges for b in _read_range(opts, r))
     if opts.key_group_packing is not None:      # keyGroupPacking: the first operator's routing and packing here
         rows = opts.key_group_packing.pack(rows, ranges[0].newest_of_source_ms if ranges else None)
+    elif opts.data_only:
+        rows = _data_rows(rows, opts.include_headers)
     yield from rows
+
+
+def _data_rows(batches: Iterator[pa.RecordBatch], include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """``dataOnly``: the data rows of ``batches`` in Spark's Kafka columns; an error row (a gap
+    ``failOnDataLoss=false`` skipped) logged as a warning, as Spark's connector logs it."""
+    import pyarrow.compute as pc
+
+    names = source_schema(include_headers, data_only=True).names
+    for b in batches:
+        kinds = b.column("kind")
+        errors = pc.equal(kinds, KIND_ERROR)
+        if pc.any(errors).as_py():
+            for text in b.filter(errors).column("error").to_pylist():
+                logging.getLogger(__name__).warning("dataflow-kafka: %s", text)
+        data = pc.equal(kinds, KIND_DATA)
+        if not pc.all(data).as_py():
+            b = b.filter(data)
+        if b.num_rows:
+            yield b.select(names)
 
 
 def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -165,7 +186,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
 def _ahead(opts: SourceOptions, processing_time_ms: int) -> tuple[int, int] | None:
     """``(processing time, maxEventTimeAheadMs)`` of a batch, or None when the guard is off."""
     limit = opts.max_event_time_ahead_ms
-    return None if limit is None else (processing_time_ms, limit)
+    return None if limit is None or opts.data_only else (processing_time_ms, limit)
 
 
 def _stats_field(opts: SourceOptions, processing_time_ms: int) -> str:
@@ -340,7 +361,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """Whether tasks publish range stats (``rangeStatsTopic``; not with ``minPartitions``, whose
         tasks read pieces of a range); the topic is created on first use."""
         if (not self.opts.range_stats_topic or self.opts.min_partitions or self.opts.max_records_per_partition
-                or self._stats_error is not None):
+                or self.opts.data_only or self._stats_error is not None):
             return False
         if self._stats is None:
             stats = range_stats.RangeStats(self.opts.kafka, self.opts.range_stats_topic, self.opts.poll_timeout_ms)
@@ -488,7 +509,8 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         parts: dict[TP, dict] = {}
         for tp in tps:
             entry: dict = {"o": end[tp], "s": begin[tp]}
-            newest = self._newest_at(tp, prev[tp], start.get("v", 1), start["batchTimeMs"]) if tp in prev else None
+            newest = (self._newest_at(tp, prev[tp], start.get("v", 1), start["batchTimeMs"])
+                      if tp in prev and not self.opts.data_only else None)   # dataOnly: no punctuations to plan
             if newest is not None:
                 entry["p"] = newest
             parts[tp] = entry
@@ -579,7 +601,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for stale in self._scans.values():  # ranges of a batch that was never read back
             stale.cancel()
         self._scans = {}
-        if self._last_available_now_batch(end):
+        if self._last_available_now_batch(end) or self.opts.data_only:
             return
         if self._stats_usable() and not self._stats_missed:
             return  # the tasks leave each range's newest event time
@@ -710,7 +732,7 @@ class DataflowKafkaDataSource(DataSource):
 
             types = {"int": IntegerType(), "binary": BinaryType()}
             return StructType([StructField(n, types[t]) for n, t in opts.key_group_packing.fields])
-        return source_schema(opts.include_headers)
+        return source_schema(opts.include_headers, opts.data_only)
 
     def streamReader(self, schema) -> DataflowKafkaStreamReader:
         return DataflowKafkaStreamReader(parse_source_options(self.options, streaming=True))

@@ -66,11 +66,14 @@ def epoch_ms(source):
     return source.withColumns({f"{c}_ms": F.unix_millis(c) for c in stamps}).drop(*stamps)
 
 
-def parse_bids(df, with_kind: bool = True):
+def parse_bids(df, with_kind: bool | None = None):
     """Spark: the bids of Kafka rows as columns (``from_json``), ``dateTime`` as a timestamp and
-    ``ts_ms``; ``with_kind``: rows of ``format("dataflow-kafka")`` (data rows kept)."""
+    ``ts_ms``; ``with_kind``: rows of ``format("dataflow-kafka")`` with its markers (data rows
+    kept; None: when ``df`` has a ``kind`` column)."""
     from pyspark.sql import functions as F
 
+    if with_kind is None:
+        with_kind = "kind" in df.columns
     if with_kind:
         df = df.where(F.col("kind") == "data")
     b = df.select(F.from_json(F.col("value").cast("string"), BID_DDL).alias("b")).select("b.*")

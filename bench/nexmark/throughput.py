@@ -13,8 +13,11 @@ What it does, once per run:
   batches on few cores; 0 leaves one task per Kafka partition; the windowed forms are given the
   source's reader, so the source routes and packs their first operator's rows:
   ``keygroups.Pipeline.apply``; ``--jvm-packing`` adds them on the loaded source, routed in the
-  JVM and packed by a ``mapInArrow`` step, as variants ``<form>/jvm-packing``; our records are
-  counted from the source's offsets) and Spark's native form over
+  JVM and packed by a ``mapInArrow`` step, as variants ``<form>/jvm-packing``; the projections
+  read the source with ``dataOnly`` (Spark's Kafka columns, data records only, as their SQL needs;
+  since 2026-12-01), and ``--markers`` adds them on its rows with markers, filtered by ``kind`` in
+  Spark, as variants ``sql/markers``; our records are counted from the source's offsets) and
+  Spark's native form over
   ``format("kafka")`` (Spark's JVM connector; :mod:`bench.spark_kafka`) with ``withWatermark``
   5 s;
 * first a **warm-up**, not recorded: the first query's arms (ours, Spark's) once at the largest
@@ -100,6 +103,9 @@ MAX_PARTITIONS = 2
 #: an ours variant's suffix: the pipeline on the loaded source, routed in the JVM and packed by a
 #: ``mapInArrow`` step, instead of on the source's reader (which routes and packs in its tasks)
 JVM_PACKING = "jvm-packing"
+#: a projection's variant suffix: our source's rows with their markers (filtered by ``kind`` in
+#: Spark) instead of ``dataOnly``'s data records in Spark's Kafka columns
+MARKERS = "markers"
 #: The key of each windowed query's first stage: the floor arm groups by it (module docstring); the
 #: joins' key is the person: a person's ``id``, an auction's ``seller``.
 FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder", "q8": "person"}
@@ -338,9 +344,10 @@ class Harness:
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
                  log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
                  key_groups: int = Settings().key_groups, join_events: int = 5_000_000,
-                 jvm_packing: bool = False) -> None:
+                 jvm_packing: bool = False, markers: bool = False) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
         self.jvm_packing = jvm_packing
+        self.markers = markers
         self.settings = Settings(key_groups=key_groups)
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
         self.max_partitions = max_partitions or None
@@ -426,8 +433,10 @@ class Harness:
             opts = source_options(self.bootstrap, ",".join(topics), batch_size)
             if self.max_partitions:
                 opts["maxPartitions"] = str(self.max_partitions)
-            reader = self.spark.readStream.format("dataflow-kafka").options(**opts)
             variant, _, path = variant.partition("/")       # "/jvm-packing": the pipeline on the loaded source
+            if isinstance(q, Projection) and path != MARKERS:  # Spark's operators only: the data records
+                opts = {k: v for k, v in opts.items() if k not in ("eventTimeField", "endOfInput")} | {"dataOnly": "true"}
+            reader = self.spark.readStream.format("dataflow-kafka").options(**opts)
             source = reader if path != JVM_PACKING and type(q).spark is Query.spark else reader.load()
             out, connector = q.spark(variant, source, self.settings), "dataflow-kafka"
             label = f"{q.name}-{variant}{'-' + path if path else ''}-{batch_size}-r{repeat}"
@@ -556,6 +565,8 @@ class Harness:
                     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
                     if self.jvm_packing and type(q).spark is Query.spark:
                         arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{JVM_PACKING}") for v in q.variants]
+                    if self.markers and isinstance(q, Projection):
+                        arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{MARKERS}") for v in q.variants]
                     if floor and floor_label(q) is not None:
                         arms.append(("floor", floor_label(q)))
                     for side, variant in arms if k % 2 == 0 else arms[::-1]:
@@ -670,6 +681,9 @@ def main(argv=None) -> None:
     p.add_argument("--jvm-packing", action="store_true",
                    help="also our windowed forms on the loaded source (the JVM routes, a mapInArrow step packs): "
                         "variants '<form>/jvm-packing'")
+    p.add_argument("--markers", action="store_true",
+                   help="also the projections on our source's rows with their markers (not dataOnly): variants "
+                        "'sql/markers'")
     p.add_argument("--csv", default="bench/out/nexmark_throughput.csv")
     p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -694,7 +708,8 @@ def main(argv=None) -> None:
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
-                    key_groups=a.key_groups, join_events=a.join_events, jvm_packing=a.jvm_packing)
+                    key_groups=a.key_groups, join_events=a.join_events, jvm_packing=a.jvm_packing,
+                    markers=a.markers)
         try:
             h.run(queries, sizes, a.repeats, a.floor)
         finally:
