@@ -191,6 +191,14 @@ def passthrough(rate: float = 20.0) -> Pipeline:
     return Pipeline("passthrough", build, record, expected, {"eventTimeField": "ts"}, rate, poisson=False)
 
 
+def passthrough_data_only(rate: float = 20.0) -> Pipeline:
+    """:func:`passthrough` on our source with option ``dataOnly`` (Spark's Kafka columns, the data
+    records only, no range stats): key, value."""
+    base = passthrough(rate)
+    return Pipeline("passthrough, dataOnly", lambda src, out_topic: src.selectExpr("key", "value"), base.record,
+                    base.expected, {"dataOnly": "true"}, rate, poisson=False)
+
+
 def passthrough_kafka(rate: float = 20.0, punctuated: bool = False, partitions: int = 2) -> Pipeline:
     """:func:`passthrough` read through Spark's JVM connector (``format("kafka")``): key, value;
     ``punctuated``: through :func:`jvm_ingest.punctuate` first (input topic of ``partitions``

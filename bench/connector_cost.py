@@ -6,7 +6,7 @@ connector (``format("kafka")``), as a source into ``noop`` and as source and sin
     python -m bench.connector_cost [--shape passthrough|stages] [--quick] [--cycles 3] [--phase 12]
                                    [--csv bench/out/connector_cost.csv]
 
-Seven queries run at the same time in one session and take turns (``bench._stream.interleaved``:
+Nine queries run at the same time in one session and take turns (``bench._stream.interleaved``:
 in each cycle one query gets ``--phase`` seconds of input while the others' inputs are paused,
 the order rotating), each on its own 2-partition input topic fed by its own trickle of about 20
 JSON records/s (even gaps), Spark's default trigger, ``spark_session()`` defaults on ``local[2]``:
@@ -14,6 +14,8 @@ JSON records/s (even gaps), Spark's default trigger, ``spark_session()`` default
 * ``dataflow-kafka -> noop``: our source, its data rows' key and value, Spark's ``noop`` sink;
 * ``kafka -> noop``: Spark's connector, key and value, ``noop``;
 * ``dataflow-kafka -> dataflow-kafka``: our source and our sink (a 2-partition output topic);
+* ``dataflow-kafka dataOnly -> noop`` and ``-> dataflow-kafka``: the same two on our source with
+  option ``dataOnly`` (Spark's Kafka columns, data records only, no range stats);
 * ``kafka -> kafka``: Spark's connector and Spark's Kafka sink;
 * ``kafka -> punctuate -> noop``: Spark's connector through :func:`jvm_ingest.punctuate` (the
   source's rows rebuilt in one ``mapInArrow`` step), data rows' key and value, ``noop``;
@@ -50,9 +52,12 @@ from pathlib import Path
 
 
 ARMS = ("dataflow-kafka -> noop", "kafka -> noop", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka",
-        "kafka -> punctuate -> noop", "python floor -> noop", "python floor -> null sink")
+        "kafka -> punctuate -> noop", "python floor -> noop", "python floor -> null sink",
+        "dataflow-kafka dataOnly -> noop", "dataflow-kafka dataOnly -> dataflow-kafka")
 RATIOS = (("source into noop: ours / Spark's", "dataflow-kafka -> noop", "kafka -> noop"),
           ("source and sink: ours / Spark's", "dataflow-kafka -> dataflow-kafka", "kafka -> kafka"),
+          ("source into noop, dataOnly: ours / Spark's", "dataflow-kafka dataOnly -> noop", "kafka -> noop"),
+          ("source and sink, dataOnly: ours / Spark's", "dataflow-kafka dataOnly -> dataflow-kafka", "kafka -> kafka"),
           ("our sink / noop (our source)", "dataflow-kafka -> dataflow-kafka", "dataflow-kafka -> noop"),
           ("Spark's sink / noop (Spark's source)", "kafka -> kafka", "kafka -> noop"),
           ("punctuate() / nothing (Spark's source, noop)", "kafka -> punctuate -> noop", "kafka -> noop"),
@@ -88,7 +93,9 @@ def arms(rate: float, shape: str = "passthrough", partitions: int = 2):
             _stream.Arm(ARMS[2], ours, "kafka"), _stream.Arm(ARMS[3], spark, "kafka", sink_format="kafka"),
             _stream.Arm(ARMS[4], _stream.passthrough_kafka(rate, punctuated=True, partitions=partitions), "noop"),
             _stream.Arm(ARMS[5], _stream.passthrough_floor(rate), "noop"),
-            _stream.Arm(ARMS[6], _stream.passthrough_floor(rate), "kafka", sink_format="bench-null-sink")]
+            _stream.Arm(ARMS[6], _stream.passthrough_floor(rate), "kafka", sink_format="bench-null-sink"),
+            _stream.Arm(ARMS[7], _stream.passthrough_data_only(rate), "noop"),
+            _stream.Arm(ARMS[8], _stream.passthrough_data_only(rate), "kafka")]
 
 
 def main(argv: list[str] | None = None) -> int:
