@@ -642,15 +642,15 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         publish = not self._last_available_now_batch({tp: e["o"] for tp, e in cur.items()}) and self._stats_usable()
         if publish:
             self._published = set()   # the previous batch's ranges have been looked up by now
-        newest = [n for n in ((e.get("e") if v1 else e.get("p")) for e in cur.values()) if n is not None]
+        before = {tp: e.get("e") if v1 else e.get("p") for tp, e in cur.items()}   # newest event time before each range
+        newest = max((n for n in before.values() if n is not None), default=None)
         for i, (tp, e) in enumerate(sorted(cur.items())):
             s = e["s"] if "s" in e and not v1 else prev[tp]["o"] if tp in prev else e["o"]
             if publish:
                 self._published.add((tp, s, e["o"]))
-            ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], e.get("e") if v1 else e.get("p"),
-                                      end["batchTimeMs"], mods, publish_stats=publish,
-                                      notes=notes if i == 0 else [], end_of_input=bool(end.get("eoi")),
-                                      newest_of_source_ms=max(newest) if newest else None))
+            ranges.append(OffsetRange(tp[0], tp[1], s, e["o"], before[tp], end["batchTimeMs"], mods,
+                                      publish_stats=publish, notes=notes if i == 0 else [],
+                                      end_of_input=bool(end.get("eoi")), newest_of_source_ms=newest))
         return _tasks(ranges, self.opts)
 
     def read(self, partition: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:

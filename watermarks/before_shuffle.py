@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.watermarks.windows import window_copies
 
 __all__ = ["RowSelection", "row_selection"]
 
@@ -109,11 +110,7 @@ def _windows(times: np.ndarray, grid: tuple | None) -> tuple[np.ndarray, np.ndar
         n = times.size
         return np.arange(n), np.zeros(n, np.int64), np.full(n, np.iinfo(np.int64).max)
     size, slide, offset = grid
-    last_start = times - (times - offset) % slide
-    count = -(-(size - (times - last_start)) // slide)
-    elem = np.repeat(np.arange(times.size), count)
-    back = np.arange(elem.size) - np.repeat(np.cumsum(count) - count, count)
-    start = last_start[elem] - back * slide
+    elem, start = window_copies(times, size, slide, offset)
     return elem, start, start + size
 
 

@@ -54,7 +54,7 @@ from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehav
 from dataflow_kafka.watermarks.driver import TriggerDriver, WindowState, warn_late
 from dataflow_kafka.watermarks.triggers import AfterCount, AfterWatermark, DefaultTrigger, Trigger
 from dataflow_kafka.watermarks.windows import (
-    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindowFn, IntervalWindow, SlidingWindowFn, WindowFn,
+    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindowFn, IntervalWindow, SlidingWindowFn, WindowFn, window_copies,
 )
 from dataflow_kafka.windowing import AggregateFunction
 from dataflow_kafka.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
@@ -369,12 +369,7 @@ class ColumnarDriver:
         n_keys = len(keys)
         codes = self._code(keys)
         vals = self._values(values, rows.size)
-        # AssignWindows, every copy in the element loop's order (element, then window start)
-        last_start = times - (times - self.offset) % self.period
-        count = np.maximum(0, -(-(self.size - (times - last_start)) // self.period))
-        elem = np.repeat(np.arange(times.size), count)
-        back = np.repeat(count, count) - 1 - (np.arange(elem.size) - np.repeat(np.cumsum(count) - count, count))
-        start = last_start[elem] - back * self.period
+        elem, start = window_copies(times, self.size, self.period, self.offset)   # AssignWindows, every copy
         if self.from_ms != BEGINNING_OF_TIME_MS:
             keep = start >= self.from_ms
             elem, start = elem[keep], start[keep]

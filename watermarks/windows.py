@@ -55,6 +55,7 @@ __all__ = [
     "GlobalWindowFn",
     "FixedWindowFn",
     "SlidingWindowFn",
+    "window_copies",
     "SessionWindowFn",
     "compile_window_fn",
     "extent_ms",
@@ -158,6 +159,20 @@ class SlidingWindowFn(WindowFn):
         # the starts last_start - k * period_ms above timestamp_ms - size_ms: k < (size_ms - d) / period_ms
         count = max(0, -(-(self.size_ms - (timestamp_ms - last_start)) // self.period_ms))
         return list(_sliding_windows(self.size_ms, self.period_ms, last_start, count))
+
+
+def window_copies(times, size_ms: int, period_ms: int, offset_ms: int = 0):
+    """AssignWindows of :class:`SlidingWindowFn` for a column of event times, vectorised:
+    ``(element, start)`` arrays, one entry per window an element is copied into, in the element
+    loop's order (element, then ascending start)."""
+    import numpy as np
+
+    times = np.asarray(times, np.int64)
+    last_start = times - (times - offset_ms) % period_ms
+    count = np.maximum(0, -(-(size_ms - (times - last_start)) // period_ms))
+    elem = np.repeat(np.arange(times.size), count)
+    back = np.repeat(count, count) - 1 - (np.arange(elem.size) - np.repeat(np.cumsum(count) - count, count))
+    return elem, last_start[elem] - back * period_ms
 
 
 @functools.lru_cache(maxsize=256)
