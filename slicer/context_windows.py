@@ -61,8 +61,18 @@ class WindowContext:
     def earliest_open_start(self, view: Any, horizon: int) -> int:
         raise NotImplementedError
 
+    def new_windows_ending_at(self, view: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Windows ending exactly at ``t`` whose end appeared since the last watermark
+        (:meth:`watermark_passed`). The window manager asks at the lateness horizon ``w - L``: a
+        record there is still on time, yet windows ending there count as emitted. None by default."""
+        return _EMPTY, _EMPTY
+
+    def watermark_passed(self) -> None:
+        """Called after each watermark's emission."""
+
     def evict(self, before: int) -> None:
-        """Forget context older than ``before`` (the first retained slice start)."""
+        """Forget context older than ``before`` (at most the lateness horizon: records before it
+        are dropped, so windows ending at or before it are final)."""
 
     def evict_records(self, view: Any, before: int) -> None:
         """Called before kept records older than ``before`` are dropped (``view.tuples``)."""
@@ -226,12 +236,14 @@ class PunctuationWindow(ForwardContextFreeWindow):
 
 
 class _PunctuationContext(WindowContext):
-    """Punctuation times ``edges`` and the first record time ``first`` (``None`` once the
-    first window is evicted, or when the context was rebuilt from records after eviction)."""
+    """Punctuation times ``edges``, those since the last watermark ``added``, and the first
+    record time ``first`` (``None`` once the first window is evicted, or when the context was
+    rebuilt from records after eviction)."""
 
     def __init__(self, window: PunctuationWindow):
         self.window = window
         self.edges = _EMPTY
+        self.added = _EMPTY
         self.first: int | None = None
         self.started = False
 
@@ -240,6 +252,7 @@ class _PunctuationContext(WindowContext):
             new = ts[self.window.is_punctuation(values)]
             if new.size:
                 self.edges = np.union1d(self.edges, new)
+                self.added = np.union1d(self.added, new)
             low = int(ts.min())
             if not self.started:
                 self.first, self.started = low, True
@@ -258,6 +271,17 @@ class _PunctuationContext(WindowContext):
         m = (e > lo) & (e <= hi)
         return s[m], e[m]
 
+    def new_windows_ending_at(self, view, t):
+        # a punctuation at the horizon closes a window there (Scotty section 5.4.2)
+        if not np.isin(t, self.added):
+            return _EMPTY, _EMPTY
+        s, e = self._spans()
+        m = e == t
+        return s[m], e[m]
+
+    def watermark_passed(self):
+        self.added = _EMPTY
+
     def earliest_open_start(self, view, horizon):
         i = int(np.searchsorted(self.edges, horizon, "right"))  # edges[i] is the first end > horizon
         if i >= 1:
@@ -274,11 +298,12 @@ class _PunctuationContext(WindowContext):
         self.edges = self.edges[max(i - 1, 0):]
 
     def get_state(self):
-        return (self.edges, self.first, self.started)
+        return (self.edges, self.first, self.started, self.added)
 
     def set_state(self, state):
-        edges, self.first, self.started = state
+        edges, self.first, self.started, *added = state    # states written before 2026-12-01 have 3
         self.edges = np.asarray(edges, np.int64)
+        self.added = np.asarray(added[0] if added else _EMPTY, np.int64)
 
 
 # --------------------------------------------------------------------------- slide-by-tuple

@@ -156,8 +156,8 @@ class SliceManager(_Manager):
             for c in self.contexts:
                 c.evict_records(self, first)
             self.tuples.drop_first(int(np.searchsorted(self.tuples.ts, first, "left")))
-        for c in self.contexts:
-            c.evict(first)
+        for c in self.contexts:     # no slice may start at or before the cutoff: keep what follows it
+            c.evict(min(first, cutoff))
 
 
 class CountSliceManager(_Manager):

@@ -5,7 +5,9 @@ On a watermark ``w`` (previous one ``p``, allowed lateness ``L``) it emits, per 
 * every window that ended since the last watermark, ``p < end <= w`` (``triggerWin``);
 * updates of windows with ``p - L < end <= p``: those holding a slice that received records
   since ``p``, and, for context-aware windows, those whose extent was not emitted before
-  (section 5.3: "outputs updates for these window aggregates");
+  (section 5.3: "outputs updates for these window aggregates"), and windows whose end appeared
+  since ``p`` exactly at the horizon ``p - L`` (a punctuation there is on time:
+  ``WindowContext.new_windows_ending_at``);
 * retractions (first, ``retraction=True``) of emitted context-aware windows whose extent no
   longer exists: a late record extended or fused sessions, a late punctuation cut a window, a
   late record shifted slide-by-tuple windows (the Dataflow Model's retractions,
@@ -124,6 +126,8 @@ class WindowManager:
             self.count_frontier, count_mgr.first_change = n_now, None
         for q in self.queries.values():
             q.fresh = False
+            if q.context is not None:
+                q.context.watermark_passed()
         self.watermark = wm
         time_mgr.store.clear_dirty()
         self._evict(wm - self.allowed_lateness_ms, time_mgr, count_mgr)
@@ -247,11 +251,15 @@ class WindowManager:
             if first_change is None:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64)
             return self._windows(q, mgr, max(first_change, base), prev, limit)
-        s, e = self._windows(q, mgr, max(prev - self.allowed_lateness_ms, base), prev, limit)
+        horizon = prev - self.allowed_lateness_ms
+        s, e = self._windows(q, mgr, max(horizon, base), prev, limit)
         keep = _dirty(mgr.store, s, e)
-        if q.context is not None:
-            keep |= np.array([k not in q.emitted for k in zip(s.tolist(), e.tolist())], bool)
-        return s[keep], e[keep]
+        if q.context is None:
+            return s[keep], e[keep]
+        keep |= np.array([k not in q.emitted for k in zip(s.tolist(), e.tolist())], bool)
+        hs, he = q.context.new_windows_ending_at(mgr, horizon)     # a record at the horizon is on time
+        return (np.concatenate((s[keep], np.asarray(hs, np.int64))),
+                np.concatenate((e[keep], np.asarray(he, np.int64))))
 
     @staticmethod
     def _windows(q: Query, mgr, lo: int, hi: int, limit: int) -> tuple[np.ndarray, np.ndarray]:

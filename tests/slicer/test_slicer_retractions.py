@@ -247,15 +247,12 @@ def test_stage_commands_still_apply_with_retractions():
     assert not any((o["kind"] == "error").any() for o in out)
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, found 2026-12-01: with allowed_lateness_ms=0 a punctuation "
-                                       "record at exactly the watermark ends a window there that is never emitted")
 def test_a_punctuation_at_the_watermark_ends_a_window_that_is_emitted():
-    """A punctuation record accepted at the previous watermark (``t == w - L``, ``L = 0``) closes
-    ``[first, t)``, a window ending at the lateness horizon: the window manager's updates look at
-    ends in ``(w - L, w]`` and the new windows at ``(w, w']``, so it is in neither. Including the
-    horizon in the updates re-emits windows already emitted whose slices were evicted
-    (``test_the_property_sees_retractions`` then fails); the fix needs to know which windows ending
-    there were emitted. Shrunk by hypothesis from the fold property."""
+    """A punctuation record at the lateness horizon (``t == w - L``, here ``L = 0``) is on time and
+    closes ``[first, t)``, a window ending at the horizon: the updates look at ends in
+    ``(w - L, w]`` and new windows at ``(w, w']``, so the context names it
+    (``WindowContext.new_windows_ending_at``: its end appeared since the last watermark). Shrunk by
+    hypothesis from the fold property; failed before 2026-12-01."""
     from dataflow_kafka.slicer import PunctuationWindow
 
     events = [("rec", [0] * 20, [0] * 20), ("rec", [0] * 4, [1] * 4), ("wm", 1),
@@ -263,14 +260,34 @@ def test_a_punctuation_at_the_watermark_ends_a_window_that_is_emitted():
     check_fold([PunctuationWindow(7)], ["sum"], 0, events, "scotty")
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, found 2026-12-01: a late record before the first punctuation "
-                                       "opens a window ending at it that is never emitted")
 def test_a_late_record_before_the_first_punctuation_opens_a_window_that_is_emitted():
-    """The same family as above, found by ``test_scotty_emission_matches_the_reference_in_scotty_order``
-    in a clean clone: a punctuation at 0, the watermark at 0, then a record at -1 within the
-    lateness (60) opens ``[-1, 0)``, never emitted. Shrunk by hypothesis."""
+    """A punctuation at 0, the watermark at 0, then a record at -1 within the lateness (60) opens
+    ``[-1, 0)``. Eviction had taken the first window ``[first, 0)`` as final because no slice
+    started before 0; contexts now forget only what lies before the eviction cutoff, at most the
+    horizon. Shrunk by hypothesis from the Scotty-order property; failed before 2026-12-01."""
     from dataflow_kafka.slicer import PunctuationWindow
     from tests.slicer.test_slicer_scotty import test_scotty_emission_matches_the_reference_in_scotty_order as scotty
 
     scotty.hypothesis.inner_test(windows=[PunctuationWindow(7)], names=["sum"], lateness=60,
                                  events=[("rec", [7], [0]), ("wm", 0), ("rec", [0, 0, 0], [0, 0, -1]), ("wm", 2000)])
+
+
+@pytest.mark.parametrize("cut", [2, 3])
+def test_a_punctuation_at_the_horizon_survives_a_checkpoint(cut):
+    """The punctuations since the last watermark are in the operator's bytes: restored between the
+    punctuation at the horizon and the next watermark, the operator emits the window it closes."""
+    from dataflow_kafka.slicer import PunctuationWindow
+
+    events = [("rec", [0] * 3, [0] * 3), ("wm", 5), ("rec", [1, 7], [5, 5]), ("wm", 9), ("wm", 2000)]
+    rows = []
+    for restore in (False, True):
+        op, _ = operator([PunctuationWindow(7)], make_aggs(["sum"]), 0, emission="scotty")
+        out = []
+        for i, ev in enumerate(events):
+            if restore and i == cut:
+                op = SlicingWindowOperator.from_bytes(op.to_bytes(include_config=True))
+            out += ([(r.start, r.end, r.values, r.update) for r in op.process_watermark(ev[1])] if ev[0] == "wm"
+                    else op.process_elements(np.array(ev[1]), np.array(ev[2])) or [])
+        rows.append(out)
+    assert rows[0] == rows[1]
+    assert (0, 5, (0.0,), True) in [(s, e, tuple(float(x) for x in v), u) for s, e, v, u in rows[1]]
