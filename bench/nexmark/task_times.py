@@ -39,17 +39,22 @@ def _get(spark, path: str):
 
 
 def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
-    """Per kind of stage completed after the stages ``since`` (call site and task count), in the
+    """Per kind of stage completed after the stages ``since`` (call site, task count and place in its
+    job), in the
     order the first of each kind started: its stage count and the median task duration, run time
     and JVM CPU in ms over every task of its stages but the first ``skip`` (batches 0 and 1), and the
     median over those stages of their longest task (a stage's wall time when its tasks run at once)."""
     stages = sorted((s for s in _get(spark, "stages") if s["stageId"] not in since and s["status"] == "COMPLETE"),
                     key=lambda s: s["stageId"])
+    place = {}   # stage id -> its place among its job's stages (a micro-batch's stateful operators apart)
+    for job in _get(spark, "jobs"):
+        for i, sid in enumerate(sorted(job.get("stageIds", []))):
+            place[sid] = i
     kinds: dict[tuple, list] = collections.OrderedDict()
     for s in stages:
-        kinds.setdefault((s["name"].split(" at ")[0], s["numTasks"]), []).append(s)
+        kinds.setdefault((s["name"].split(" at ")[0], s["numTasks"], place.get(s["stageId"], 0)), []).append(s)
     out = []
-    for (name, n), group in kinds.items():
+    for (name, n, i), group in kinds.items():
         m = collections.defaultdict(list)
         for s in group[skip:]:
             tasks = _get(spark, f"stages/{s['stageId']}/{s['attemptId']}/taskList?length=1000")
@@ -60,7 +65,7 @@ def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
                 m["run_ms"].append(tm.get("executorRunTime", 0))
                 m["jvm_cpu_ms"].append(tm.get("executorCpuTime", 0) / 1e6)
         if m:
-            out.append({"stage": f"{name} x{n}", "stages": len(group),
+            out.append({"stage": f"{name} x{n} (#{i + 1} of its job)", "stages": len(group),
                         **{k: round(statistics.median(v), 1) for k, v in m.items()}})
     return out
 

@@ -1,9 +1,10 @@
-"""ArgMax, NEXMark's one aggregation of its own: a window's values folded in one call
+"""NEXMark's aggregations of its own. ArgMax: a window's values folded in one call
 (``add_inputs``, the Dataflow driver's batch) give the accumulator of one ``add_input`` per value,
 for JSON texts, bytes, lists of entries, parsed entries and ``(value, text)`` pairs, from any
 accumulator; pairs give what their texts give, and tuples of ``fields`` what the JSON objects of
 those fields give; its fast parse is ``json.loads`` on every text,
-errors included."""
+errors included. MostFrequent: the most frequent values of any bundles and merges, against a
+brute-force count."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.nexmark.aggregations import ArgMax, _parse
+from bench.nexmark.aggregations import ArgMax, MostFrequent, _parse
 
 from tests.suite import examples
 
@@ -115,3 +116,23 @@ def test_parse_is_json_loads(text):
             _parse(text)
     else:
         assert _parse(text) == want
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), st.integers(1, 5), st.just(float("nan"))), max_size=12), max_size=5),
+       st.booleans())
+def test_most_frequent_is_the_brute_force_top(bundles, merged):
+    import numpy as np
+
+    agg = MostFrequent("auction")
+    if merged:      # each bundle its own accumulator (one as a numpy array), merged
+        acc = agg.merge_accumulators([agg.add_inputs(agg.create_accumulator(), np.array(b, dtype=object) if i == 0 else b)
+                                      for i, b in enumerate(bundles)])
+    else:
+        acc = agg.create_accumulator()
+        for b in bundles:
+            acc = agg.add_inputs(acc, b) if len(b) != 1 else agg.add_input(acc, b[0])
+    seen = [v for b in bundles for v in b if v is not None and v == v]
+    counts = {v: seen.count(v) for v in set(seen)}
+    want = [] if not counts else [{"auction": v, "count": n} for v, n in sorted(counts.items()) if n == max(counts.values())]
+    assert agg.extract_output(acc) == want

@@ -2,14 +2,17 @@
 suite slides by 5 s), the auctions with the most bids, ties kept (the public SQL joins the
 counts with their maximum on ``num >= maxn``).
 
-This project's form: bids counted per auction and window (the slicer's keyed table, or the
-Dataflow stage in accumulating mode with a late pane per late bid), then the entries with the
-highest count per window (:class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage) in two
-steps: per key group where the counts are (``fuse="partial"``: one row per window and key group
-leaves the counting operator, not one per auction and window), then re-keyed by the window's end,
-the highest of those. Every stage passes its input watermark on (``output_watermark="input"``):
-the last fires at the window's end and takes the counts' later updates as late panes. Result
-rows: ``(window_start_ms, window_end_ms, auction, num)``.
+This project's forms. ``slicer``: bids counted per auction and window (the slicer's keyed
+table), then the entries with the highest count per window
+(:class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage) in two steps: per key group where
+the counts are (``fuse="partial"``: one row per window and key group leaves the counting operator,
+not one per auction and window), then re-keyed by the window's end, the highest of those (one key
+group: a row per window and key group is all it gets). Every stage passes its input watermark on
+(``output_watermark="input"``): the last fires at the window's end and takes the counts' later
+updates as late panes. ``dataflow``: one operator, as Spark's and Beam's (``Count.perElement`` then
+``Top``) combine: per window over all the bids (one key, ``fanout(1)``),
+:class:`~bench.nexmark.aggregations.MostFrequent` of the auctions, in accumulating mode with a late
+pane per late bid. Result rows: ``(window_start_ms, window_end_ms, auction, num)``.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-from dataflow_kafka.keygroups import Pipeline, json_field
+from dataflow_kafka.keygroups import Pipeline, fanout, json_field
 from dataflow_kafka.slicer.stage import SlicerStage
 from dataflow_kafka.watermarks import AfterCount, AfterWatermark
 from dataflow_kafka.watermarks.stage import WindowingStage
 from dataflow_kafka.windowing import Count, SlidingWindow, TumblingWindow
 
-from bench.nexmark.aggregations import ArgMax
+from bench.nexmark.aggregations import ArgMax, MostFrequent
 from bench.nexmark.query import Query, Settings, window_rows
 
 __all__ = ["Q5"]
@@ -53,32 +56,31 @@ class Q5(Query):
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
         key, n, late = {"auction": json_field("auction")}, settings.key_groups, settings.lateness_ms
-        if variant == "slicer":
-            counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
-                                 aggregations=[Count()], allowed_lateness_ms=late,
-                                 output_watermark="input", num_key_groups=n, name="q5_counts")
-        else:
-            counts = WindowingStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
-                                    aggregations=[Count()], trigger=AfterWatermark(late=AfterCount(1)),
-                                    accumulation_mode="accumulating", allowed_lateness_ms=late,
-                                    output_watermark="input", num_key_groups=n,
-                                    name="q5_counts")
+        if variant == "dataflow":
+            hot = WindowingStage(key={"all": fanout(1)}, value=json_field("auction"),
+                                 windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)}, aggregations=[MostFrequent("auction")],
+                                 trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
+                                 allowed_lateness_ms=late, num_key_groups=n, name="q5_hot")
+            return Pipeline([hot])
+        counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
+                             aggregations=[Count()], allowed_lateness_ms=late,
+                             output_watermark="input", num_key_groups=n, name="q5_counts")
         top = dict(windows=TumblingWindow(SLIDE_MS), trigger=AfterWatermark(late=AfterCount(1)),
                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
         # the top per window of each key group's auctions, where the counts are (a partial stage: no
         # shuffle of a row per auction and window; each element the tuple (auction, count), an entry
-        # made only at the top), then the top of those per window (their JSON lists)
+        # made only at the top), then the top of those per window (their JSON lists) in one key group
         partial = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
                                  aggregations=[ArgMax("count", key=("auction",), fields=("auction", "count"))],
                                  output_watermark="input", name="q5_hot_partial", **top)
         hot = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax("count", key=("auction",))],
-                             name="q5_hot", **top)
+                             name="q5_hot", **{**top, "num_key_groups": 1})
         return Pipeline([counts]).then(partial, fuse="partial").then(hot)
 
     def results(self, variant, frames, settings=Settings()):
         table = window_rows(frames, self.last_stage(variant, settings))
         out = []
-        for end, top in zip(table.get("w", []), table.get("top", [])):
+        for end, top in zip(table.get("w" if variant == "slicer" else "window_end_ms", []), table.get("top", [])):
             out += [(int(end) - SIZE_MS, int(end), e["auction"], e["count"]) for e in json.loads(top)]
         return sorted(out)
 

@@ -83,7 +83,7 @@ class Q7(Query):
         partial = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
                                  output_watermark="input", name="q7_highest_partial", **per_window)
         highest = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax(top.by, key=top.key)],
-                                 name="q7_highest", **per_window)
+                                 name="q7_highest", **{**per_window, "num_key_groups": 1})
         return Pipeline([first]).then(partial, fuse="partial").then(highest)
 
     def results(self, variant, frames, settings=Settings()):
