@@ -251,8 +251,8 @@ class _PunctuationContext(WindowContext):
         if ts.size:
             new = ts[self.window.is_punctuation(values)]
             if new.size:
+                self.added = np.union1d(self.added, np.setdiff1d(new, self.edges))   # a repeated one closes nothing new
                 self.edges = np.union1d(self.edges, new)
-                self.added = np.union1d(self.added, new)
             low = int(ts.min())
             if not self.started:
                 self.first, self.started = low, True

@@ -291,3 +291,16 @@ def test_a_punctuation_at_the_horizon_survives_a_checkpoint(cut):
         rows.append(out)
     assert rows[0] == rows[1]
     assert (0, 5, (0.0,), True) in [(s, e, tuple(float(x) for x in v), u) for s, e, v, u in rows[1]]
+
+
+def test_a_repeated_punctuation_at_the_horizon_emits_nothing_again():
+    """A second punctuation at a time the first one closed a window at (now the horizon) closes no
+    new window: ``[0, 5)`` is emitted once, not again as an update."""
+    from dataflow_kafka.slicer import PunctuationWindow
+
+    op, _ = operator([PunctuationWindow(7)], make_aggs(["sum"]), 0, emission="scotty")
+    op.process_elements(np.array([1, 1, 7]), np.array([0, 3, 5]))
+    first = [(r.start, r.end) for r in op.process_watermark(5)]
+    op.process_elements(np.array([7, 2]), np.array([5, 6]))
+    again = [(r.start, r.end) for r in op.process_watermark(9)]
+    assert first == [(0, 5)] and (0, 5) not in again
