@@ -156,7 +156,7 @@ class SliceManager(_Manager):
             for c in self.contexts:
                 c.evict_records(self, first)
             self.tuples.drop_first(int(np.searchsorted(self.tuples.ts, first, "left")))
-        for c in self.contexts:     # no slice may start at or before the cutoff: keep what follows it
+        for c in self.contexts:     # the first slice may start above the cutoff: forget only what is final
             c.evict(min(first, cutoff))
 
 

@@ -40,10 +40,10 @@ def _get(spark, path: str):
 
 def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
     """Per kind of stage completed after the stages ``since`` (call site, task count and place in its
-    job), in the
-    order the first of each kind started: its stage count and the median task duration, run time
-    and JVM CPU in ms over every task of its stages but the first ``skip`` (batches 0 and 1), and the
-    median over those stages of their longest task (a stage's wall time when its tasks run at once)."""
+    job), in the order the first of each kind started: its stage count and the median task
+    duration, run time and JVM CPU in ms over every task of its stages but the first ``skip``
+    (batches 0 and 1), and the median over those stages of their longest task (a stage's wall time
+    when its tasks run at once)."""
     stages = sorted((s for s in _get(spark, "stages") if s["stageId"] not in since and s["status"] == "COMPLETE"),
                     key=lambda s: s["stageId"])
     place = {}   # stage id -> its place among its job's stages (a micro-batch's stateful operators apart)
