@@ -70,6 +70,22 @@ def stage_tasks(spark, since: set[int], skip: int = 2) -> list[dict]:
     return out
 
 
+def state_operator_ms(progress: list[dict], skip: int = 2) -> list[dict]:
+    """Per stateful operator of the query (in the order of Spark's progress), the median over the
+    micro-batches but the first ``skip`` of what Spark reports for it that is a time in ms
+    (``commitTimeMs``, ``allUpdatesTimeMs``, ... and its ``customMetrics`` ending in ``Ms`` or
+    ``Latency``), plus ``numRowsUpdated``: summed over the operator's tasks by Spark."""
+    per_op: dict[int, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for p in progress[skip:]:
+        for i, op in enumerate(p.get("stateOperators", [])):
+            metrics = {k: v for k, v in op.items() if k.endswith("TimeMs") or k == "numRowsUpdated"}
+            metrics.update({k: v for k, v in (op.get("customMetrics") or {}).items()
+                            if k.endswith("Ms") or k.endswith("Latency")})
+            for k, v in metrics.items():
+                per_op[i][k].append(v)
+    return [{k: statistics.median(v) for k, v in per_op[i].items()} for i in sorted(per_op)]
+
+
 def main(argv=None) -> None:
     from bench.nexmark.throughput import MAX_PARTITIONS, NATIVE_DELAY, Harness, floor_label, session_extra
     p = argparse.ArgumentParser(prog="python -m bench.nexmark.task_times", description=__doc__.split("\n\n")[0])
@@ -120,6 +136,8 @@ def main(argv=None) -> None:
                     for s in stage_tasks(spark, since):
                         print(f"| {s['stage']} | {s['stages']} | {s['task_ms']:.0f} | {s['longest_ms']:.0f} | "
                               f"{s['run_ms']:.0f} | {s['jvm_cpu_ms']:.0f} |", flush=True)
+                    for i, m in enumerate(state_operator_ms(h.last_progress)):
+                        print(f"state operator {i + 1}: " + ", ".join(f"{k} {v:g}" for k, v in m.items()), flush=True)
         finally:
             print(f"\n{started:%H:%M}-{dt.datetime.now():%H:%M}, load {load1()}")
             spark.stop()

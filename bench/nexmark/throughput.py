@@ -23,11 +23,16 @@ What it does, once per run:
 * first a **warm-up**, not recorded: the first query's arms (ours, Spark's) once at the largest
   batch size, so the first measured arm does not pay for the JVM's and the Python workers' first
   runs (Q0 at 10k, the first arm, ran at 0.75x Q1's rate without it, 0.83x with it);
+  ``--warmup-rounds N`` adds N rounds of every arm (at ``--warmup-batch-size``, default the
+  largest), not recorded either: the JVM's JIT compiler keeps compiling through several rounds of
+  arms, more for our plans than for Spark's (``jit_cpu_s``; docs/nexmark.md, 2026-12-01);
 * times the **steady state**: the first micro-batch (query start, Python workers' start, the
   first state store) is left out: rows/s = the bids of batches 1.. over the sum of their
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
   process from the end of batch 0 to the end of the run (``/proc``, sampled: :class:`ProcessCpu`;
-  the broker is not counted);
+  the broker is not counted); of the JVM's CPU, what its JIT compiler threads used is given apart
+  (``jit_cpu_s``): HotSpot compiles for minutes after a JVM starts, each arm's plan has code of its
+  own to compile, and a long-running query no longer pays it;
 * **Q8** (persons joined with their auctions per 10 s window: the windowed join, in the default
   query list) reads two topics of its own, the persons and auctions of ``--join-events`` NEXMark
   events (default 5,000,000: 400,000 records), made on first use; its rows/s are persons and
@@ -130,8 +135,8 @@ def floor_label(q: Query) -> str | None:
 
 
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
-          "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s", "driver_cpu_s", "cores_busy",
-          "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
+          "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "driver_cpu_s",
+          "cores_busy", "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
           "load_before", "load_after", "profile", "max_partitions", "key_groups"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
@@ -146,14 +151,17 @@ class ProcessCpu:
     reaches no parent's ``cutime``: a background thread reads every process's own CPU every
     ``interval_s`` and keeps the last value seen per process (by pid and start time), so a worker
     that exits during the run loses at most its last interval. The thread's own CPU is left out of
-    the driver's."""
+    the driver's. :attr:`jit_s`: after :meth:`stop`, the CPU seconds of the JVM's JIT compiler
+    threads (``C1``/``C2 CompilerThread``, part of the JVM's), sampled the same way per thread."""
 
     def __init__(self, jvm_pid: int, interval_s: float = 0.2) -> None:
         self.jvm_pid, self.interval_s = jvm_pid, interval_s
         self.tick = os.sysconf("SC_CLK_TCK")
         self._first: dict[tuple[int, int], int] = {}
         self._last: dict[tuple[int, int], tuple[int, bool]] = {}     # (ticks, is Python)
-        self._own0 = self._meter_s = 0.0
+        self._own0 = self._meter_s = self.jit_s = 0.0
+        self._jit_first: dict[int, int] = {}
+        self._jit_last: dict[int, int] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -181,6 +189,7 @@ class ProcessCpu:
         return out
 
     def _sample(self, first: bool = False) -> None:
+        self._sample_jit(first)
         for pid in self._tree():
             st = self._stat(pid)
             if st is None:
@@ -193,6 +202,28 @@ class ProcessCpu:
             else:
                 self._last[key] = (ticks, self._last[key][1])
 
+    def _sample_jit(self, first: bool) -> None:
+        """The JVM's compiler threads' CPU ticks, per thread id (HotSpot starts and stops compiler
+        threads as its queue grows and shrinks: one started during the run counts whole)."""
+        try:
+            tids = os.listdir(f"/proc/{self.jvm_pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.jvm_pid}/task/{tid}/comm") as f:
+                    if "CompilerThre" not in f.read():
+                        continue
+                with open(f"/proc/{self.jvm_pid}/task/{tid}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            st = text[text.rindex(")") + 2:].split()
+            ticks = int(st[11]) + int(st[12])
+            if int(tid) not in self._jit_last:
+                self._jit_first[int(tid)] = ticks if first else 0
+            self._jit_last[int(tid)] = ticks
+
     def _run(self) -> None:
         t0 = time.thread_time()
         while not self._stop.wait(self.interval_s):
@@ -202,6 +233,7 @@ class ProcessCpu:
     def start(self) -> None:
         """Start counting (at the end of batch 0)."""
         self._first, self._last = {}, {}
+        self._jit_first, self._jit_last = {}, {}
         self._sample(first=True)
         own = os.times()
         self._own0 = own.user + own.system
@@ -224,6 +256,7 @@ class ProcessCpu:
                 py += used
             else:
                 jvm += used
+        self.jit_s = sum(t - self._jit_first[tid] for tid, t in self._jit_last.items()) / self.tick
         own = os.times()
         return jvm / self.tick, py / self.tick, own.user + own.system - self._own0 - self._meter_s
 
@@ -251,6 +284,7 @@ class Steady:
     steady_s: float = 0.0
     first_batch_s: float = 0.0
     cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)     # JVM, Python workers, driver
+    jit_s: float = 0.0                                       # of the JVM's: its JIT compiler threads
     profile: str = ""
 
 
@@ -291,7 +325,7 @@ def run_arm(out_df, checkpoint: str, cpu: ProcessCpu, summarise: Callable | None
                   steady_rows=sum(int(p["numInputRows"]) for p in steady),
                   steady_s=sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000,
                   first_batch_s=progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0,
-                  cpu_s=cpu_s,
+                  cpu_s=cpu_s, jit_s=cpu.jit_s,
                   profile=getattr(profiler, "path", "") if profiler is not None else "")
 
 
@@ -457,6 +491,7 @@ class Harness:
             run = run_arm(out, ck, self.cpu, summarise)
             steady_bids = run.steady_rows
         check = self._check(q, side, variant, run)
+        self.last_progress = run.progress
         if side == "ours" and path:
             variant = f"{variant}/{path}"
         rate = steady_bids / run.steady_s if run.steady_s > 0 else None
@@ -468,7 +503,8 @@ class Harness:
                "variant": variant if side == "ours" else floor_label(q) if side == "floor" else _native_label(q),
                "connector": connector, "bids": self._inputs(q), "batches": run.batches, "steady_bids": steady_bids,
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
-               "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "python_cpu_s": round(py_s, 2),
+               "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "jit_cpu_s": round(run.jit_s, 2),
+               "python_cpu_s": round(py_s, 2),
                "driver_cpu_s": round(driver_s, 2),
                "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
                "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
@@ -479,7 +515,7 @@ class Harness:
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
-                                                            "rows_per_s", "cpu_s", "jvm_cpu_s", "python_cpu_s",
+                                                            "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s",
                                                             "events_per_cpu_s", "correct",
                                                             "missing", "extra", "open", "load_after",
                                                             "ms_latestOffset", "ms_addBatch", "ms_walCommit",
@@ -548,30 +584,45 @@ class Harness:
                 "open": len(expected) - len(closed)}
 
     def run(self, queries: list[Query], batch_sizes: list[int], repeats: int = 1, floor: bool = False,
-            warmup: bool = True) -> None:
+            warmup: bool = True, warmup_rounds: int = 0, warmup_batch_size: int | None = None) -> None:
         """Every arm of every query per batch size and repeat (module docstring). ``warmup``: first
         the first query's arms once at the largest batch size, not recorded, so the first measured
-        arm does not pay for the JVM's and Python workers' first runs."""
+        arm does not pay for the JVM's and Python workers' first runs. ``warmup_rounds``: then
+        that many rounds of every arm of every query, not recorded either, at ``warmup_batch_size``
+        (default the largest), each logged with its JIT compiler CPU: a JVM whose JIT has settled
+        further, as a long-running query's has."""
         if warmup and queries:
             q, size = queries[0], max(batch_sizes)
             for side, variant in [("ours", q.variants[0]), ("spark", NATIVE_DELAY)]:
                 self.arm(q, side, variant, size, -1)
                 self.rows.pop()
             self.log(f"  (warm-up: {q.name} ours and Spark's at {size:,}, not recorded)")
+        for r in range(warmup_rounds):
+            size = warmup_batch_size or max(batch_sizes)
+            for q in queries:
+                for side, variant in self._arms(q, floor):
+                    self.arm(q, side, variant, size, -1)
+                    self.rows.pop()
+            self.log(f"  (warm-up round {r + 1} of {warmup_rounds}: every arm at {size:,}, not recorded)")
         k = 0
         for batch_size in batch_sizes:
             for repeat in range(repeats):
                 for q in queries:
-                    arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
-                    if self.jvm_packing and type(q).spark is Query.spark:
-                        arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{JVM_PACKING}") for v in q.variants]
-                    if self.markers and isinstance(q, Projection):
-                        arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{MARKERS}") for v in q.variants]
-                    if floor and floor_label(q) is not None:
-                        arms.append(("floor", floor_label(q)))
+                    arms = self._arms(q, floor)
                     for side, variant in arms if k % 2 == 0 else arms[::-1]:
                         self.arm(q, side, variant, batch_size, repeat)
                     k += 1
+
+    def _arms(self, q: Query, floor: bool) -> list[tuple[str, str]]:
+        """``q``'s arms as ``(side, variant)``: our variants, Spark's, the floor's if asked."""
+        arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
+        if self.jvm_packing and type(q).spark is Query.spark:
+            arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{JVM_PACKING}") for v in q.variants]
+        if self.markers and isinstance(q, Projection):
+            arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{MARKERS}") for v in q.variants]
+        if floor and floor_label(q) is not None:
+            arms.append(("floor", floor_label(q)))
+        return arms
 
     # -- the table -------------------------------------------------------------------------------
     def table(self) -> str:
@@ -666,6 +717,9 @@ def main(argv=None) -> None:
     p.add_argument("--join-events", type=int, default=5_000_000,
                    help="events generated for the joins (Q8): their persons and auctions (4 of 50) are its input")
     p.add_argument("--repeats", type=int, default=1, help="runs of every arm per batch size")
+    p.add_argument("--warmup-rounds", type=int, default=0,
+                   help="rounds of every arm before measuring, not recorded (the JVM's JIT settles: jit_cpu_s)")
+    p.add_argument("--warmup-batch-size", type=int, default=None, help="their batch size (default: the largest)")
     p.add_argument("--delayed", type=float, default=0.1, help="share of events delayed up to 5 s")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
@@ -711,7 +765,8 @@ def main(argv=None) -> None:
                     key_groups=a.key_groups, join_events=a.join_events, jvm_packing=a.jvm_packing,
                     markers=a.markers)
         try:
-            h.run(queries, sizes, a.repeats, a.floor)
+            h.run(queries, sizes, a.repeats, a.floor, warmup_rounds=a.warmup_rounds,
+                  warmup_batch_size=a.warmup_batch_size)
         finally:
             native_note = "" if connector == "kafka" else f" (not Spark's connector: {spark_kafka.missing_message()})"
             print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "
