@@ -7,7 +7,10 @@ Trigger.AvailableNow, ``maxOffsetsPerTrigger``); the session has Spark's UI on (
 REST API can be read after each arm: per stage of the micro-batches (told apart by their number of
 tasks and call site), the median over the steady batches' tasks (batches 2..) of the task's
 duration, ``executorRunTime`` and ``executorCpuTime`` (the JVM thread's CPU: a Python step's work
-is outside it, so run time minus CPU is mostly the task waiting on its Python worker or on I/O).
+is outside it, so run time minus CPU is mostly the task waiting on its Python worker or on I/O);
+then, per stateful operator, the median over those batches of Spark's own timings for it
+(:func:`state_operator_ms`: ``commitTimeMs``, ``allUpdatesTimeMs``, RocksDB's latencies, summed
+over the operator's tasks).
 
 Every arm runs ``--rounds`` times (default 2); the last round is reported (the first warms the
 JIT and the Python workers). ``--conf KEY=VALUE`` sets a Spark setting for the session.

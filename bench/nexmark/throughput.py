@@ -136,8 +136,8 @@ def floor_label(q: Query) -> str | None:
 
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "driver_cpu_s",
-          "cores_busy", "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open", "first_batch_s",
-          "load_before", "load_after", "profile", "max_partitions", "key_groups"]
+          "cores_busy", "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open",
+          "first_batch_s", "load_before", "load_after", "profile", "max_partitions", "key_groups"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 FIELDS += [f"ms_{phase}" for phase in PHASES]
@@ -387,6 +387,7 @@ class Harness:
         self.max_partitions = max_partitions or None
         self.tmp = Path(tempfile.mkdtemp(prefix="nexmark-steady-"))
         self.rows: list[dict] = []
+        self.last_progress: list[dict] = []     # the last arm's progress reports (bench.nexmark.task_times)
         self.cpu = ProcessCpu(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
         cfg = NexmarkConfig(events=events, seed=seed, events_per_s=rate, delayed=delayed, partitions=partitions)
         t0 = time.monotonic()
@@ -515,8 +516,8 @@ class Harness:
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
-                                                            "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s",
-                                                            "events_per_cpu_s", "correct",
+                                                            "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s",
+                                                            "python_cpu_s", "events_per_cpu_s", "correct",
                                                             "missing", "extra", "open", "load_after",
                                                             "ms_latestOffset", "ms_addBatch", "ms_walCommit",
                                                             "ms_commitOffsets")))

@@ -94,3 +94,22 @@ def test_the_windowed_join_runs_its_three_arms_on_persons_and_auctions(spark, bo
         # batch 0 (400 records) is left out; a self-join's doubled numInputRows is not counted
         assert row["steady_bids"] == len(events) - 400, row
     assert h.rows[0]["expected"] > 0 and h.rows[0]["expected"] == h.rows[1]["expected"]
+
+
+def test_state_operator_timings_are_medians_per_operator_over_the_steady_batches():
+    """``task_times``' reading of Spark's progress: per stateful operator (in the progress' order),
+    the median of each time in ms and of ``numRowsUpdated`` over the batches after the first two;
+    other metrics (row counts, memory) are left out."""
+    from bench.nexmark.task_times import state_operator_ms
+
+    def batch(commit, custom):
+        return {"stateOperators": [
+            {"commitTimeMs": commit, "numRowsUpdated": 1, "numRowsTotal": 9, "memoryUsedBytes": 5,
+             "customMetrics": {"rocksdbChangeLogWriterCommitLatencyMs": custom, "rocksdbGetLatency": 2,
+                               "rocksdbSstFileSize": 7}},
+            {"commitTimeMs": 10 * commit, "allUpdatesTimeMs": 3}]}
+
+    got = state_operator_ms([batch(999, 999), batch(999, 999), batch(1, 4), batch(3, 6), batch(2, 8)])
+    assert got == [{"commitTimeMs": 2, "numRowsUpdated": 1, "rocksdbChangeLogWriterCommitLatencyMs": 6,
+                    "rocksdbGetLatency": 2},
+                   {"commitTimeMs": 20, "allUpdatesTimeMs": 3}]
