@@ -152,7 +152,8 @@ class ProcessCpu:
     ``interval_s`` and keeps the last value seen per process (by pid and start time), so a worker
     that exits during the run loses at most its last interval. The thread's own CPU is left out of
     the driver's. :attr:`jit_s`: after :meth:`stop`, the CPU seconds of the JVM's JIT compiler
-    threads (``C1``/``C2 CompilerThread``, part of the JVM's), sampled the same way per thread."""
+    threads (``C1``/``C2 CompilerThread``, part of the JVM's), sampled the same way per thread;
+    :attr:`jit_threads`, how many such threads were seen."""
 
     def __init__(self, jvm_pid: int, interval_s: float = 0.2) -> None:
         self.jvm_pid, self.interval_s = jvm_pid, interval_s
@@ -160,6 +161,7 @@ class ProcessCpu:
         self._first: dict[tuple[int, int], int] = {}
         self._last: dict[tuple[int, int], tuple[int, bool]] = {}     # (ticks, is Python)
         self._own0 = self._meter_s = self.jit_s = 0.0
+        self.jit_threads = 0            # compiler threads seen between the last start and stop
         self._jit_first: dict[int, int] = {}
         self._jit_last: dict[int, int] = {}
         self._thread: threading.Thread | None = None
@@ -257,6 +259,7 @@ class ProcessCpu:
             else:
                 jvm += used
         self.jit_s = sum(t - self._jit_first[tid] for tid, t in self._jit_last.items()) / self.tick
+        self.jit_threads = len(self._jit_last)
         own = os.times()
         return jvm / self.tick, py / self.tick, own.user + own.system - self._own0 - self._meter_s
 

@@ -69,7 +69,8 @@ def test_the_warm_up_runs_first_and_is_not_in_the_table(spark, bootstrap):
     assert any("warm-up: q1 ours and Spark's at 500" in line for line in logged), logged
     rounds = [i for i, line in enumerate(logged) if "warm-up round 1 of 1: every arm at 500" in line]
     assert len(rounds) == 1 and rounds[0] < len(logged) - 2, logged   # before the recorded arms
-    # each arm's JIT compiler CPU is measured, as part of the JVM's
+    # each arm's JIT compiler CPU is measured, as part of the JVM's, from threads that exist
+    assert h.cpu.jit_threads >= 1, "no JIT compiler thread found in Spark's JVM"
     assert all(0 <= r["jit_cpu_s"] <= r["jvm_cpu_s"] for r in h.rows), h.rows
 
 
