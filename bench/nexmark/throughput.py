@@ -164,11 +164,13 @@ class ProcessCpu:
         self.jit_threads = 0            # compiler threads seen between the last start and stop
         self._jit_first: dict[int, int] = {}
         self._jit_last: dict[int, int] = {}
+        self._is_jit: dict[str, bool] = {}     # JVM thread id -> a compiler thread, per run (names do not change)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     @staticmethod
-    def _stat(pid: int) -> list[str] | None:
+    def _stat(pid: int | str) -> list[str] | None:
+        """Fields 3.. of ``/proc/<pid>/stat`` (``pid`` may be ``"<pid>/task/<tid>"``: a thread's)."""
         try:
             with open(f"/proc/{pid}/stat") as f:
                 text = f.read()
@@ -212,15 +214,12 @@ class ProcessCpu:
         except OSError:
             return
         for tid in tids:
-            try:
-                with open(f"/proc/{self.jvm_pid}/task/{tid}/comm") as f:
-                    if "CompilerThre" not in f.read():
-                        continue
-                with open(f"/proc/{self.jvm_pid}/task/{tid}/stat") as f:
-                    text = f.read()
-            except OSError:
+            thread = f"{self.jvm_pid}/task/{tid}"
+            if tid not in self._is_jit:
+                self._is_jit[tid] = "CompilerThre" in self._comm(thread)
+            st = self._stat(thread) if self._is_jit[tid] else None
+            if st is None:
                 continue
-            st = text[text.rindex(")") + 2:].split()
             ticks = int(st[11]) + int(st[12])
             if int(tid) not in self._jit_last:
                 self._jit_first[int(tid)] = ticks if first else 0
@@ -235,7 +234,7 @@ class ProcessCpu:
     def start(self) -> None:
         """Start counting (at the end of batch 0)."""
         self._first, self._last = {}, {}
-        self._jit_first, self._jit_last = {}, {}
+        self._jit_first, self._jit_last, self._is_jit = {}, {}, {}
         self._sample(first=True)
         own = os.times()
         self._own0 = own.user + own.system
@@ -264,7 +263,7 @@ class ProcessCpu:
         return jvm / self.tick, py / self.tick, own.user + own.system - self._own0 - self._meter_s
 
     @staticmethod
-    def _comm(pid: int) -> str:
+    def _comm(pid: int | str) -> str:
         try:
             with open(f"/proc/{pid}/comm") as f:
                 return f.read()
@@ -601,8 +600,8 @@ class Harness:
                 self.arm(q, side, variant, size, -1)
                 self.rows.pop()
             self.log(f"  (warm-up: {q.name} ours and Spark's at {size:,}, not recorded)")
+        size = warmup_batch_size or max(batch_sizes)
         for r in range(warmup_rounds):
-            size = warmup_batch_size or max(batch_sizes)
             for q in queries:
                 for side, variant in self._arms(q, floor):
                     self.arm(q, side, variant, size, -1)
