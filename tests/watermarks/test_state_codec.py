@@ -1,48 +1,115 @@
-"""The Dataflow driver's state codec (``watermarks._codec``): the numpy pass over rows of integer
-tuples writes exactly the bytes of the value-by-value encoder, and everything decodes back."""
+"""The Dataflow drivers' state codec (``watermarks._codec``): values decode back, equal values
+encode to equal bytes however their objects are shared, and state written by the earlier varint
+format (checkpoints of releases before 2026-12-01, ``data/state_codec_varint.json``) still loads."""
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflow_kafka.watermarks import _codec
+from dataflow_kafka.errors import InvalidArgumentError
+from dataflow_kafka.watermarks import AfterCount, AfterWatermark, DefaultTrigger, _codec
+from dataflow_kafka.watermarks.multi import MultiQueryDriver
+from dataflow_kafka.windowing import Count, SessionWindow, Sum, TumblingWindow
 
-
-def _reference(v) -> bytes:
-    """The value-by-value encoding (the fast path switched off)."""
-    saved = _codec._ROWS_AT_ONCE
-    _codec._ROWS_AT_ONCE = 1 << 62
-    try:
-        return _codec.encode(v)
-    finally:
-        _codec._ROWS_AT_ONCE = saved
-
+VARINT = json.loads((Path(__file__).parent / "data" / "state_codec_varint.json").read_text())
 
 INT64 = st.integers(-2**63, 2**63 - 1)
 ANY_INT = st.one_of(INT64, st.integers(-2**70, 2**70), st.integers(-200, 200))
-SCALAR = st.one_of(st.none(), st.booleans(), ANY_INT, st.floats(allow_nan=False), st.text(max_size=4))
+SCALAR = st.one_of(st.none(), st.booleans(), ANY_INT, st.floats(allow_nan=False), st.text(max_size=4),
+                   st.binary(max_size=4))
+PLAIN = st.recursive(SCALAR, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.lists(inner, max_size=5).map(tuple),
+    st.dictionaries(st.one_of(st.text(max_size=3), st.integers(-5, 5)), inner, max_size=4)), max_leaves=40)
+
+#: values the varint format wrote (the fixture holds their bytes): edges of its varints, its numpy
+#: pass over rows of integer tuples, and an object it pickled
+SAMPLES = [None, True, False, 0, -1, 127, 128, -65, 2**63 - 1, -2**63, 2**70, 1.5, "", "snö", b"\x00\xff",
+           [1, (2, "x"), {"k": [None]}], [(i, 1767225600000 + 7 * i) for i in range(40)],
+           OrderedDict(a=1)]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 4).flatmap(lambda m: st.lists(st.tuples(*[ANY_INT] * m), min_size=0, max_size=60)))
-def test_rows_of_int_tuples_encode_to_the_same_bytes(rows):
-    for value in (rows, tuple(rows), [("key", rows)], {"h": rows}):
-        assert _codec.encode(value) == _reference(value)
-        assert _codec.decode(_codec.encode(value)) == value
+@given(PLAIN)
+def test_values_decode_back(value):
+    assert _codec.decode(_codec.encode(value)) == value
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.tuples(INT64, INT64), st.tuples(SCALAR, INT64), st.lists(SCALAR, max_size=3)),
-                min_size=16, max_size=40))
-def test_mixed_rows_fall_back_to_the_same_bytes(rows):
-    assert _codec.encode(rows) == _reference(rows)
-    assert _codec.decode(_codec.encode(rows)) == rows
+@given(st.lists(PLAIN, min_size=1, max_size=4))
+def test_equal_values_encode_to_equal_bytes_however_objects_are_shared(parts):
+    shared = (parts[0], parts[0], parts)              # one object twice: a memoising pickler writes a reference
+    separate = _codec.decode(_codec.encode(shared))   # equal value, every object its own
+    assert _codec.encode(shared) == _codec.encode(separate)
 
 
-def test_edges():
-    rows = [(0, -1), (2**63 - 1, -2**63), (127, 128), (-64, -65), (16383, 16384)] * 4
-    assert _codec.encode(rows) == _reference(rows)
-    assert _codec.decode(_codec.encode(rows)) == rows
-    bools = [(True, 1)] * 20                      # bools are not ints here: the slow path
-    assert _codec.decode(_codec.encode(bools)) == bools
+def test_the_varint_format_still_decodes():
+    for value, hexed in zip(SAMPLES, VARINT["samples"], strict=True):
+        assert _codec.decode(bytes.fromhex(hexed)) == value
+
+
+def test_corrupt_bytes_are_named():
+    with pytest.raises(InvalidArgumentError, match="trailing"):
+        _codec.decode(bytes.fromhex(VARINT["samples"][3]) + b"\x00")
+    with pytest.raises(InvalidArgumentError, match="trailing"):
+        _codec.decode(_codec.encode([1, 2]) + b"\x00")
+
+
+# -- drivers' state written in the varint format -------------------------------------------------
+
+def _sessions() -> tuple[MultiQueryDriver, list]:
+    """A merging query, per-element driver: sessions (gap 10) fired at the watermark and per
+    late element, accumulating; int and text keys, a late element that fuses two sessions."""
+    d = MultiQueryDriver([SessionWindow(10)], AfterWatermark(late=AfterCount(1)), "accumulating",
+                         allowed_lateness_ms=100, combiner=Count())
+    rest = [("add", [(1, 3), (2, 8), (3, 30)], 7), ("add", [(4, 5)], "b"), ("wm", 25),
+            ("add", [(5, 20)], 7), ("wm", 60), ("add", [(6, 12)], "b"), ("wm", 400)]
+    return d, rest
+
+
+def _tumbling() -> tuple[MultiQueryDriver, list]:
+    """A non-merging query on integral values (the columnar driver) beside a session query."""
+    d = MultiQueryDriver({"t": TumblingWindow(10), "s": SessionWindow(5)}, DefaultTrigger(), "accumulating",
+                         allowed_lateness_ms=10, combiner=Sum(), integral_values=True)
+    rest = [("add", [(1, 5), (2, 25), (4, 41)], "k"), ("add", [(7, 30)], "j"), ("wm", 33),
+            ("add", [(9, 36)], "k"), ("wm", 200)]
+    return d, rest
+
+
+def _run(d: MultiQueryDriver, steps: list) -> list:
+    out = []
+    for step in steps:
+        out += d.add(step[1], key=step[2]) if step[0] == "add" else d.advance_watermark(step[1])
+    return out
+
+
+def scenario() -> dict:
+    """Per scenario a builder of its driver after the first half of its steps (what the fixture holds)."""
+    def build(make):
+        d, steps = make()
+        _run(d, steps[:len(steps) // 2 + 1])
+        return d
+    return {"sessions": lambda: build(_sessions), "tumbling": lambda: build(_tumbling)}
+
+
+@pytest.mark.parametrize("name, make", [("sessions", _sessions), ("tumbling", _tumbling)])
+def test_a_driver_state_written_in_the_varint_format_loads_and_runs_on(name, make):
+    fixture, ref = VARINT[name], scenario()[name]()
+    _, steps = make()
+    rest = steps[len(steps) // 2 + 1:]
+    whole = make()[0]
+    whole.load_bytes(bytes.fromhex(fixture["whole"]))
+    logged = make()[0]
+    logged.load_bytes(bytes.fromhex(fixture["logged"]), {int(i): bytes.fromhex(b) for i, b in
+                                                         fixture["segments"].items()})
+    for d in (whole, logged):
+        assert d.to_bytes() == ref.to_bytes()          # the same state, now written in the new format
+    expected = _run(ref, rest)
+    assert expected
+    assert _run(whole, rest) == expected
+    assert _run(logged, rest) == expected
