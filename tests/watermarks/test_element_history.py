@@ -154,3 +154,40 @@ def test_a_segment_is_deleted_only_when_all_its_elements_are_below_the_floor():
     h.trim(11)
     new, dropped = h.log_delta()
     assert new == {} and dropped == [0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 300), st.lists(st.integers(0, 599), max_size=200))
+def test_kept_values_are_the_masked_ones(size, prefix, holes):
+    """``_kept`` (a slice and a few deletions, or ``compress``) against item-by-item indexing."""
+    import numpy as np
+
+    from dataflow_kafka.watermarks.history import _kept
+
+    n = size + prefix
+    keep = np.ones(n, bool)
+    keep[:prefix] = False
+    keep[[h for h in holes if h < n]] = False
+    values = [("v", i) for i in range(n)]
+    assert _kept(values, keep) == [values[i] for i in np.flatnonzero(keep).tolist()]
+    assert len(values) == n                          # the input list is left alone
+
+
+def test_a_log_whose_header_names_other_keys_than_its_segments_is_refused():
+    import pickle
+
+    import pytest
+
+    from dataflow_kafka.errors import InvalidArgumentError
+
+    h = ElementHistory()
+    h.log_delta()
+    h.append(["a", "b"], [0, 1, 0], [10, 20, 30], [5, 6, 7])
+    segments, _ = h.log_delta()
+    keys, floor, live, nxt = h.log_header()
+    assert ElementHistory.from_log((keys, floor, live, nxt), segments).per_key() == h.per_key()
+    for named in (["a"], ["a", "b", "c"], ["a", "c"]):
+        with pytest.raises(InvalidArgumentError, match="other keys than its header names"):
+            ElementHistory.from_log((pickle.dumps(named), floor, live, nxt), segments)
+    with pytest.raises(InvalidArgumentError, match="other keys than its header names"):   # "b" trimmed away
+        ElementHistory.from_log((keys, 7, live, nxt), segments)
