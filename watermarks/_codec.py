@@ -4,10 +4,9 @@ The state of a Dataflow driver is a tree of plain values (tuples, lists, dicts, 
 None, floats; a combiner's accumulators may be any picklable object). :func:`encode` writes it
 with the C pickler in fast mode: no memo, so an object reached twice is written twice and equal
 values give equal bytes however their objects happen to be shared (a replayed or reloaded state
-writes what the original wrote). About 10x faster to write and 15x faster to read than the
-project's earlier varint format (``bench/nexmark``: Q11's Dataflow state, 2026-12-01), which
-:func:`decode` still reads (checkpoints written before): that format starts with a tag byte
-0-10, a pickle with ``0x80``.
+writes what the original wrote). It replaced a varint format written value by value in Python
+(the measurements: docs/nexmark.md, "Q11's Dataflow state"), which :func:`decode` still reads for
+checkpoints written before: that format starts with a tag byte 0-10, a pickle with ``0x80``.
 """
 
 from __future__ import annotations

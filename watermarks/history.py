@@ -287,8 +287,8 @@ _FEW = 64          # dropped elements past the first kept one that _kept deletes
 def _kept(values: list, keep: np.ndarray) -> list:
     """The items of ``values`` where ``keep`` (a bool mask) is true, as a new list. A trim by event
     time drops mostly a prefix (elements are in arrival order): a slice, and the few dropped
-    after it deleted one by one; otherwise ``itertools.compress``. Either is 2-5x faster than
-    copying item by item (a third of the history's trims in Q11's Dataflow profile, 2026-12-01)."""
+    after it deleted one by one; otherwise ``itertools.compress``: both in C, not item by item
+    (docs/nexmark.md, "Q11's Dataflow state")."""
     drop = np.flatnonzero(~keep)
     mismatch = np.flatnonzero(drop != np.arange(drop.size))
     prefix = int(mismatch[0]) if mismatch.size else int(drop.size)
