@@ -44,7 +44,10 @@ def test_values_decode_back(value):
 @given(st.lists(PLAIN, min_size=1, max_size=4))
 def test_equal_values_encode_to_equal_bytes_however_objects_are_shared(parts):
     shared = (parts[0], parts[0], parts)              # one object twice: a memoising pickler writes a reference
-    separate = _codec.decode(_codec.encode(shared))   # equal value, every object its own
+    def fresh(v):                                     # an equal value made of new objects
+        return _codec.decode(_codec.encode(v))
+    separate = (fresh(parts[0]), fresh(parts[0]), fresh(parts))
+    assert separate == shared
     assert _codec.encode(shared) == _codec.encode(separate)
 
 
