@@ -37,10 +37,9 @@ def decode(data: bytes) -> Any:
     if data[:1] == bytes([_PROTO]):
         f = io.BytesIO(data)
         value = pickle.Unpickler(f).load()
-        if f.tell() != len(data):
-            raise InvalidArgumentError(f"corrupt driver state: {len(data) - f.tell()} trailing bytes")
-        return value
-    value, end = _dec(data, 0)
+        end = f.tell()
+    else:
+        value, end = _dec(data, 0)
     if end != len(data):
         raise InvalidArgumentError(f"corrupt driver state: {len(data) - end} trailing bytes")
     return value

@@ -256,8 +256,7 @@ class ElementHistory:
             part_keys, kc, t, v = _columns(segments[i])
             if floor is not None and t.size and int(t.min()) < floor:
                 keep = t >= floor
-                idx = np.flatnonzero(keep)
-                kc, t, v = kc[idx], t[idx], _kept(v, keep)
+                kc, t, v = kc[keep], t[keep], _kept(v, keep)
             if t.size:
                 kcs.append(np.fromiter(map(codes.get, part_keys, itertools.repeat(-1, len(part_keys))), np.int64,
                                        len(part_keys))[kc])
