@@ -120,6 +120,11 @@ class _Node:
             if not s[c.done]:
                 c.on_element(s, ctx)
 
+    def on_elements(self, s: list, ctx: Any, n: int) -> None:
+        """``n`` calls of :meth:`on_element` (nodes whose ``n`` calls are one step say so)."""
+        for _ in range(n):
+            self.on_element(s, ctx)
+
     def should_fire(self, s: list, ctx: Any) -> bool:
         raise NotImplementedError
 
@@ -155,6 +160,9 @@ class _Count(_Node):
 
     def on_element(self, s: list, ctx: Any) -> None:
         s[self.count] += 1
+
+    def on_elements(self, s: list, ctx: Any, n: int) -> None:
+        s[self.count] += n
 
     def should_fire(self, s: list, ctx: Any) -> bool:
         return s[self.count] >= self.n
@@ -218,6 +226,13 @@ class _Watermark(_Node):
         elif s[self.on_time] and self.late is not None:
             self.late.on_element(s, ctx)
 
+    def on_elements(self, s: list, ctx: Any, n: int) -> None:
+        if ctx.watermark < ctx.end:
+            if self.early is not None:
+                self.early.on_elements(s, ctx, n)
+        elif s[self.on_time] and self.late is not None:
+            self.late.on_elements(s, ctx, n)
+
     def should_fire(self, s: list, ctx: Any) -> bool:
         if ctx.watermark < ctx.end:
             return self.early is not None and self.early.should_fire(s, ctx)
@@ -253,6 +268,9 @@ class _Watermark(_Node):
 class _Default(_Node):
     __slots__ = ()
 
+    def on_elements(self, s: list, ctx: Any, n: int) -> None:
+        pass
+
     def should_fire(self, s: list, ctx: Any) -> bool:
         return ctx.watermark >= ctx.end
 
@@ -265,6 +283,11 @@ class _Default(_Node):
 
 class _Repeatedly(_Node):
     __slots__ = ()
+
+    def on_elements(self, s: list, ctx: Any, n: int) -> None:
+        child = self.children[0]       # on_element changes no done bit: n calls are n of the child's
+        if not s[child.done]:
+            child.on_elements(s, ctx, n)
 
     def should_fire(self, s: list, ctx: Any) -> bool:
         return self.children[0].should_fire(s, ctx)

@@ -52,7 +52,7 @@ from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks._trigger_runtime import Layout, build
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver, WindowState, warn_late
-from dataflow_kafka.watermarks.triggers import AfterCount, AfterWatermark, DefaultTrigger, Trigger
+from dataflow_kafka.watermarks.triggers import AfterCount, DefaultTrigger, Trigger, counts_only
 from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, END_OF_TIME_MS, FixedWindowFn, IntervalWindow, SlidingWindowFn, WindowFn, window_copies,
 )
@@ -231,9 +231,7 @@ class ColumnarDriver:
         """Whether this configuration runs here (module docstring)."""
         if type(window_fn) not in (FixedWindowFn, SlidingWindowFn):
             return False
-        if type(trigger) is not DefaultTrigger and not (
-                type(trigger) is AfterWatermark and _count_of(trigger.early) is not None
-                and _count_of(trigger.late) is not None):
+        if not counts_only(trigger):
             return False
         try:
             mode = AccumulationMode.parse(accumulation_mode, "accumulation_mode")
@@ -328,12 +326,12 @@ class ColumnarDriver:
         return self.advance_watermark_columns(watermark_ms).panes()
 
     def advance_processing_time(self, now_ms: int) -> list[Pane]:
-        """Move processing time forward (no supported trigger reads it; windows are checked as the
-        per-element driver checks them)."""
-        if now_ms <= self._now:
-            return []
-        self._now = now_ms
-        return self._check_all(gc=False).panes()
+        """Move processing time forward: no supported trigger reads it, and none is ready again
+        before an element or the watermark reaches its window (:func:`~watermarks.triggers.counts_only`),
+        so no window is asked, as in the per-element driver."""
+        if now_ms > self._now:
+            self._now = now_ms
+        return []
 
     def advance_watermark_columns(self, watermark_ms: int) -> PaneColumns:
         """:meth:`advance_watermark` as :class:`PaneColumns` (keys: :meth:`key_list`)."""

@@ -71,15 +71,18 @@ from __future__ import annotations
 import dataclasses
 import warnings
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks._trigger_runtime import Layout, build
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
-from dataflow_kafka.watermarks.triggers import ANYTIME, AT_WATERMARK, Trigger, finishes
+from dataflow_kafka.watermarks.history import elements_per_key
+from dataflow_kafka.watermarks.triggers import ANYTIME, AT_WATERMARK, DefaultTrigger, Trigger, counts_only, finishes
 from dataflow_kafka.watermarks.windows import (
-    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
+    BEGINNING_OF_TIME_MS, END_OF_TIME_MS, IntervalWindow, SessionWindowFn, WindowFn, compile_window_fn, extent_ms,
 )
 from dataflow_kafka.windowing import AggregateFunction, ToList, Window
 from dataflow_kafka.windowing.aggregations import combine_fn
@@ -216,6 +219,7 @@ class TriggerDriver:
         #: merging windows: per key, the latest end of a garbage-collected window (module docstring)
         self._gone: dict[Any, int] = {}
         self._fire_always = self.on_time_behavior is OnTimeBehavior.FIRE_ALWAYS
+        self._counts_only = counts_only(trigger)    # then moving processing time fires nothing
         self._ctx = _Ctx()
         self._ctx.watermark = self._ctx.now = BEGINNING_OF_TIME_MS
         self._keys: dict[Any, dict[IntervalWindow, _WindowState]] = {}
@@ -290,6 +294,107 @@ class TriggerDriver:
             raise ArgumentTypeError(f"combiner {self.combiner!r} has no uncombine; it cannot apply retractions")
         return self._ingest(elements, key, self._beam.uncombine)
 
+    def add_keyed(self, keys: list, rows: np.ndarray, values: Sequence[Any], times: np.ndarray,
+                  integral_values: bool = False) -> tuple[list[Pane], np.ndarray, np.ndarray]:
+        """One :meth:`add` per key of ``keys``, in that order, from columns: each element's key as an
+        index into ``keys`` (``rows``), its value and event time, in arrival order. Returns the
+        panes those calls give, in order, and per key the copies dropped as late and for a closed
+        window. ``integral_values``: the values are integers (Sum, Min, Max, Mean are then exact
+        in any order).
+
+        Sessions are taken a run at a time where that gives the same panes (:meth:`_sessions_at_once`):
+        a key's elements are sorted by event time and cut where two are ``gap_ms`` or more apart
+        (their windows do not overlap), and each run, a window spanning it, merges once (§2.2.2,
+        MergeWindows) and takes its values with one ``add_inputs`` instead of a merge per element."""
+        n = len(keys)
+        late, closed = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)
+        if not len(rows):
+            return [], late, closed
+        if not self._sessions_at_once(integral_values, times):
+            panes: list[Pane] = []
+            for i, elems in enumerate(elements_per_key(n, rows, values, times)):
+                if elems:
+                    before = self.dropped_late, self.dropped_closed
+                    panes += self.add(elems, key=keys[i])
+                    late[i] += self.dropped_late - before[0]
+                    closed[i] += self.dropped_closed - before[1]
+            return panes, late, closed
+        ctx, root, gap = self._ctx, self._root, self.window_fn.gap_ms
+        # AssignWindows and the late rule of _ingest, for every element at once
+        kept = times + gap > ctx.watermark - self.allowed_lateness_ms
+        if ctx.watermark >= END_OF_TIME_MS:
+            kept[:] = False
+        if self._gone and len(rows):
+            gone = np.array([self._gone.get(k, BEGINNING_OF_TIME_MS) for k in keys], np.int64)
+            kept &= times >= gone[rows]
+        if not kept.all():
+            dropped = np.flatnonzero(~kept)
+            late += np.bincount(rows[dropped], minlength=n)
+            self.dropped_late += len(dropped)
+            if not self._warned_late:               # the copy add would drop first: by key, then arrival
+                first = dropped[np.lexsort((dropped, rows[dropped]))[0]]
+                t = int(times[first])
+                self._warn_late(keys[int(rows[first])], IntervalWindow(t, t + gap), t)
+            idx = np.flatnonzero(kept)
+        else:
+            idx = np.arange(len(rows))
+        if not len(idx):
+            return [], late, closed
+        order = idx[np.lexsort((idx, times[idx], rows[idx]))]       # by key, event time, arrival
+        r, t = rows[order], times[order]
+        cut = np.flatnonzero((r[1:] != r[:-1]) | (t[1:] - t[:-1] >= gap)) + 1
+        starts = np.concatenate(([0], cut))
+        ends = np.append(starts[1:], len(order))
+        vals = [values[i] for i in order.tolist()]
+        fold_many = self._beam.add_inputs
+        panes = []
+        key_of, lo, hi = r[starts].tolist(), t[starts].tolist(), (t[ends - 1] + gap).tolist()
+        runs = list(zip(key_of, lo, hi, starts.tolist(), ends.tolist()))
+        i = 0
+        while i < len(runs):
+            k = runs[i][0]
+            key = keys[k]
+            ws = self._keys.get(key)
+            if ws is None:
+                ws = self._keys[key] = {}
+            touched: dict[IntervalWindow, None] = {}
+            renames: dict[IntervalWindow, IntervalWindow] = {}
+            while i < len(runs) and runs[i][0] == k:
+                _, s, e, a, b = runs[i]
+                w = IntervalWindow(s, e)
+                st = ws.get(w)
+                if st is None:
+                    w = self._merge_new(ws, w, renames)     # never None: no window closes (_sessions_at_once)
+                    st = ws[w]
+                st.acc = fold_many(st.acc, vals[a:b])
+                st.dirty = True
+                ctx.end = w.end_ms
+                root.on_elements(st.trig, ctx, b - a)
+                touched[w] = None
+                i += 1
+            panes += self._end_bundle(key, ws, touched, renames)
+        return panes, late, closed
+
+    def _sessions_at_once(self, integral_values: bool, times: np.ndarray) -> bool:
+        """Whether :meth:`add_keyed` may take a key's sessions a run at a time: it gives the panes of
+        element-by-element merging when the windows are sessions (not restricted to a coverage
+        start), no trigger finishes or fires early (so a window never closes, and the only trigger
+        state a run's order could change is a late count while the on-time firing is pending,
+        which that firing resets), the output timestamp is the window's end, and the combiner's
+        result does not depend on the order of inputs and merges (Count; Sum, Min, Max, Mean of
+        integers)."""
+        if type(self.window_fn) is not SessionWindowFn or self._holds or self._timestamped:
+            return False
+        trig = self.trigger
+        if not self._counts_only or not (type(trig) is DefaultTrigger or (trig.early is None and trig.late is not None)):
+            return False
+        form = getattr(self.combiner, "vectorised", None)
+        parts = frozenset(form.components) if form is not None else frozenset()
+        if not parts or not parts <= {"count", "sum", "min", "max"} or (parts != {"count"} and not integral_values):
+            return False
+        return int(times.max()) + self.window_fn.gap_ms < END_OF_TIME_MS
+
     def advance_watermark(self, watermark_ms: int) -> list[Pane]:
         """Move the event-time watermark forward; fire and garbage collect windows."""
         if watermark_ms <= self._ctx.watermark:
@@ -302,11 +407,12 @@ class TriggerDriver:
         return out
 
     def advance_processing_time(self, now_ms: int) -> list[Pane]:
-        """Move processing time forward; fire windows whose processing-time triggers are due."""
+        """Move processing time forward; fire windows whose processing-time triggers are due (none
+        for a trigger of counts only, :func:`~watermarks.triggers.counts_only`: no window is asked)."""
         if now_ms <= self._ctx.now:
             return []
         self._ctx.now = now_ms
-        return self._check_all(gc=False)
+        return [] if self._counts_only else self._check_all(gc=False)
 
     # -- GroupAlsoByWindow --------------------------------------------------------------------
 
@@ -373,14 +479,20 @@ class TriggerDriver:
             for w, vs in batched.items():
                 st = ws[w]
                 st.acc = fold_many(st.acc, vs)
+        return self._end_bundle(key, ws, touched, renames)
+
+    def _end_bundle(self, key: Any, ws: dict, touched: dict, renames: dict) -> list[Pane]:
+        """The end of a bundle: each window it touched (``renames``: merged later in the bundle) folds
+        its hold candidate and is asked once, by end."""
         out: list[Pane] = []
         if touched:
+            earliest, watermark = self._earliest, self._ctx.watermark
             if renames:  # windows merged later in the bundle: evaluate the window they became
                 touched = dict.fromkeys(w if w in ws else _resolve(w, ws, renames) for w in touched)
             for w in sorted(touched, key=_by_end) if len(touched) > 1 else touched:
                 st = ws[w]
                 if st.cand is not None:
-                    if w.end_ms > ctx.watermark:  # a window already ended takes no hold (late data)
+                    if w.end_ms > watermark:  # a window already ended takes no hold (late data)
                         h = st.hold
                         st.hold = st.cand if h is None else (min(h, st.cand) if earliest else max(h, st.cand))
                     st.cand = None
@@ -497,11 +609,17 @@ class TriggerDriver:
         return merged
 
     def _check_all(self, gc: bool) -> list[Pane]:
+        """Ask every window (by key, then end) and garbage collect if ``gc``. A trigger of counts
+        only is ready before the window's end only right after an element, when it was asked: the
+        windows ending after the watermark are skipped (but at the end of time, which collects all)."""
         out: list[Pane] = []
         wm = self._ctx.watermark
         for key in list(self._keys):
             ws = self._keys[key]
-            for w in sorted(ws, key=_by_end):
+            due = [w for w in ws if w.end_ms <= wm] if self._counts_only and wm < END_OF_TIME_MS else ws
+            if not due:
+                continue
+            for w in sorted(due, key=_by_end) if len(due) > 1 else list(due):
                 out += self._check(key, ws, w, ws[w], gc and wm >= self._gc_time(w))
             if not ws:
                 del self._keys[key]

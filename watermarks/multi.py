@@ -78,7 +78,7 @@ from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks.columnar import ColumnarDriver, PaneColumns
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver
-from dataflow_kafka.watermarks.history import ElementHistory, elements_per_key
+from dataflow_kafka.watermarks.history import ElementHistory
 from dataflow_kafka.watermarks.triggers import Trigger
 from dataflow_kafka.watermarks.windows import (
     BEGINNING_OF_TIME_MS, GlobalWindowFn, IntervalWindow, WindowFn, compile_window_fn, extent_ms,
@@ -277,14 +277,6 @@ class MultiQueryDriver(WindowQueries):
         rows = np.asarray(rows, np.int64)
         times = np.asarray(times, np.int64)
         n = len(keys)
-        per_key = None
-
-        def elements():            # [(value, time)] per key, in arrival order (the per-element drivers)
-            nonlocal per_key
-            if per_key is None:
-                per_key = elements_per_key(n, rows, values, times)
-            return per_key
-
         position = {k: i for i, k in enumerate(keys)}
         parts, late, closed = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
         for qi, (qid, q) in enumerate(self._queries.items()):
@@ -295,13 +287,9 @@ class MultiQueryDriver(WindowQueries):
                 late += q_late
                 closed += q_closed
             else:
-                panes = []
-                for i, (key, elems) in enumerate(zip(keys, elements())):
-                    if elems:
-                        before = d.dropped_late, d.dropped_closed
-                        panes += d.add(elems, key=key)
-                        late[i] += d.dropped_late - before[0]
-                        closed[i] += d.dropped_closed - before[1]
+                panes, q_late, q_closed = d.add_keyed(keys, rows, values, times, bool(self.integral_values))
+                late += q_late
+                closed += q_closed
                 cols = PaneColumns.of_panes(panes, keys, position)
             self.dropped_late += d.dropped_late
             self.dropped_closed += d.dropped_closed

@@ -65,6 +65,7 @@ __all__ = [
     "OrFinally",
     "DefaultTrigger",
     "finishes",
+    "counts_only",
 ]
 
 NEVER, AT_WATERMARK, ANYTIME = "never", "at the watermark", "before the watermark"
@@ -267,6 +268,17 @@ class DefaultTrigger(Trigger):
 def finishes(trigger: Trigger) -> str:
     """``"never"``, ``"at the watermark"`` or ``"before the watermark"``: when it can finish."""
     return _trigger("trigger", trigger)._finish()
+
+
+def counts_only(trigger: Trigger) -> bool:
+    """Whether ``trigger`` is ``DefaultTrigger()`` or an ``AfterWatermark`` whose early and late
+    firings are each absent or an ``AfterCount`` (§2.4's early / on-time / late firings): what the
+    vectorised driver runs. Such a trigger never reads processing time, and a window it asked is
+    not ready again before an element or the watermark reaches it."""
+    if type(trigger) is DefaultTrigger:
+        return True
+    return type(trigger) is AfterWatermark and all(t is None or type(t) is AfterCount
+                                                   for t in (trigger.early, trigger.late))
 
 
 #: The paper's names (§2.4): their one home is dataflow_kafka.compat.dataflow_model.
