@@ -21,6 +21,8 @@ caller gives a :class:`StateLog` (the Spark processor: a map state beside the va
 stages' append-only parts as segments in that log (:meth:`~keygroups.stage.StageLogic.dump_state_logged`:
 a Dataflow stage's element history, each element written once instead of once per batch it
 stays). Without a log everything is in the bytes (the local runner, :func:`load_operator_state`).
+The log is read only when a stage looks into its segments (a Dataflow stage: when a query is
+added or an element retracted), not at every load.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import json
 import os
 import pickle
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,7 +111,8 @@ class StateLog:
     """Where a key group's stages keep their append-only parts: segments by ``(stage index,
     segment id)``. This one holds them in a dict (tests, tools); the Spark processor's is its map
     state (:class:`keygroups.processor.StageProcessor`). :meth:`read` is called only when the key
-    group's live state is not cached in the process; :meth:`write` once per batch."""
+    group's live state is not cached in the process and a stage looks into its segments;
+    :meth:`write` once per batch."""
 
     def __init__(self, segments: dict[tuple[int, int], bytes] | None = None) -> None:
         self.segments = dict(segments or {})
@@ -148,6 +152,9 @@ def _load(spec: OperatorSpec, blob: bytes | None, log: StateLog | None = None) -
                          f"({blob[:4]!r}, expected {_MAGIC!r})")
     cached = _CACHE.pop(blob[4:4 + _TOKEN], None)
     if cached is not None:
+        if log is not None:             # this call's log, for a stage that reads its segments later
+            for s, x, seg in zip(spec.stages, cached.states, _segments_per_stage(log, len(spec.stages))):
+                s.attach_log(x, seg)
         return cached
     tracker, stage_blobs, out_wms, last, seq, emitted, *rest = pickle.loads(blob[4 + _TOKEN:])
     if len(stage_blobs) != len(spec.stages):
@@ -157,15 +164,45 @@ def _load(spec: OperatorSpec, blob: bytes | None, log: StateLog | None = None) -
         if log is None:
             raise InvalidArgumentError(f"stage operator {spec.name!r}: this key group state keeps its stages' "
                                        "append-only parts in a log (the map state 'log'); read it with that log")
-        per_stage: list[dict[int, bytes]] = [{} for _ in spec.stages]
-        for (i, j), segment in log.read().items():
-            if 0 <= i < len(per_stage):
-                per_stage[i][j] = bytes(segment)
+        per_stage = _segments_per_stage(log, len(spec.stages))
         states = [s.load_state_logged(b, seg) for s, b, seg in zip(spec.stages, stage_blobs, per_stage)]
     else:
         states = [s.load_state(b) for s, b in zip(spec.stages, stage_blobs)]
     tracker = (InputWatermarks if spec.inputs else PunctuationTracker).from_bytes(tracker)
     return OperatorState(tracker, states, list(out_wms), last, seq, emitted)
+
+
+class _StageSegments(Mapping):
+    """One stage's segments ``{segment id: bytes}`` of a :class:`StateLog`, read from it (for
+    every stage at once) when first looked into."""
+
+    def __init__(self, read: Callable[[], list[dict[int, bytes]]], stage: int) -> None:
+        self._read, self._stage = read, stage
+
+    def __getitem__(self, j: int) -> bytes:
+        return self._read()[self._stage][j]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._read()[self._stage])
+
+    def __len__(self) -> int:
+        return len(self._read()[self._stage])
+
+
+def _segments_per_stage(log: StateLog, n: int) -> list[_StageSegments]:
+    """Each of ``n`` stages' segments in ``log``, which is read once, when one of them is looked into."""
+    held: list[list[dict[int, bytes]]] = []
+
+    def read() -> list[dict[int, bytes]]:
+        if not held:
+            per_stage: list[dict[int, bytes]] = [{} for _ in range(n)]
+            for (i, j), segment in log.read().items():
+                if 0 <= i < n:
+                    per_stage[i][j] = bytes(segment)
+            held.append(per_stage)
+        return held[0]
+
+    return [_StageSegments(read, i) for i in range(n)]
 
 
 def load_operator_state(spec: OperatorSpec, blob: bytes, log: StateLog | None = None) -> OperatorState:

@@ -267,10 +267,15 @@ class StageLogic(ABC):
         Default: no log (:meth:`dump_state`)."""
         return self.dump_state(state), {}, []
 
-    def load_state_logged(self, blob: bytes, segments: dict[int, bytes]) -> Any:
+    def load_state_logged(self, blob: bytes, segments: Mapping[int, bytes]) -> Any:
         """The state :meth:`dump_state_logged` wrote, with every segment not deleted (default:
-        :meth:`load_state`)."""
+        :meth:`load_state`). ``segments`` reads the state store when it is first looked into: a
+        stage may keep it and look only when it needs the segments, within this call."""
         return self.load_state(blob)
+
+    def attach_log(self, state: Any, segments: Mapping[int, bytes]) -> None:
+        """A live state kept from an earlier micro-batch (not loaded again) gets this call's
+        ``segments``, for a stage that keeps them to read later (default: nothing)."""
 
     def describe_state(self, state: Any) -> Any:
         """What a key group's state holds, for people (:func:`keygroups.state_view.read_state`):

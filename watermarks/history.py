@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -63,6 +63,7 @@ from dataflow_kafka.errors import InvalidArgumentError
 __all__ = ["ElementHistory", "elements_per_key"]
 
 _EMPTY = np.zeros(0, np.int64)
+_I64_MIN = np.iinfo(np.int64).min
 
 
 def elements_per_key(n: int, rows: np.ndarray, values: Sequence[Any], times: np.ndarray) -> list[list[tuple]]:
@@ -76,7 +77,8 @@ def elements_per_key(n: int, rows: np.ndarray, values: Sequence[Any], times: np.
 class ElementHistory:
     """Per key, ``(value, event_time_ms)`` elements in arrival order, held as columns (module docstring)."""
 
-    __slots__ = ("_keys", "_codes", "_kc", "_t", "_v", "_floor", "_segments", "_unlogged", "_rewrite", "_next")
+    __slots__ = ("_keys", "_codes", "_kc", "_t", "_v", "_latest", "_floor", "_segments", "_unlogged", "_rewrite",
+                 "_next", "_reader")
 
     def __init__(self) -> None:
         self._keys: list = []              # distinct keys, in order of their first element held
@@ -84,6 +86,7 @@ class ElementHistory:
         self._kc = _EMPTY                  # per element: its key's index
         self._t = _EMPTY                   # per element: event time (ms)
         self._v: list = []                 # per element: value
+        self._latest = _EMPTY              # per key: its latest event time held
         self._floor: int | None = None     # the highest trim so far
         # the log (module docstring): segment id -> latest event time in it; the appends since the
         # last log_delta (None: not logging, the next log_delta writes the whole history); a
@@ -92,8 +95,12 @@ class ElementHistory:
         self._unlogged: list | None = None
         self._rewrite = False
         self._next = 0
+        # deferred (from_log(..., deferred=True)): the elements are in the log's segments, not yet
+        # read; this gives them ({id: encoded}) when an element is needed (_read_log)
+        self._reader: Callable[[], Mapping[int, Sequence[Any]]] | None = None
 
     def __len__(self) -> int:
+        self._read_log()
         return len(self._v)
 
     # -- adding and dropping ------------------------------------------------------------------
@@ -120,7 +127,13 @@ class ElementHistory:
                 c = self._codes[k] = len(self._keys)
                 self._keys.append(k)
             code_of[i] = c
-        self._kc = np.concatenate([self._kc, code_of[rows]])
+        codes = code_of[rows]
+        if len(self._keys) > self._latest.size:
+            self._latest = np.concatenate([self._latest, np.full(len(self._keys) - self._latest.size, _I64_MIN)])
+        np.maximum.at(self._latest, codes, times)
+        if self._reader is not None:          # deferred: the log holds the elements, the appends are in _unlogged
+            return
+        self._kc = np.concatenate([self._kc, codes])
         self._t = np.concatenate([self._t, times])
         self._v.extend(values)
 
@@ -137,6 +150,11 @@ class ElementHistory:
         if self._floor is not None and floor_ms <= self._floor:
             return
         self._floor = floor_ms
+        if self._reader is not None:          # deferred: a key is forgotten when its latest element is below
+            live = self._latest >= floor_ms
+            if not live.all():
+                self._forget(live)
+            return
         if self._t.size == 0 or int(self._t.min()) >= floor_ms:
             return
         self._keep(self._t >= floor_ms)
@@ -146,6 +164,7 @@ class ElementHistory:
         code = self._codes.get(key)
         if code is None:
             return
+        self._read_log()
         mine = np.flatnonzero(self._kc == code).tolist()
         gone: set[int] = set()
         for e in elements:
@@ -157,6 +176,7 @@ class ElementHistory:
             keep = np.ones(len(self._v), bool)
             keep[list(gone)] = False
             self._keep(keep)
+            self._latest = _latest_per_key(len(self._keys), self._kc, self._t)    # may be earlier now
             self._rewrite = True
 
     def _keep(self, keep: np.ndarray) -> None:
@@ -165,15 +185,20 @@ class ElementHistory:
         self._v = _kept(self._v, keep)
         live = np.bincount(self._kc, minlength=len(self._keys)) > 0
         if not live.all():                 # forget the keys left without elements, keeping the order
-            remap = np.cumsum(live) - 1
-            self._kc = remap[self._kc]
-            self._keys = [k for k, u in zip(self._keys, live.tolist()) if u]
-            self._codes = {k: i for i, k in enumerate(self._keys)}
+            self._kc = (np.cumsum(live) - 1)[self._kc]
+            self._forget(live)
+
+    def _forget(self, live: np.ndarray) -> None:
+        """Keep the keys where ``live`` (a mask over the keys), in order (element codes: the caller's)."""
+        self._keys = [k for k, u in zip(self._keys, live.tolist()) if u]
+        self._codes = {k: i for i, k in enumerate(self._keys)}
+        self._latest = self._latest[live]
 
     # -- reading ------------------------------------------------------------------------------
     def per_key(self) -> dict[Any, list[tuple[Any, int]]]:
         """``{key: [(value, event_time_ms), ...]}``: every key held, in order, its elements in
         arrival order (new lists)."""
+        self._read_log()
         return dict(zip(self._keys, elements_per_key(len(self._keys), self._kc, self._v, self._t)))
 
     @classmethod
@@ -190,6 +215,7 @@ class ElementHistory:
         """The history as a tuple of plain values and bytes (for :mod:`watermarks._codec`):
         the keys and the values pickled as lists, each element's key index in the smallest
         unsigned type that holds it, event times as 32-bit offsets from the first when they fit."""
+        self._read_log()
         kc = self._kc.astype(np.min_scalar_type(max(len(self._keys) - 1, 0)))
         base = int(self._t.min()) if self._t.size else 0
         span = int(self._t.max()) - base if self._t.size else 0
@@ -204,6 +230,7 @@ class ElementHistory:
         h._floor = encoded[7] if len(encoded) > 7 else None
         h._keys, h._kc, h._t, h._v = _columns(encoded)
         h._codes = {k: i for i, k in enumerate(h._keys)}
+        h._latest = _latest_per_key(len(h._keys), h._kc, h._t)
         return h
 
     # -- as a log (module docstring) --------------------------------------------------------------
@@ -213,6 +240,7 @@ class ElementHistory:
         the whole history as one segment and every earlier segment to delete; from then on the
         history records its appends for the next call."""
         if self._unlogged is None or self._rewrite:
+            self._read_log()
             dropped, self._segments = sorted(self._segments), {}
             new = {self._next: self.encode()} if len(self) else {}
             if len(self):
@@ -229,6 +257,8 @@ class ElementHistory:
             new = {self._next: part.encode()} if len(part) else {}
             if len(part):
                 self._segments[self._next] = int(part._t.max())
+            if new and self._reader is not None:    # deferred: the new segment is read from here until it is in the log
+                self._reader = lambda read=self._reader, seg=new: {**read(), **seg}
         if new:
             self._next += 1
         self._unlogged, self._rewrite = [], False
@@ -236,41 +266,76 @@ class ElementHistory:
 
     def log_header(self) -> tuple:
         """What :meth:`from_log` needs besides the segments (plain values and bytes, for
-        :mod:`watermarks._codec`): the key order, the floor, the live segments, the next id."""
-        return (pickle.dumps(self._keys, protocol=5), self._floor, sorted(self._segments.items()), self._next)
+        :mod:`watermarks._codec`): the key order, the floor, the live segments, the next id, and
+        each key's latest event time (what keeps a history read with ``deferred`` exact without
+        its elements)."""
+        return (pickle.dumps(self._keys, protocol=5), self._floor, sorted(self._segments.items()), self._next,
+                self._latest.tobytes())
 
     @classmethod
-    def from_log(cls, header: Sequence[Any], segments: dict[int, Sequence[Any]]) -> "ElementHistory":
+    def from_log(cls, header: Sequence[Any], segments: Mapping[int, Sequence[Any]] | Callable[[], Mapping[int, Sequence[Any]]],
+                 deferred: bool = False) -> "ElementHistory":
         """The history whose :meth:`log_header` is ``header``, from its live segments (``{id:
-        encoded}`` as :meth:`log_delta` gave them; others are ignored), logging on."""
-        keys, floor, live, nxt = header
-        live = dict(live)
-        missing = sorted(set(live) - set(segments))
+        encoded}`` as :meth:`log_delta` gave them, or a function giving them; others are ignored),
+        logging on. ``deferred``: the segments are read only when an element is needed (a
+        replay for a query added, a retraction, the whole history encoded); appends, trims and
+        :meth:`log_delta` run on the header's keys and latest times alone. A header without
+        latest times (written before them) is read at once."""
+        keys, floor, live, nxt, *latest = header
+        h = cls()
+        h._keys = pickle.loads(keys)
+        h._codes = {k: i for i, k in enumerate(h._keys)}
+        h._floor, h._segments, h._next, h._unlogged = floor, dict(live), nxt, []
+        h._reader = segments if callable(segments) else (lambda: segments)
+        if latest:
+            h._latest = np.frombuffer(latest[0], np.int64).copy()
+        if not latest or not deferred:
+            h._read_log()
+        return h
+
+    def attach(self, segments: Mapping[int, Sequence[Any]] | Callable[[], Mapping[int, Sequence[Any]]]) -> None:
+        """Where a deferred history reads its segments from now on (the log as a later call sees
+        it: the segments it wrote since are there); nothing for a history already read."""
+        if self._reader is not None:
+            self._reader = segments if callable(segments) else (lambda: segments)
+
+    def _read_log(self) -> None:
+        """A deferred history's elements: its live segments at or above the floor in id order, then
+        the appends not yet logged, keys coded by the history's own key order."""
+        if self._reader is None:
+            return
+        segments, self._reader = self._reader(), None
+        missing = sorted(set(self._segments) - set(segments))
         if missing:
-            raise InvalidArgumentError(f"element history: segments {missing[:5]} of {sorted(live)[:5]}... are not in "
-                                       "the state store (state written by another query or version?)")
-        order = pickle.loads(keys)
-        codes = {k: i for i, k in enumerate(order)}
+            raise InvalidArgumentError(f"element history: segments {missing[:5]} of {sorted(self._segments)[:5]}... are "
+                                       "not in the state store (state written by another query or version?)")
+        parts = [_columns(segments[i]) for i in sorted(self._segments)]
+        parts += [([keys[i] for i in rows.tolist()], np.arange(len(rows)), times, list(values))
+                  for keys, rows, values, times in (self._unlogged or ())]
         kcs, ts, values = [], [], []
-        for i in sorted(live):            # each segment's elements at or above the floor, in the header's key codes
-            part_keys, kc, t, v = _columns(segments[i])
+        floor = self._floor
+        for part_keys, kc, t, v in parts:   # each part's elements at or above the floor, in this history's codes
             if floor is not None and t.size and int(t.min()) < floor:
                 keep = t >= floor
                 kc, t, v = kc[keep], t[keep], _kept(v, keep)
             if t.size:
-                kcs.append(np.fromiter(map(codes.get, part_keys, itertools.repeat(-1, len(part_keys))), np.int64,
-                                       len(part_keys))[kc])
+                kcs.append(np.fromiter(map(self._codes.get, part_keys, itertools.repeat(-1, len(part_keys))),
+                                       np.int64, len(part_keys))[kc])
                 ts.append(t)
                 values += v
-        h = cls()
         if kcs:
-            h._kc, h._t, h._v = np.concatenate(kcs), np.concatenate(ts), values
-        if (h._kc.size and int(h._kc.min()) < 0) or not np.bincount(h._kc, minlength=len(order)).all():
+            self._kc, self._t, self._v = np.concatenate(kcs), np.concatenate(ts), values
+        if (self._kc.size and int(self._kc.min()) < 0) or not np.bincount(self._kc, minlength=len(self._keys)).all():
             raise InvalidArgumentError("element history: its segments hold other keys than its header names "
-                                       f"({len(np.unique(h._kc))} held, {len(order)} named)")
-        h._keys, h._codes = order, codes
-        h._floor, h._segments, h._next, h._unlogged = floor, live, nxt, []
-        return h
+                                       f"({len(np.unique(self._kc))} held, {len(self._keys)} named)")
+        self._latest = _latest_per_key(len(self._keys), self._kc, self._t)
+
+
+def _latest_per_key(n: int, kc: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per key code of ``n``, the latest event time among the elements (``_I64_MIN`` for none)."""
+    latest = np.full(n, _I64_MIN)
+    np.maximum.at(latest, kc, t)
+    return latest
 
 
 def _columns(encoded: Sequence[Any]) -> tuple[list, np.ndarray, np.ndarray, list]:

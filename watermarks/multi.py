@@ -436,10 +436,11 @@ class MultiQueryDriver(WindowQueries):
                               self.ignored_commands, self.dropped_late, self.dropped_closed, queries, history,
                               pending))
 
-    def load_bytes(self, data: bytes, segments: dict[int, bytes] | None = None) -> None:
+    def load_bytes(self, data: bytes, segments: Mapping[int, bytes] | None = None) -> None:
         """Replace this driver's state (its queries too) with state written by ``to_bytes`` (or
-        :meth:`to_bytes_logged`, with its live ``segments``) of a driver with the same shared
-        configuration."""
+        :meth:`to_bytes_logged`, with its live ``segments``: read only when the element history's
+        elements are needed, :meth:`ElementHistory.from_log` ``deferred``) of a driver with the same
+        shared configuration."""
         (fmt, fingerprint, self._wm, self._now, self._floor, self._next_id, self.ignored_commands,
          self.dropped_late, self.dropped_closed, queries, history, pending) = _codec.decode(data)
         if fmt not in _READS or fingerprint != self._fingerprint():
@@ -466,11 +467,16 @@ class MultiQueryDriver(WindowQueries):
             if segments is None:
                 raise InvalidArgumentError("multi-query driver state: its element history was written as a log "
                                            "(to_bytes_logged); pass its segments")
-            self._history = ElementHistory.from_log(history[1], {i: _codec.decode(b) for i, b in segments.items()})
+            self._history = ElementHistory.from_log(history[1], _decoded(segments), deferred=True)
         if fmt < 4 and self._floor != BEGINNING_OF_TIME_MS:
             self._history.trim(self._floor)            # the floor the history keeps since format 4
         self._pending = [Pane(k, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la, r, qid)
                          for qid, k, s, e, v, ts, tv, i, f, la, r in pending]
+
+    def attach_segments(self, segments: Mapping[int, bytes]) -> None:
+        """Where the element history, if its elements were not read yet, reads its segments from
+        now on (a later micro-batch's log, for a driver kept live between batches)."""
+        self._history.attach(_decoded(segments))
 
     @classmethod
     def from_bytes(cls, data: bytes, *args: Any, **kwargs: Any) -> MultiQueryDriver:
@@ -478,6 +484,11 @@ class MultiQueryDriver(WindowQueries):
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _decoded(segments: Mapping[int, bytes]):
+    """A function giving ``segments`` decoded (the log is read when it is called)."""
+    return lambda: {i: _codec.decode(b) for i, b in segments.items()}
 
 
 def _inner(fn: WindowFn) -> WindowFn:

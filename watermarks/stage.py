@@ -203,10 +203,14 @@ class WindowingStage(Stage):
         """The element history as a log (:meth:`MultiQueryDriver.to_bytes_logged`): each element written once."""
         return state.to_bytes_logged()
 
-    def load_state_logged(self, blob: bytes, segments: dict[int, bytes] | None) -> MultiQueryDriver:
+    def load_state_logged(self, blob: bytes, segments: Mapping[int, bytes] | None) -> MultiQueryDriver:
+        """The driver, its element history's segments read only when its elements are needed."""
         d = self.new_state()
         d.load_bytes(blob, segments)
         return d
+
+    def attach_log(self, state: MultiQueryDriver, segments: Mapping[int, bytes]) -> None:
+        state.attach_segments(segments)
 
     def describe_state(self, driver: MultiQueryDriver) -> list[dict]:
         """The driver's clock (``time``: watermark, processing time), the queries (``start_ms``:

@@ -1,6 +1,6 @@
 """A key group's state with its stages' append-only parts in a log beside the value (the Spark
-processor's map state, ``keygroups.operator.StateLog``) against the state all in the value: the
-same rows every batch, including a window query added halfway (computed from the Dataflow
+processor's map state, ``keygroups.operator.StateLog``, a new one per call as a task's map state)
+against the state all in the value: the same rows every batch, including a window query added halfway (computed from the Dataflow
 stage's element history), when any batch is first run and thrown away (a failed attempt: its
 value and log writes discarded, the next attempt reads the committed ones, not the process's
 cached state), over 1-3 key groups; the value written with a log stays small."""
@@ -24,6 +24,23 @@ from tests.watermarks.test_dataflow_stage import _batches, _stage
 pytestmark = pytest.mark.filterwarnings("ignore::dataflow_kafka.watermarks.LateDataDropped")
 
 
+class _CallLog(StateLog):
+    """A log as one call sees it (on Spark a map state handle of one task): closed once the next
+    call has its own, so a stage that kept it to read later fails."""
+
+    closed = False
+
+    def read(self):
+        assert not self.closed, "a log of an earlier call was read"
+        return super().read()
+
+
+def _next_call(logs: dict) -> None:
+    for kg, log in logs.items():
+        logs[kg] = _CallLog(log.read())
+        log.closed = True
+
+
 def _specs(n: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -43,6 +60,7 @@ def test_a_log_beside_the_value_gives_the_rows_of_the_value_alone(seed, n, faile
         if b in failed:                   # an attempt thrown away: its value and log writes never committed
             run_chain_local(frame, specs, [dict(value[0])],
                             logs=[{kg: StateLog(log.read()) for kg, log in logs[0].items()}])
+        _next_call(logs[0])
         got = run_chain_local(frame, specs, value, logs=logs)
         assert_frame_equal(got.reset_index(drop=True), expected.reset_index(drop=True))
     for kg, blob in value[0].items():

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import pickle
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,25 +63,39 @@ BATCH = st.lists(KEYS, min_size=1, max_size=4, unique=True).flatmap(
                                                    max_size=8)))
 OPS = st.lists(st.one_of(st.tuples(st.just("append"), BATCH), st.tuples(st.just("trim"), TIMES),
                          st.tuples(st.just("retract"), KEYS, st.lists(st.tuples(VALUES, TIMES), max_size=3)),
-                         st.tuples(st.just("roundtrip")), st.tuples(st.just("log"), st.booleans())), max_size=25)
+                         st.tuples(st.just("roundtrip")),
+                         st.tuples(st.just("log"), st.sampled_from(["stay", "read", "deferred", "attach"])),
+                         st.tuples(st.just("look"))),
+                max_size=25)
+
+
+def _append_or_trim(h: ElementHistory, ref: _Lists, op: tuple) -> bool:
+    """Apply an ``append`` or ``trim`` op to both; False for any other op."""
+    if op[0] == "append":
+        keys, elems = op[1]
+        rows, values, times = [e[0] for e in elems], [e[1] for e in elems], [e[2] for e in elems]
+        h.append(keys, rows, values, times)
+        ref.append(keys, rows, values, times)
+    elif op[0] == "trim":
+        h.trim(op[1])
+        ref.trim(op[1])
+    else:
+        return False
+    return True
 
 
 @settings(max_examples=300, deadline=None)
 @given(OPS)
 def test_columns_hold_what_the_per_key_lists_held(ops):
     """Also written as a log at any point (``log``: a ``log_delta`` into a store of segments, then,
-    if drawn, the history read back from its header and the store, as after a restart): the
-    same history, and the store holds exactly the segments the header names."""
+    if drawn, the history read back from its header and the store, as after a restart: at once,
+    deferred (its elements read from the store when needed), or deferred and given a copy of the
+    store as a later batch's log): the same history, and the store holds exactly the segments
+    the header names."""
     h, ref, store = ElementHistory(), _Lists(), {}
     for op in ops:
-        if op[0] == "append":
-            keys, elems = op[1]
-            rows, values, times = [e[0] for e in elems], [e[1] for e in elems], [e[2] for e in elems]
-            h.append(keys, rows, values, times)
-            ref.append(keys, rows, values, times)
-        elif op[0] == "trim":
-            h.trim(op[1])
-            ref.trim(op[1])
+        if _append_or_trim(h, ref, op):
+            pass
         elif op[0] == "retract":
             h.retract(op[1], op[2])
             ref.retract(op[1], op[2])
@@ -91,14 +107,24 @@ def test_columns_hold_what_the_per_key_lists_held(ops):
             store.update({i: _codec.encode(seg) for i, seg in new.items()})
             header = _codec.decode(_codec.encode(h.log_header()))
             assert sorted(i for i, _ in header[2]) == sorted(store)
-            if op[1]:
-                h = ElementHistory.from_log(header, {i: _codec.decode(b) for i, b in store.items()})
-        else:
+            if op[1] != "stay":
+                decoded = {i: _codec.decode(b) for i, b in store.items()}
+                h = ElementHistory.from_log(header, decoded if op[1] == "read" else (lambda d=decoded: d),
+                                            deferred=op[1] != "read")
+                if op[1] == "attach":
+                    h.attach(lambda: {i: _codec.decode(b) for i, b in store.items()})   # the store as it is then
+        elif op[0] == "roundtrip":
             h = ElementHistory.decode(_codec.decode(_codec.encode(h.encode())))
             store = {}                        # a decoded history writes itself whole at its next log_delta
-        assert h.per_key() == ref.h
-        assert list(h.per_key()) == list(ref.h)          # the key order too
-        assert len(h) == sum(map(len, ref.h.values()))
+        # a deferred history's key order and latest times, without reading its elements
+        keys, *_, latest = h.log_header()
+        assert pickle.loads(keys) == list(ref.h)
+        assert np.frombuffer(latest, np.int64).tolist() == [max(t for _, t in e) for e in ref.h.values()]
+        if op[0] == "look":               # the elements (a deferred history reads them here)
+            assert h.per_key() == ref.h
+            assert list(h.per_key()) == list(ref.h)          # the key order too
+            assert len(h) == sum(map(len, ref.h.values()))
+    assert h.per_key() == ref.h and list(h.per_key()) == list(ref.h)
 
 
 def test_a_state_written_with_per_key_lists_loads():
@@ -174,7 +200,6 @@ def test_kept_values_are_the_masked_ones(size, prefix, holes):
 
 
 def test_a_log_whose_header_names_other_keys_than_its_segments_is_refused():
-    import pickle
 
     import pytest
 
@@ -184,10 +209,54 @@ def test_a_log_whose_header_names_other_keys_than_its_segments_is_refused():
     h.log_delta()
     h.append(["a", "b"], [0, 1, 0], [10, 20, 30], [5, 6, 7])
     segments, _ = h.log_delta()
-    keys, floor, live, nxt = h.log_header()
-    assert ElementHistory.from_log((keys, floor, live, nxt), segments).per_key() == h.per_key()
+    keys, floor, live, nxt, _ = h.log_header()
+    assert ElementHistory.from_log((keys, floor, live, nxt), segments).per_key() == h.per_key()   # no latest times
     for named in (["a"], ["a", "b", "c"], ["a", "c"]):
         with pytest.raises(InvalidArgumentError, match="other keys than its header names"):
             ElementHistory.from_log((pickle.dumps(named), floor, live, nxt), segments)
+        latest = np.zeros(len(named), np.int64).tobytes()
+        deferred = ElementHistory.from_log((pickle.dumps(named), floor, live, nxt, latest), segments, deferred=True)
+        with pytest.raises(InvalidArgumentError, match="other keys than its header names"):
+            deferred.per_key()                                 # refused when the segments are read
     with pytest.raises(InvalidArgumentError, match="other keys than its header names"):   # "b" trimmed away
         ElementHistory.from_log((keys, 7, live, nxt), segments)
+    with pytest.raises(InvalidArgumentError, match=r"segments \[0\] .* are not in the state store"):
+        ElementHistory.from_log(h.log_header(), {}, deferred=True).per_key()
+
+
+DEFERRED_OPS = st.lists(st.one_of(st.tuples(st.just("append"), BATCH), st.tuples(st.just("trim"), TIMES),
+                                  st.tuples(st.just("log")), st.tuples(st.just("attach"))), max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(OPS, DEFERRED_OPS)
+def test_a_deferred_history_reads_what_it_would_have_held(before, after):
+    """A history read back from its log deferred, then appended to, trimmed and logged (each
+    ``log`` a ``log_delta`` into the store; ``attach``: the store as a later batch's log) without
+    its elements being read: the key order and latest times of its header all along, and its
+    elements when read at the end, are those of the reference."""
+    h, ref, store = ElementHistory(), _Lists(), {}
+    for op in before:                    # the history as it was written (appends and trims)
+        _append_or_trim(h, ref, op)
+
+    def log():
+        new, dropped = h.log_delta()
+        for i in dropped:
+            del store[i]
+        store.update({i: _codec.encode(seg) for i, seg in new.items()})
+
+    log()
+    snapshot = {i: _codec.decode(b) for i, b in store.items()}
+    h = ElementHistory.from_log(_codec.decode(_codec.encode(h.log_header())), lambda: snapshot, deferred=True)
+    for op in after:
+        if _append_or_trim(h, ref, op):
+            pass
+        elif op[0] == "log":
+            log()
+        else:
+            h.attach(lambda: {i: _codec.decode(b) for i, b in store.items()})
+        keys, *_, latest = h.log_header()
+        assert h._reader is not None                          # nothing read yet
+        assert pickle.loads(keys) == list(ref.h)
+        assert np.frombuffer(latest, np.int64).tolist() == [max(t for _, t in e) for e in ref.h.values()]
+    assert h.per_key() == ref.h and list(h.per_key()) == list(ref.h)
