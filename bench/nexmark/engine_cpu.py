@@ -13,8 +13,12 @@ is this tree's in both arms. Arms alternate (the order swapped every other repea
 result is checked against the brute-force reference. Prints per query and variant the best CPU
 seconds of each arm and after / before, with the load average; ``--csv`` writes every run.
 
+``--state-log hit`` / ``miss`` runs the operators with a state log per key group as the Spark
+processor does (every load finding the key group's live state in the process, or none: a Spark
+Python worker that ran other key groups); both arms then run this tree's bench code.
+
 Run: ``.venv/bin/python -m bench.nexmark.engine_cpu --before main --queries q5,q11 [--events 200000]
-[--batch 50000] [--repeats 3]``
+[--batch 50000] [--repeats 3] [--state-log miss]``
 """
 
 from __future__ import annotations
@@ -56,8 +60,12 @@ def extract(rev: str, into: Path) -> Path:
     return pkg
 
 
-def child(query: str, variant: str, events: int, batch: int) -> dict:
-    """One timed ``Query.local`` run (in this process); what the parent reads."""
+def child(query: str, variant: str, events: int, batch: int, state_log: str = "none") -> dict:
+    """One timed ``Query.local`` run (in this process); what the parent reads. ``state_log``
+    ``hit`` / ``miss``: the operators keep their stages' append-only parts in a
+    :class:`~keygroups.operator.StateLog` per key group, as on Spark, and every load finds the
+    key group's live state in the process (``hit``) or none (``miss``: the process's live states
+    dropped before each batch, as in a Spark Python worker that ran another task's key groups)."""
     import dataflow_kafka
     from bench.nexmark.generator import NexmarkConfig, bids, generate
     from bench.nexmark.queries import get
@@ -72,19 +80,43 @@ def child(query: str, variant: str, events: int, batch: int) -> dict:
     else:
         ev = generate(cfg)
         batches, records = local_batches(ev, batch), bids(ev)
+    if state_log != "none":
+        batches = list(batches)
     t0 = time.process_time()
-    out = q.local(variant, batches)
+    out = q.local(variant, batches) if state_log == "none" else _run_logged(q, variant, batches, state_log == "miss")
     cpu = time.process_time() - t0
     return {"cpu_s": cpu, "correct": q.results(variant, out) == q.reference(records, variant),
             "package": str(Path(dataflow_kafka.__file__).resolve().parent)}
 
 
-def run_arm(pkg: Path | None, query: str, variant: str, events: int, batch: int) -> dict:
+def _run_logged(q, variant: str, batches, miss: bool) -> list:
+    """``Query.local``'s run with a state log per key group (``keygroups.frames.run_chain_local``);
+    ``miss``: no live state kept between batches."""
+    from dataflow_kafka.keygroups import operator
+    from dataflow_kafka.keygroups.contract import KIND_DATA
+    from dataflow_kafka.keygroups.frames import run_chain_local
+    from dataflow_kafka.keygroups.plan import frame_types
+
+    pipeline = q.pipeline(variant)
+    specs = pipeline.chain.specs(True, None, frame_types(next(b for b in batches if (b["kind"] == KIND_DATA).any())))
+    states: list[dict] = [{} for _ in specs]
+    logs: list[dict] = [{} for _ in specs]
+    out = []
+    for b in batches:
+        if miss:
+            operator._CACHE.clear()
+        out.append(run_chain_local(b, specs, states, logs=logs))
+    return out
+
+
+def run_arm(pkg: Path | None, query: str, variant: str, events: int, batch: int, state_log: str = "none") -> dict:
     env = dict(os.environ)
-    # each arm's own bench code beside its package (the queries follow the API of their tree)
-    env["PYTHONPATH"] = os.pathsep.join([str(pkg), str(pkg.parent / "tree")] if pkg else [str(ROOT)])
+    # each arm's own bench code beside its package (the queries follow the API of their tree); with
+    # a state log this tree's (the arms' commits must run it)
+    bench = str(pkg.parent / "tree") if pkg and state_log == "none" else str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(pkg), bench] if pkg else [str(ROOT)])
     code = ("import json, sys; from bench.nexmark.engine_cpu import child; "
-            f"print(json.dumps(child({query!r}, {variant!r}, {events}, {batch})))")
+            f"print(json.dumps(child({query!r}, {variant!r}, {events}, {batch}, {state_log!r})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,
                          capture_output=True, text=True, timeout=1800)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -99,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--batch", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--state-log", choices=("none", "hit", "miss"), default="none",
+                   help="keep the stages' append-only parts in a state log as on Spark; every load finding "
+                        "the live state (hit) or none (miss)")
     p.add_argument("--csv", default=None)
     args = p.parse_args(argv)
     from bench.nexmark.queries import get
@@ -111,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.before], check=True,
                              capture_output=True, text=True).stdout.strip()
         print(f"before: {args.before} ({rev}); after: {args.after or 'this tree'}; {args.events} events, batches of {args.batch}; "
+              f"state log: {args.state_log}; "
               f"load avg {os.getloadavg()[0]:.1f}", flush=True)
         rows = []
         for name in args.queries.split(","):
@@ -119,10 +155,10 @@ def main(argv: list[str] | None = None) -> None:
                 for r in range(args.repeats):
                     for arm in (("before", "after") if r % 2 == 0 else ("after", "before")):
                         load = os.getloadavg()[0]
-                        got = run_arm(arms[arm], name, variant, args.events, args.batch)
+                        got = run_arm(arms[arm], name, variant, args.events, args.batch, args.state_log)
                         assert got["correct"], f"{name} {variant} {arm}: result differs from the reference"
                         runs[arm].append(got["cpu_s"])
-                        rows.append({"query": name, "variant": variant, "arm": arm, "repeat": r,
+                        rows.append({"query": name, "variant": variant, "state_log": args.state_log, "arm": arm, "repeat": r,
                                      "cpu_s": round(got["cpu_s"], 3), "load": round(load, 1),
                                      "package": got["package"]})
                 b, a = min(runs["before"]), min(runs["after"])
