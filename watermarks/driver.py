@@ -223,6 +223,9 @@ class TriggerDriver:
         self._ctx = _Ctx()
         self._ctx.watermark = self._ctx.now = BEGINNING_OF_TIME_MS
         self._keys: dict[Any, dict[IntervalWindow, _WindowState]] = {}
+        #: per key, its windows as to_bytes writes them, while the key's state is unchanged (every
+        #: path that changes a key's windows drops its entry: _ingest, add_keyed, _check)
+        self._rows: dict[Any, list] = {}
         #: Element copies dropped because their window was past the allowed lateness.
         self.dropped_late = 0
         #: Element copies dropped because their window's trigger had finished (window closed).
@@ -358,6 +361,7 @@ class TriggerDriver:
             ws = self._keys.get(key)
             if ws is None:
                 ws = self._keys[key] = {}
+            self._rows.pop(key, None)
             touched: dict[IntervalWindow, None] = {}
             renames: dict[IntervalWindow, IntervalWindow] = {}
             while i < len(runs) and runs[i][0] == k:
@@ -431,6 +435,7 @@ class TriggerDriver:
         ws = self._keys.get(key)
         if ws is None:
             ws = self._keys[key] = {}
+        self._rows.pop(key, None)
         ctx, root = self._ctx, self._root
         holds, earliest = self._holds, self._earliest
         out_wm = self._output_watermark(ws) if holds else 0
@@ -627,6 +632,7 @@ class TriggerDriver:
 
     def _check(self, key: Any, ws: dict, w: IntervalWindow, st: _WindowState, gc: bool) -> list[Pane]:
         """Fire the window if its trigger is ready; garbage collect it if ``gc``."""
+        self._rows.pop(key, None)
         ctx, root = self._ctx, self._root
         ctx.end = w.end_ms
         fired = not st.closed and root.should_fire(st.trig, ctx)
@@ -678,14 +684,11 @@ class TriggerDriver:
     def to_bytes(self) -> bytes:
         """All state (every key's windows, times, counters) as compact deterministic bytes."""
         keys = []
+        cached = self._rows
         for key, ws in self._keys.items():
-            rows = []
-            for w, st in ws.items():
-                flags = st.dirty | st.after_end << 1 | st.closed << 2
-                panes = [(p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index,
-                          p.is_first, p.is_last) for p in st.emitted]
-                rows.append((w.start_ms, w.end_ms, st.acc, st.hold, flags,
-                             st.next_index, st.trig, panes, st.shown))
+            rows = cached.get(key)
+            if rows is None:
+                rows = cached[key] = [_row(w, st) for w, st in ws.items()]
             keys.append((key, rows))
         return _codec.encode((_FORMAT, self._fingerprint(), self._ctx.watermark, self._ctx.now,
                               self.dropped_late, self.dropped_closed, keys, list(self._gone.items())))
@@ -701,9 +704,12 @@ class TriggerDriver:
         self.dropped_late, self.dropped_closed = dropped_late, dropped_closed
         self._warned_late = dropped_late > 0
         self._keys = {}
+        self._rows = {}
         self._gone = {k: e for k, e in gone[0]} if gone else {}
         for key, rows in keys:
             ws = self._keys[key] = {}
+            if fmt == _FORMAT and data[:1] == b"\x80":   # pickled: the rows as to_bytes writes them again
+                self._rows[key] = rows
             for start, end, acc, hold, flags, next_index, trig, panes, *shown in rows:
                 st = _WindowState(acc, trig)
                 st.shown = shown[0] if shown else None
@@ -719,6 +725,14 @@ class TriggerDriver:
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _row(w: IntervalWindow, st: _WindowState) -> tuple:
+    """One window's state as :meth:`TriggerDriver.to_bytes` writes it."""
+    panes = [(p.start_ms, p.end_ms, p.value, p.timestamp_ms, p.timing.value, p.index, p.is_first, p.is_last)
+             for p in st.emitted]
+    return (w.start_ms, w.end_ms, st.acc, st.hold, st.dirty | st.after_end << 1 | st.closed << 2,
+            st.next_index, st.trig, panes, st.shown)
 
 
 def _resolve(w: IntervalWindow, ws: dict, renames: dict) -> IntervalWindow:
