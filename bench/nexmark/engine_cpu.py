@@ -9,13 +9,14 @@ them, minus Spark) on the bids (a join: the persons and auctions; ``--batch`` co
 the clock starts. Each arm runs in a child process whose ``dataflow_kafka`` is the tree's:
 ``--before REV`` (and ``--after REV``, by default this working tree) is extracted with ``git archive`` and imported through a package of links to its
 folders (the layout of ``pyproject.toml``'s ``package-dir``); the queries' code (``bench/nexmark``)
-is this tree's in both arms. Arms alternate (the order swapped every other repeat); each arm's
+is each arm's own tree's (the queries follow the API of their tree; with ``--state-log``, this
+tree's in both arms). Arms alternate (the order swapped every other repeat); each arm's
 result is checked against the brute-force reference. Prints per query and variant the best CPU
 seconds of each arm and after / before, with the load average; ``--csv`` writes every run.
 
 ``--state-log hit`` / ``miss`` runs the operators with a state log per key group as the Spark
 processor does (every load finding the key group's live state in the process, or none: a Spark
-Python worker that ran other key groups); both arms then run this tree's bench code.
+Python worker that ran other key groups).
 
 Run: ``.venv/bin/python -m bench.nexmark.engine_cpu --before main --queries q5,q11 [--events 200000]
 [--batch 50000] [--repeats 3] [--state-log miss]``
