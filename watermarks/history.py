@@ -24,9 +24,13 @@ interval times: three to fifteen times in NEXMark's Dataflow forms). Instead eac
 elements appended since the previous one as a new *segment* (encoded like the whole history),
 the ids of segments whose every element is below the floor (to delete) and, after a retraction,
 one segment holding the whole history in place of all earlier ones. The part written with the
-key group's value is :meth:`~ElementHistory.log_header` (the key order, the floor and the live
-segments: small); the segments read back in id order, filtered by the floor and put in the
-header's key order, are the same history.
+key group's value is :meth:`~ElementHistory.log_header` (the key order, the floor, the live
+segments and each key's latest event time: small); the segments read back in id order, filtered
+by the floor and put in the header's key order, are the same history. Read back ``deferred``
+(:meth:`~ElementHistory.from_log`), the history runs appends, trims and ``log_delta`` on the
+header alone (a trim forgets the keys whose latest element falls under the floor) and reads the
+segments only when an element is needed: a query added while running, a retraction, the whole
+history encoded.
 
 >>> h = ElementHistory()
 >>> h.append(["a", "b"], [0, 1, 0], [10, 20, 30], [5, 6, 7])
