@@ -27,6 +27,7 @@ added or an element retracted), not at every load.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -191,16 +192,13 @@ class _StageSegments(Mapping):
 
 def _segments_per_stage(log: StateLog, n: int) -> list[_StageSegments]:
     """Each of ``n`` stages' segments in ``log``, which is read once, when one of them is looked into."""
-    held: list[list[dict[int, bytes]]] = []
-
+    @functools.cache
     def read() -> list[dict[int, bytes]]:
-        if not held:
-            per_stage: list[dict[int, bytes]] = [{} for _ in range(n)]
-            for (i, j), segment in log.read().items():
-                if 0 <= i < n:
-                    per_stage[i][j] = bytes(segment)
-            held.append(per_stage)
-        return held[0]
+        per_stage: list[dict[int, bytes]] = [{} for _ in range(n)]
+        for (i, j), segment in log.read().items():
+            if 0 <= i < n:
+                per_stage[i][j] = bytes(segment)
+        return per_stage
 
     return [_StageSegments(read, i) for i in range(n)]
 

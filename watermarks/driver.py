@@ -328,7 +328,7 @@ class TriggerDriver:
         kept = times + gap > ctx.watermark - self.allowed_lateness_ms
         if ctx.watermark >= END_OF_TIME_MS:
             kept[:] = False
-        if self._gone and len(rows):
+        if self._gone:
             gone = np.array([self._gone.get(k, BEGINNING_OF_TIME_MS) for k in keys], np.int64)
             kept &= times >= gone[rows]
         if not kept.all():
