@@ -1,11 +1,14 @@
-"""``python -m bench.nexmark.partial_ab``: NEXMark Q5 and Q7 with their partial stage
-(``Pipeline.then(stage, fuse="partial")``: the top per window of each key group, then the top of
-those after the shuffle) against the two-stage form they had before (the last stage shuffles
-every row of the first), alternated in one Spark session, each query beside Spark's native form.
+"""``python -m bench.nexmark.partial_ab``: the slicer forms of NEXMark Q5 and Q7 in two shapes,
+alternated in one Spark session, each query beside Spark's native form:
 
-Both forms run this tree's engines; only the pipeline's shape differs (the two-stage form is the
-three-stage pipeline without its partial stage, its last stage keyed by the first stage's window
-end). Every arm is checked against the reference as in :mod:`bench.nexmark.throughput`, whose
+* ``one key group``: the keyed table and the top per window in one operator and one key group
+  (the form's default since 2026-12-01, ``Settings.top_key_groups``);
+* ``partial``: in 4 key groups, the top per window of each where the table is
+  (``Pipeline.then(stage, fuse="partial")``), then the top of those after the shuffle.
+
+Both run this tree's engines; only the pipeline's shape differs. (Until 2026-12-01 a third arm ran
+the form from before the partial stage, the last stage shuffling every row of the first; its last
+stage could not read the partial stage's tuple entries any more, and it went.) Every arm is checked against the reference as in :mod:`bench.nexmark.throughput`, whose
 harness runs the arms (steady state: batch 0 left out).
 
 Run: ``.venv/bin/python -m bench.nexmark.partial_ab [--events 1000000] [--batch-size 50000] [--repeats 2]``
@@ -18,7 +21,6 @@ import dataclasses
 import os
 import tempfile
 
-from dataflow_kafka.keygroups import Pipeline
 
 from bench.nexmark import throughput as T
 from bench.nexmark.queries.q5 import Q5
@@ -26,16 +28,18 @@ from bench.nexmark.queries.q7 import Q7
 from bench.nexmark.query import Settings
 
 
-def two_stage(query):
-    """``query`` (a Q5 or Q7) in the two-stage form: its pipeline without the partial stage, the last
-    stage taking the first stage's rows; everything else (reference, results, Spark plan) its own."""
+def top_key_groups(query, n: int):
+    """``query`` (a Q5 or Q7) with its slicer form's top taken in ``n`` key groups, whatever the
+    harness's settings say."""
 
-    class TwoStage(type(query)):
+    class InKeyGroups(type(query)):
         def pipeline(self, variant, settings=Settings()):
-            first, partial, last = super().pipeline(variant, settings).stages
-            return Pipeline([first, dataclasses.replace(last, key={"w": "window_end_ms"}, value=partial.value)])
+            return super().pipeline(variant, dataclasses.replace(settings, top_key_groups=n))
 
-    return TwoStage()
+        def results(self, variant, frames, settings=Settings()):
+            return super().results(variant, frames, dataclasses.replace(settings, top_key_groups=n))
+
+    return InKeyGroups()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,11 +57,11 @@ def main(argv: list[str] | None = None) -> None:
         h = T.Harness(spark, broker.bootstrap_servers, connector, a.events)
         for r in range(a.repeats):
             for q in (Q5(), Q7()):
-                forms = [("partial", q), ("two-stage", two_stage(q))]
-                for variant in q.variants:
+                forms = [("one key group", top_key_groups(q, 1)), ("partial", top_key_groups(q, 4))]
+                for variant in ("slicer",):
                     for form, query in forms if r % 2 == 0 else forms[::-1]:
                         row = h.arm(query, "ours", variant, a.batch_size, r)
-                        print(f"{q.name} {variant:8} {form:9} repeat {r}: rows/s {row['rows_per_s']}, JVM CPU "
+                        print(f"{q.name} {variant:8} {form:13} repeat {r}: rows/s {row['rows_per_s']}, JVM CPU "
                               f"{row['jvm_cpu_s']} s, Python CPU {row['python_cpu_s']} s, correct {row['correct']}, "
                               f"load {os.getloadavg()[0]:.1f}", flush=True)
                 row = h.arm(q, "spark", T._native_label(q), a.batch_size, r)

@@ -39,10 +39,17 @@ _BID_FIELDS = ("auction", "bidder", "price", "dateTime", "extra")
 
 @dataclass(frozen=True)
 class Settings:
-    """How our variants run: every windowing stage's allowed lateness and key groups."""
+    """How our variants run: every windowing stage's allowed lateness and key groups.
+
+    ``top_key_groups``: the key groups of the slicer forms whose result is a top per window (Q5,
+    Q7). With one, the slicer's keyed table and the top per window run in one operator; with more,
+    the table and each key group's top run in that many, and a second operator (one key group)
+    takes the top of those. On two cores the second operator cost more than the first one's
+    parallelism saved at every batch size measured (docs/nexmark.md, 2026-12-01 evening)."""
 
     lateness_ms: int = 5000
     key_groups: int = 4
+    top_key_groups: int = 1
 
 
 def ms(ts: Any) -> int:

@@ -99,6 +99,8 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--key-groups", type=int, default=Settings().key_groups, help="key groups of our stages")
+    p.add_argument("--top-key-groups", type=int, default=Settings().top_key_groups,
+                   help="key groups of Q5's and Q7's slicer forms (more than one: a second operator merges their tops)")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS, help="our source's maxPartitions (0: one task per "
                    "Kafka partition)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -112,16 +114,17 @@ def main(argv=None) -> None:
           "spark.ui.retainedTasks=1000000"]
     extra, connector = session_extra(p, ui + a.conf)
     arms = [("ours", v) for v in q.variants] + [("spark", NATIVE_DELAY)]
-    if floor_label(q) is not None:
-        arms.append(("floor", floor_label(q)))
+    settings = Settings(key_groups=a.key_groups, top_key_groups=a.top_key_groups)
+    if floor_label(q, settings) is not None:
+        arms.append(("floor", floor_label(q, settings)))
     with kafka_broker(workdir=tempfile.mkdtemp(prefix="nexmark-tasks-broker-")) as broker:
         spark = spark_session(master="local[2]", shuffle_partitions=a.shuffle_partitions, extra=extra)
         started = dt.datetime.now()
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, log=lambda s: None,
-                    max_partitions=a.max_partitions, key_groups=a.key_groups)
+                    max_partitions=a.max_partitions, key_groups=a.key_groups, top_key_groups=a.top_key_groups)
         print(f"{started:%Y-%m-%d %H:%M}: {a.query}, {a.events} events, batches of {a.batch_size}, "
               f"{a.shuffle_partitions} shuffle partitions, our maxPartitions {a.max_partitions or '-'}, "
-              f"our key groups {a.key_groups}, "
+              f"our key groups {a.key_groups} (Q5's and Q7's slicer forms {a.top_key_groups}), "
               f"native on format({connector!r}), load {load1()}"
               f"{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         try:

@@ -42,10 +42,11 @@ What it does, once per run:
   both sides, whose pairs are all due when a bounded run ends (none ``open``);
 * ``--floor``: a third arm per query, the evidence for a gap: the same query shape with no code
   of ours. Windowed queries: Spark's connector, the bids parsed in the JVM, hashed by the first
-  stage's key into 4 key groups and passed through as many ``transformWithStateInPandas``
-  processors as our forms of the query run per micro-batch (:func:`floor_operators`: Q5 and Q7 two,
-  the second re-keyed and fed one row per key group and batch, as our merge per window is; Q11
-  one; Q8 one, keyed by the person), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
+  stage's key into as many key groups as our form's first stage has (4; Q5 and Q7 one since
+  2026-12-01 evening, ``--top-key-groups``) and passed through as many ``transformWithStateInPandas``
+  processors as our forms of the query run per micro-batch (:func:`floor_operators`: one for Q5,
+  Q7 and Q11; Q5 and Q7 two with ``--top-key-groups`` over one, the second re-keyed and fed one
+  row per key group and batch, as our merge per window is then; Q8 one, keyed by the person), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
   Python stateful operators of that shape cost on Spark's own connector, with no stage code
   (checked by the row count). Projections: Spark's native query over the simplest Python source
   that reads Kafka (:class:`bench.python_floor.KafkaFloorSource`), what Spark's Python Data
@@ -61,7 +62,8 @@ What it does, once per run:
   100M events, throughput / cores where cores is the CPU the workers used), and writes a CSV.
 
 ``--key-groups`` (default 4) sets our stages' key groups (results do not depend on it; each key
-group is one call of a stage's processor per batch). ``--quick`` (100,000 events, 10k and 50k
+group is one call of a stage's processor per batch); ``--top-key-groups`` (default 1) those of the
+slicer forms of Q5 and Q7 (more than one: a second operator merges their tops, ``Settings``). ``--quick`` (100,000 events, 10k and 50k
 batches) is the smoke form; ``--profile DIR`` records py-spy flame graphs of Spark's Python
 workers during each steady state of ours (one SVG per arm; :mod:`bench.nexmark.profile`). The
 load average is recorded before and after every arm: on a shared machine read CPU per record
@@ -118,16 +120,17 @@ FLOOR_KEYS = {"q5": "auction", "q7": "auction", "q11": "bidder", "q8": "person"}
 PROJECTION_FLOOR = "bench-python-kafka"
 
 
-def floor_operators(q: Query) -> int:
+def floor_operators(q: Query, settings: Settings = Settings()) -> int:
     """How many Python stateful operators our form of windowed query ``q`` runs per micro-batch
-    (its first variant's plan: Q5 and Q7 two, the partial stage fused into the first; Q11 one)."""
-    return len(q.pipeline(q.variants[0]).plan())
+    (its first variant's plan: one for Q5, Q7 and Q11 by default; Q5 and Q7 two with
+    ``top_key_groups`` over one, the partial stage fused into the first)."""
+    return len(q.pipeline(q.variants[0], settings).plan())
 
 
-def floor_label(q: Query) -> str | None:
-    """The floor arm's variant label for ``q`` (None: no floor for it)."""
+def floor_label(q: Query, settings: Settings = Settings()) -> str | None:
+    """The floor arm's variant label for ``q`` with our ``settings`` (None: no floor for it)."""
     if q.name in FLOOR_KEYS:
-        n = floor_operators(q)
+        n = floor_operators(q, settings)
         return f"{n} no-op transformWithStateInPandas" if n > 1 else "no-op transformWithStateInPandas"
     if isinstance(q, Projection):
         return f"native on format({PROJECTION_FLOOR!r})"
@@ -137,7 +140,7 @@ def floor_label(q: Query) -> str | None:
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
           "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "driver_cpu_s",
           "cores_busy", "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open",
-          "first_batch_s", "load_before", "load_after", "profile", "max_partitions", "key_groups"]
+          "first_batch_s", "load_before", "load_after", "profile", "max_partitions", "key_groups", "top_key_groups"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 FIELDS += [f"ms_{phase}" for phase in PHASES]
@@ -380,11 +383,12 @@ class Harness:
                  delayed: float = 0.1, rate: int = 10_000, profile_dir: str | None = None,
                  log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
                  key_groups: int = Settings().key_groups, join_events: int = 5_000_000,
-                 jvm_packing: bool = False, markers: bool = False) -> None:
+                 jvm_packing: bool = False, markers: bool = False,
+                 top_key_groups: int = Settings().top_key_groups) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
         self.jvm_packing = jvm_packing
         self.markers = markers
-        self.settings = Settings(key_groups=key_groups)
+        self.settings = Settings(key_groups=key_groups, top_key_groups=top_key_groups)
         self.partitions, self.log, self.profile_dir = partitions, log, profile_dir
         self.max_partitions = max_partitions or None
         self.tmp = Path(tempfile.mkdtemp(prefix="nexmark-steady-"))
@@ -503,7 +507,8 @@ class Harness:
         events_per_cpu = steady_bids / (JOIN_SHARE if _is_join(q) else BID_SHARE) / cpu_s if cpu_s > 0 else None
         row = {"date": dt.datetime.now().isoformat(timespec="seconds"), "batch_size": batch_size, "repeat": repeat,
                "query": q.name, "side": side,
-               "variant": variant if side == "ours" else floor_label(q) if side == "floor" else _native_label(q),
+               "variant": (variant if side == "ours" else floor_label(q, self.settings) if side == "floor"
+                           else _native_label(q)),
                "connector": connector, "bids": self._inputs(q), "batches": run.batches, "steady_bids": steady_bids,
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
                "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "jit_cpu_s": round(run.jit_s, 2),
@@ -514,7 +519,8 @@ class Harness:
                "flink_per_core": FLINK_PER_CORE.get(q.name), "first_batch_s": round(run.first_batch_s, 2),
                "load_before": before, "load_after": load1(), "profile": run.profile,
                "max_partitions": self.max_partitions if side == "ours" else None,
-               "key_groups": self.settings.key_groups if side == "ours" else None, **check,
+               "key_groups": self.settings.key_groups if side == "ours" else None,
+               "top_key_groups": self.settings.top_key_groups if side == "ours" else None, **check,
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
@@ -530,19 +536,20 @@ class Harness:
         or the sum of the second operator's counts: both the number of bids)."""
         from bench._stream import FloorProcessor
 
-        key, operators = FLOOR_KEYS[q.name], floor_operators(q)
+        key, operators = FLOOR_KEYS[q.name], floor_operators(q, self.settings)
+        groups = getattr(q.pipeline(q.variants[0], self.settings).stages[0], "num_key_groups", 4)
         if _is_join(q):
             keyed = self._join_floor_source(q, batch_size)
         else:
             keyed = self._native_source(batch_size)
-        keyed = keyed.selectExpr(f"CAST(pmod(hash({key}), 4) AS INT) AS key_group", key, "ts_ms")
+        keyed = keyed.selectExpr(f"CAST(pmod(hash({key}), {groups}) AS INT) AS key_group", key, "ts_ms")
         if operators == 1:
             return keyed.groupBy("key_group").transformWithStateInPandas(
                 FloorProcessor(), f"key_group int, {key} bigint, ts_ms bigint", "Append", "None"), _count
         counts = keyed.groupBy("key_group").transformWithStateInPandas(
             FloorProcessor(counts=True), "key_group int, n bigint", "Append", "None")
         for _ in range(operators - 1):
-            counts = (counts.selectExpr("CAST(pmod(key_group + 1, 4) AS INT) AS key_group", "n")
+            counts = (counts.selectExpr(f"CAST(pmod(key_group + 1, {groups}) AS INT) AS key_group", "n")
                       .groupBy("key_group").transformWithStateInPandas(FloorProcessor(), "key_group int, n bigint",
                                                                         "Append", "None"))
         return counts, _sum_n
@@ -623,8 +630,8 @@ class Harness:
             arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{JVM_PACKING}") for v in q.variants]
         if self.markers and isinstance(q, Projection):
             arms[len(q.variants):len(q.variants)] = [("ours", f"{v}/{MARKERS}") for v in q.variants]
-        if floor and floor_label(q) is not None:
-            arms.append(("floor", floor_label(q)))
+        if floor and floor_label(q, self.settings) is not None:
+            arms.append(("floor", floor_label(q, self.settings)))
         return arms
 
     # -- the table -------------------------------------------------------------------------------
@@ -728,6 +735,8 @@ def main(argv=None) -> None:
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--key-groups", type=int, default=Settings().key_groups,
                    help="key groups of our stages (results do not depend on it; each costs a call per batch)")
+    p.add_argument("--top-key-groups", type=int, default=Settings().top_key_groups,
+                   help="key groups of Q5's and Q7's slicer forms (more than one: a second operator merges their tops)")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS,
                    help="our source's maxPartitions (0: one task per Kafka partition)")
     p.add_argument("--seed", type=int, default=1)
@@ -765,7 +774,8 @@ def main(argv=None) -> None:
               f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
-                    key_groups=a.key_groups, join_events=a.join_events, jvm_packing=a.jvm_packing,
+                    key_groups=a.key_groups, top_key_groups=a.top_key_groups, join_events=a.join_events,
+                    jvm_packing=a.jvm_packing,
                     markers=a.markers)
         try:
             h.run(queries, sizes, a.repeats, a.floor, warmup_rounds=a.warmup_rounds,

@@ -52,6 +52,21 @@ def test_local_run_equals_the_reference(name, variant, delayed):
         assert query.results(variant, query.local(variant, local_batches(ev, per_batch))) == expected, per_batch
 
 
+@pytest.mark.parametrize("name", ["q5", "q7"])
+def test_the_top_per_window_in_several_key_groups_merged_by_a_second_operator(name):
+    """The slicer forms of Q5 and Q7 take their top per window in one key group by default, in one
+    operator; in several, a second operator merges the key groups' tops: the same results."""
+    query, ev = REGISTRY[name], events(0.1)
+    expected = query.reference(bids(ev), "slicer")
+    assert len(query.pipeline("slicer").plan()) == 1
+    for n in (2, 3):
+        merged = Settings(top_key_groups=n)
+        assert len(query.pipeline("slicer", merged).plan()) == 2
+        for per_batch in (131, 1000):
+            assert query.results("slicer", query.local("slicer", local_batches(ev, per_batch), merged), merged) \
+                == expected, (n, per_batch)
+
+
 @pytest.mark.parametrize("variant", ["slicer", "dataflow"])
 def test_delayed_events_matter_without_allowed_lateness(variant):
     ev, query, none = events(0.1), REGISTRY["q5"], Settings(lateness_ms=0)

@@ -44,20 +44,22 @@ def test_a_wrong_result_is_reported_not_hidden(spark, bootstrap):
 
 
 def test_the_floor_arms_have_our_queries_shape_and_see_every_bid(spark, bootstrap):
-    """``--floor``: Q5's floor runs two no-op stateful operators (the second fed one count row per key
-    group and call), as our Q5 forms run two; a projection's floor is Spark's query on the simplest
-    Python Kafka source. Both are checked: every bid counted once, the projection's checksum."""
+    """``--floor``: with its top taken in 4 key groups Q5's floor runs two no-op stateful operators
+    (the second fed one count row per key group and call), as our Q5 slicer form then runs two (one
+    by default); a projection's floor is Spark's query on the simplest Python Kafka source. Both
+    are checked: every bid counted once, the projection's checksum."""
     from bench.nexmark.throughput import floor_label
 
-    h = Harness(spark, bootstrap, "dataflow-kafka", events=2000, partitions=2, rate=200, log=lambda _: None)
+    h = Harness(spark, bootstrap, "dataflow-kafka", events=2000, partitions=2, rate=200, log=lambda _: None,
+                top_key_groups=4)
     q5, q1 = get("q5"), get("q1")
-    assert floor_label(q5) == "2 no-op transformWithStateInPandas"
-    assert floor_label(get("q11")) == "no-op transformWithStateInPandas"
+    assert floor_label(q5, h.settings) == "2 no-op transformWithStateInPandas"
+    assert floor_label(q5) == floor_label(get("q11")) == "no-op transformWithStateInPandas"
     assert floor_label(q1) == "native on format('bench-python-kafka')"
     for q in (q5, q1):
-        row = h.arm(q, "floor", floor_label(q), batch_size=700, repeat=0)
+        row = h.arm(q, "floor", floor_label(q, h.settings), batch_size=700, repeat=0)
         assert row["correct"] is True and row["batches"] >= 3, row
-        assert row["variant"] == floor_label(q), row
+        assert row["variant"] == floor_label(q, h.settings), row
     assert h.rows[-1]["connector"] == "bench-python-kafka"
 
 

@@ -4,11 +4,12 @@ counts with their maximum on ``num >= maxn``).
 
 This project's forms. ``slicer``: bids counted per auction and window (the slicer's keyed
 table), then the entries with the highest count per window
-(:class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage) in two steps: per key group where
-the counts are (``fuse="partial"``: one row per window and key group leaves the counting operator,
-not one per auction and window), then re-keyed by the window's end, the highest of those (one key
-group: a row per window and key group is all it gets). Every stage passes its input watermark on
-(``output_watermark="input"``): the last fires at the window's end and takes the counts' later
+(:class:`~bench.nexmark.aggregations.ArgMax` in a Dataflow stage) where the counts are
+(``fuse="partial"``: no shuffle of a row per auction and window), in one operator and one key
+group (``Settings.top_key_groups``). With more key groups the top is taken per key group there, then
+re-keyed by the window's end, the highest of those in a second operator (one key group: a row per
+window and key group is all it gets). Every stage passes its input watermark on
+(``output_watermark="input"``): the top fires at the window's end and takes the counts' later
 updates as late panes. ``dataflow``: one operator, as Spark's and Beam's (``Count.perElement`` then
 ``Top``) combine: per window over all the bids (one key, ``fanout(1)``),
 :class:`~bench.nexmark.aggregations.MostFrequent` of the auctions, in accumulating mode with a late
@@ -62,6 +63,7 @@ class Q5(Query):
                                  trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
                                  allowed_lateness_ms=late, num_key_groups=n, name="q5_hot")
             return Pipeline([hot])
+        n = settings.top_key_groups        # the top per window needs every auction's count in one place
         counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
                              aggregations=[Count()], allowed_lateness_ms=late,
                              output_watermark="input", num_key_groups=n, name="q5_counts")
@@ -69,10 +71,15 @@ class Q5(Query):
                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
         # the top per window of each key group's auctions, where the counts are (a partial stage: no
         # shuffle of a row per auction and window; each element the tuple (auction, count), an entry
-        # made only at the top), then the top of those per window (their JSON lists) in one key group
+        # made only at the top); with more than one key group, then the top of those per window
+        # (their JSON lists) in one key group
+        top_here = ArgMax("count", key=("auction",), fields=("auction", "count"))
+        if n == 1:
+            hot = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
+                                 aggregations=[top_here], name="q5_hot", **top)
+            return Pipeline([counts]).then(hot, fuse="partial")
         partial = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
-                                 aggregations=[ArgMax("count", key=("auction",), fields=("auction", "count"))],
-                                 output_watermark="input", name="q5_hot_partial", **top)
+                                 aggregations=[top_here], output_watermark="input", name="q5_hot_partial", **top)
         hot = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax("count", key=("auction",))],
                              name="q5_hot", **{**top, "num_key_groups": 1})
         return Pipeline([counts]).then(partial, fuse="partial").then(hot)

@@ -11,14 +11,15 @@ This project's forms:
   task sends per window only its bids at its highest price (every bid of a window the watermark
   may have passed), the same panes from a few rows per task and window;
 * ``slicer``: the highest price per (auction, bidder) and window (``Max`` in the slicer's keyed
-  table), the highest of those per window of each key group where the first stage ran
-  (``fuse="partial"``), then re-keyed by the window's end, the highest of those. The slicer
-  aggregates numbers, so this form names the bid by auction and bidder and loses its
+  table), then the highest of those per window where the table is (``fuse="partial"``), in one
+  operator and one key group (``Settings.top_key_groups``; with more, the highest per window of
+  each key group, then re-keyed by the window's end, the highest of those in a second operator).
+  The slicer aggregates numbers, so this form names the bid by auction and bidder and loses its
   ``dateTime`` and ``extra``: its rows are the reference's projected on ``(window, auction,
   bidder, price)``.
 
-Two operators there. Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price,
-dateTime, extra)`` (``dateTime`` and ``extra`` None in the slicer form).
+Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price, dateTime, extra)``
+(``dateTime`` and ``extra`` None in the slicer form).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class Q7(Query):
                                      aggregations=[ArgMax("price")], select_before_shuffle=True,
                                      name="q7_highest", **per_window)
             return Pipeline([highest])
+        n = settings.top_key_groups        # the highest per window needs every key's maximum in one place
+        per_window["num_key_groups"] = n
         first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
                             value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
                             aggregations=[Max()], allowed_lateness_ms=late,
@@ -79,7 +82,12 @@ class Q7(Query):
         fields = ("auction", "bidder", "max")         # each element a tuple of these columns
         top = ArgMax("max", key=fields[:2], fields=fields)
         # the highest per window of each key group's rows, where the first stage ran (a partial stage:
-        # no shuffle of its every row), then the highest of those per window (their JSON lists)
+        # no shuffle of its every row); with more than one key group, then the highest of those per
+        # window (their JSON lists) in one key group
+        if n == 1:
+            highest = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
+                                     name="q7_highest", **per_window)
+            return Pipeline([first]).then(highest, fuse="partial")
         partial = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
                                  output_watermark="input", name="q7_highest_partial", **per_window)
         highest = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax(top.by, key=top.key)],
