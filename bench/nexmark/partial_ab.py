@@ -6,10 +6,11 @@ alternated in one Spark session, each query beside Spark's native form:
 * ``partial``: in 4 key groups, the top per window of each where the table is
   (``Pipeline.then(stage, fuse="partial")``), then the top of those after the shuffle.
 
-Both run this tree's engines; only the pipeline's shape differs. (Until 2026-12-01 a third arm ran
-the form from before the partial stage, the last stage shuffling every row of the first; its last
-stage could not read the partial stage's tuple entries any more, and it went.) Every arm is checked against the reference as in :mod:`bench.nexmark.throughput`, whose
-harness runs the arms (steady state: batch 0 left out).
+Both run this tree's engines; only the pipeline's shape differs. Every arm is checked against the
+reference as in :mod:`bench.nexmark.throughput`, whose harness runs the arms (steady state: batch 0
+left out). Until 2026-12-01 a third arm ran the form from before the partial stage (the last stage
+shuffling every row of the first); its last stage could no longer read the partial stage's tuple
+entries, and it went.
 
 Run: ``.venv/bin/python -m bench.nexmark.partial_ab [--events 1000000] [--batch-size 50000] [--repeats 2]``
 """
@@ -20,7 +21,6 @@ import argparse
 import dataclasses
 import os
 import tempfile
-
 
 from bench.nexmark import throughput as T
 from bench.nexmark.queries.q5 import Q5
