@@ -100,7 +100,7 @@ def main(argv=None) -> None:
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--key-groups", type=int, default=Settings().key_groups, help="key groups of our stages")
     p.add_argument("--top-key-groups", type=int, default=Settings().top_key_groups,
-                   help="key groups of Q5's and Q7's slicer forms (more than one: a second operator merges their tops)")
+                   help="key groups of Q5's and Q7's slicer forms (more: a second operator merges their tops)")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS, help="our source's maxPartitions (0: one task per "
                    "Kafka partition)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")

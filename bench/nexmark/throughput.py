@@ -43,10 +43,12 @@ What it does, once per run:
 * ``--floor``: a third arm per query, the evidence for a gap: the same query shape with no code
   of ours. Windowed queries: Spark's connector, the bids parsed in the JVM, hashed by the first
   stage's key into as many key groups as our form's first stage has (4; Q5 and Q7 one since
-  2026-12-01 evening, ``--top-key-groups``) and passed through as many ``transformWithStateInPandas``
-  processors as our forms of the query run per micro-batch (:func:`floor_operators`: one for Q5,
-  Q7 and Q11; Q5 and Q7 two with ``--top-key-groups`` over one, the second re-keyed and fed one
-  row per key group and batch, as our merge per window is then; Q8 one, keyed by the person), each only counting its rows in its state (:class:`bench._stream.FloorProcessor`): what any
+  2026-12-01 evening, ``--top-key-groups``) and passed through as many
+  ``transformWithStateInPandas`` processors as our forms of the query run per micro-batch
+  (:func:`floor_operators`: one for Q5, Q7 and Q11; Q5 and Q7 two with ``--top-key-groups`` over
+  one, the second re-keyed and fed one row per key group and batch, as our merge per window is
+  then; Q8 one, keyed by the person), each only counting its rows in its state
+  (:class:`bench._stream.FloorProcessor`): what any
   Python stateful operators of that shape cost on Spark's own connector, with no stage code
   (checked by the row count). Projections: Spark's native query over the simplest Python source
   that reads Kafka (:class:`bench.python_floor.KafkaFloorSource`), what Spark's Python Data
@@ -63,11 +65,11 @@ What it does, once per run:
 
 ``--key-groups`` (default 4) sets our stages' key groups (results do not depend on it; each key
 group is one call of a stage's processor per batch); ``--top-key-groups`` (default 1) those of the
-slicer forms of Q5 and Q7 (more than one: a second operator merges their tops, ``Settings``). ``--quick`` (100,000 events, 10k and 50k
-batches) is the smoke form; ``--profile DIR`` records py-spy flame graphs of Spark's Python
-workers during each steady state of ours (one SVG per arm; :mod:`bench.nexmark.profile`). The
-load average is recorded before and after every arm: on a shared machine read CPU per record
-rather than wall time.
+slicer forms of Q5 and Q7 (more than one: a second operator merges their tops, ``Settings``).
+``--quick`` (100,000 events, 10k and 50k batches) is the smoke form; ``--profile DIR`` records
+py-spy flame graphs of Spark's Python workers during each steady state of ours (one SVG per arm;
+:mod:`bench.nexmark.profile`). The load average is recorded before and after every arm: on a
+shared machine read CPU per record rather than wall time.
 """
 
 from __future__ import annotations
@@ -537,7 +539,7 @@ class Harness:
         from bench._stream import FloorProcessor
 
         key, operators = FLOOR_KEYS[q.name], floor_operators(q, self.settings)
-        groups = getattr(q.pipeline(q.variants[0], self.settings).stages[0], "num_key_groups", 4)
+        groups = q.pipeline(q.variants[0], self.settings).stages[0].num_key_groups
         if _is_join(q):
             keyed = self._join_floor_source(q, batch_size)
         else:
@@ -736,7 +738,7 @@ def main(argv=None) -> None:
     p.add_argument("--key-groups", type=int, default=Settings().key_groups,
                    help="key groups of our stages (results do not depend on it; each costs a call per batch)")
     p.add_argument("--top-key-groups", type=int, default=Settings().top_key_groups,
-                   help="key groups of Q5's and Q7's slicer forms (more than one: a second operator merges their tops)")
+                   help="key groups of Q5's and Q7's slicer forms (more: a second operator merges their tops)")
     p.add_argument("--max-partitions", type=int, default=MAX_PARTITIONS,
                    help="our source's maxPartitions (0: one task per Kafka partition)")
     p.add_argument("--seed", type=int, default=1)

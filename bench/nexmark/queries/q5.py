@@ -18,6 +18,7 @@ pane per late bid. Result rows: ``(window_start_ms, window_end_ms, auction, num)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter, defaultdict
 
@@ -56,12 +57,12 @@ class Q5(Query):
 
     def pipeline(self, variant, settings=Settings()):
         self._check(variant)
-        key, n, late = {"auction": json_field("auction")}, settings.key_groups, settings.lateness_ms
+        key, late = {"auction": json_field("auction")}, settings.lateness_ms
         if variant == "dataflow":
             hot = WindowingStage(key={"all": fanout(1)}, value=json_field("auction"),
                                  windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)}, aggregations=[MostFrequent("auction")],
                                  trigger=AfterWatermark(late=AfterCount(1)), accumulation_mode="accumulating",
-                                 allowed_lateness_ms=late, num_key_groups=n, name="q5_hot")
+                                 allowed_lateness_ms=late, num_key_groups=settings.key_groups, name="q5_hot")
             return Pipeline([hot])
         n = settings.top_key_groups        # the top per window needs every auction's count in one place
         counts = SlicerStage(key=key, value="offset", windows={"hop": SlidingWindow(SIZE_MS, SLIDE_MS)},
@@ -69,17 +70,16 @@ class Q5(Query):
                              output_watermark="input", num_key_groups=n, name="q5_counts")
         top = dict(windows=TumblingWindow(SLIDE_MS), trigger=AfterWatermark(late=AfterCount(1)),
                    accumulation_mode="accumulating", allowed_lateness_ms=late, num_key_groups=n)
-        # the top per window of each key group's auctions, where the counts are (a partial stage: no
+        # the top per window of the key group's auctions, where the counts are (a partial stage: no
         # shuffle of a row per auction and window; each element the tuple (auction, count), an entry
         # made only at the top); with more than one key group, then the top of those per window
         # (their JSON lists) in one key group
-        top_here = ArgMax("count", key=("auction",), fields=("auction", "count"))
+        hot = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
+                             aggregations=[ArgMax("count", key=("auction",), fields=("auction", "count"))],
+                             name="q5_hot", **top)
         if n == 1:
-            hot = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
-                                 aggregations=[top_here], name="q5_hot", **top)
             return Pipeline([counts]).then(hot, fuse="partial")
-        partial = WindowingStage(key={"w": "window_end_ms"}, value={"auction": "auction", "count": "count"},
-                                 aggregations=[top_here], output_watermark="input", name="q5_hot_partial", **top)
+        partial = dataclasses.replace(hot, output_watermark="input", name="q5_hot_partial")
         hot = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax("count", key=("auction",))],
                              name="q5_hot", **{**top, "num_key_groups": 1})
         return Pipeline([counts]).then(partial, fuse="partial").then(hot)

@@ -24,6 +24,7 @@ Result rows: ``(window_start_ms, window_end_ms, auction, bidder, price, dateTime
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 
@@ -74,22 +75,21 @@ class Q7(Query):
                                      name="q7_highest", **per_window)
             return Pipeline([highest])
         n = settings.top_key_groups        # the highest per window needs every key's maximum in one place
-        per_window["num_key_groups"] = n
+        per_window = {**per_window, "num_key_groups": n}
         first = SlicerStage(key={"auction": json_field("auction"), "bidder": json_field("bidder")},
                             value=json_field("price"), windows={"10s": TumblingWindow(SIZE_MS)},
                             aggregations=[Max()], allowed_lateness_ms=late,
                             output_watermark="input", num_key_groups=n, name="q7_max")
         fields = ("auction", "bidder", "max")         # each element a tuple of these columns
         top = ArgMax("max", key=fields[:2], fields=fields)
-        # the highest per window of each key group's rows, where the first stage ran (a partial stage:
+        # the highest per window of the key group's rows, where the first stage ran (a partial stage:
         # no shuffle of its every row); with more than one key group, then the highest of those per
         # window (their JSON lists) in one key group
+        highest = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
+                                 name="q7_highest", **per_window)
         if n == 1:
-            highest = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
-                                     name="q7_highest", **per_window)
             return Pipeline([first]).then(highest, fuse="partial")
-        partial = WindowingStage(key={"w": "window_end_ms"}, value={f: f for f in fields}, aggregations=[top],
-                                 output_watermark="input", name="q7_highest_partial", **per_window)
+        partial = dataclasses.replace(highest, output_watermark="input", name="q7_highest_partial")
         highest = WindowingStage(key={"w": "w"}, value="top", aggregations=[ArgMax(top.by, key=top.key)],
                                  name="q7_highest", **{**per_window, "num_key_groups": 1})
         return Pipeline([first]).then(partial, fuse="partial").then(highest)
