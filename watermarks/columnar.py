@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from dataflow_kafka.watermarks import _codec
 from dataflow_kafka.watermarks._trigger_runtime import Layout, build
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.driver import TriggerDriver, WindowState, warn_late
@@ -661,10 +660,10 @@ class ColumnarDriver:
         self._warned_late = self.dropped_late > 0
 
     def _load_per_element(self, data: bytes) -> None:
-        """The per-element driver's state (format 2 or 3) as this table."""
+        """The per-element driver's state (any format it reads) as this table."""
         ref = self._reference
         ref.load_bytes(data)                                         # checks format and configuration
-        fmt, _, _, _, _, _, keys, *_ = _codec.decode(data)
+        keys = ref.key_rows()
         self._wm, self._now = ref.watermark_ms, ref.processing_time_ms
         self.dropped_late, self.dropped_closed = ref.dropped_late, ref.dropped_closed
         self._warned_late = self.dropped_late > 0

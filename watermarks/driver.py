@@ -90,8 +90,10 @@ from dataflow_kafka.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["TriggerDriver", "LateDataDropped", "WindowState", "warn_late"]
 
-_FORMAT = 3  # 2: per-window watermark hold (Beam's element hold); 3: + what a window showed, gone sessions
-_READS = (2, 3)
+# 2: per-window watermark hold (Beam's element hold); 3: + what a window showed, gone sessions;
+# 4: each key's windows encoded on their own, with their earliest end (built when first looked at)
+_FORMAT = 4
+_READS = (2, 3, 4)
 _EARLY, _ON_TIME, _LATE = PaneTiming.EARLY, PaneTiming.ON_TIME, PaneTiming.LATE
 
 
@@ -222,10 +224,13 @@ class TriggerDriver:
         self._counts_only = counts_only(trigger)    # then moving processing time fires nothing
         self._ctx = _Ctx()
         self._ctx.watermark = self._ctx.now = BEGINNING_OF_TIME_MS
-        self._keys: dict[Any, dict[IntervalWindow, _WindowState]] = {}
-        #: per key, its windows as to_bytes writes them, while the key's state is unchanged (every
-        #: path that changes a key's windows drops its entry: _ingest, add_keyed, _check)
-        self._rows: dict[Any, list] = {}
+        #: per key, its live windows; None: not built yet from the key's entry in ``_rows`` (a
+        #: loaded state builds a key's windows when a path first looks at them, :meth:`_windows_of`)
+        self._keys: dict[Any, dict[IntervalWindow, _WindowState] | None] = {}
+        #: per key, ``(earliest window end, the windows encoded)`` as to_bytes writes them, while
+        #: the key's state is unchanged (every path that changes a key's windows drops its entry:
+        #: _ingest, add_keyed, _check), so a batch encodes and decodes only the keys it changed
+        self._rows: dict[Any, tuple[int, bytes]] = {}
         #: Element copies dropped because their window was past the allowed lateness.
         self.dropped_late = 0
         #: Element copies dropped because their window's trigger had finished (window closed).
@@ -266,7 +271,7 @@ class TriggerDriver:
 
     def windows(self, key: Any = None) -> list[IntervalWindow]:
         """Live windows of ``key`` (not yet garbage collected), by start."""
-        return sorted(self._keys.get(key, ()))
+        return sorted(self._windows_of(key) if key in self._keys else ())
 
     def window_states(self) -> list[WindowState]:
         """Every live window of every key (keys in first-seen order, windows by start), as
@@ -274,7 +279,8 @@ class TriggerDriver:
         ctx = _Ctx()
         ctx.watermark, ctx.now = self._ctx.watermark, self._ctx.now
         out = []
-        for key, ws in self._keys.items():
+        for key in self._keys:
+            ws = self._windows_of(key)
             for w in sorted(ws):
                 st = ws[w]
                 ctx.end = w.end_ms
@@ -358,9 +364,7 @@ class TriggerDriver:
         while i < len(runs):
             k = runs[i][0]
             key = keys[k]
-            ws = self._keys.get(key)
-            if ws is None:
-                ws = self._keys[key] = {}
+            ws = self._live(key)
             self._rows.pop(key, None)
             touched: dict[IntervalWindow, None] = {}
             renames: dict[IntervalWindow, IntervalWindow] = {}
@@ -423,6 +427,20 @@ class TriggerDriver:
     def _gc_time(self, window: IntervalWindow) -> int:
         return min(window.end_ms + self.allowed_lateness_ms, END_OF_TIME_MS)
 
+    def _windows_of(self, key: Any) -> dict[IntervalWindow, _WindowState]:
+        """``key``'s live windows (a key of the state), built from its rows if not built yet."""
+        ws = self._keys[key]
+        if ws is None:
+            ws = self._keys[key] = _windows_from_rows(key, _codec.decode(self._rows[key][1]))
+        return ws
+
+    def _live(self, key: Any) -> dict[IntervalWindow, _WindowState]:
+        """``key``'s live windows, an empty dict added for a key without any."""
+        if key in self._keys:
+            return self._windows_of(key)
+        ws = self._keys[key] = {}
+        return ws
+
     def _fresh(self) -> _WindowState:
         return _WindowState(self._beam.create_accumulator(), self._layout.fresh())
 
@@ -432,9 +450,7 @@ class TriggerDriver:
         ``fold_many``: the combiner's ``add_inputs``; with a window function that does not merge,
         each window's values are folded with one call after the loop (in arrival order: what the
         per-element folds give, as nothing in the loop reads an accumulator)."""
-        ws = self._keys.get(key)
-        if ws is None:
-            ws = self._keys[key] = {}
+        ws = self._live(key)
         self._rows.pop(key, None)
         ctx, root = self._ctx, self._root
         holds, earliest = self._holds, self._earliest
@@ -619,9 +635,14 @@ class TriggerDriver:
         windows ending after the watermark are skipped (but at the end of time, which collects all)."""
         out: list[Pane] = []
         wm = self._ctx.watermark
+        skip_ahead = self._counts_only and wm < END_OF_TIME_MS
         for key in list(self._keys):
             ws = self._keys[key]
-            due = [w for w in ws if w.end_ms <= wm] if self._counts_only and wm < END_OF_TIME_MS else ws
+            if ws is None:
+                if skip_ahead and self._rows[key][0] > wm:     # its earliest end is ahead
+                    continue
+                ws = self._windows_of(key)
+            due = [w for w in ws if w.end_ms <= wm] if skip_ahead else ws
             if not due:
                 continue
             for w in sorted(due, key=_by_end) if len(due) > 1 else list(due):
@@ -686,10 +707,11 @@ class TriggerDriver:
         keys = []
         cached = self._rows
         for key, ws in self._keys.items():
-            rows = cached.get(key)
-            if rows is None:
-                rows = cached[key] = [_row(w, st) for w, st in ws.items()]
-            keys.append((key, rows))
+            entry = cached.get(key)          # always there for a key whose windows are not built
+            if entry is None:
+                entry = cached[key] = (min((w.end_ms for w in ws), default=END_OF_TIME_MS),
+                                       _codec.encode([_row(w, st) for w, st in ws.items()]))
+            keys.append((key, *entry))
         return _codec.encode((_FORMAT, self._fingerprint(), self._ctx.watermark, self._ctx.now,
                               self.dropped_late, self.dropped_closed, keys, list(self._gone.items())))
 
@@ -703,21 +725,19 @@ class TriggerDriver:
         self._ctx.watermark, self._ctx.now = wm, now
         self.dropped_late, self.dropped_closed = dropped_late, dropped_closed
         self._warned_late = dropped_late > 0
-        self._keys = {}
-        self._rows = {}
         self._gone = {k: e for k, e in gone[0]} if gone else {}
-        for key, rows in keys:
-            ws = self._keys[key] = {}
-            if fmt == _FORMAT and data[:1] == b"\x80":   # pickled: the rows as to_bytes writes them again
-                self._rows[key] = rows
-            for start, end, acc, hold, flags, next_index, trig, panes, *shown in rows:
-                st = _WindowState(acc, trig)
-                st.shown = shown[0] if shown else None
-                st.hold, st.next_index = hold, next_index
-                st.dirty, st.after_end, st.closed = bool(flags & 1), bool(flags & 2), bool(flags & 4)
-                st.emitted = [Pane(key, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la)
-                              for s, e, v, ts, tv, i, f, la in panes]
-                ws[IntervalWindow(start, end)] = st
+        if fmt >= 4:        # a key's windows are built when a path first looks at them: a batch touches few keys
+            self._rows = {key: (end, rows) for key, end, rows in keys}
+            self._keys = dict.fromkeys(self._rows)
+        else:
+            self._rows = {}
+            self._keys = {key: _windows_from_rows(key, rows) for key, rows in keys}
+
+    def key_rows(self) -> list[tuple[Any, list]]:
+        """Every key's windows as ``to_bytes`` writes them (a list of rows per key, keys in order):
+        what :class:`~watermarks.columnar.ColumnarDriver` reads a per-element state from."""
+        return [(key, _codec.decode(self._rows[key][1]) if ws is None else [_row(w, st) for w, st in ws.items()])
+                for key, ws in self._keys.items()]
 
     @classmethod
     def from_bytes(cls, data: bytes, *args: Any, **kwargs: Any) -> TriggerDriver:
@@ -725,6 +745,20 @@ class TriggerDriver:
         driver = cls(*args, **kwargs)
         driver.load_bytes(data)
         return driver
+
+
+def _windows_from_rows(key: Any, rows: list) -> dict[IntervalWindow, _WindowState]:
+    """One key's windows from the rows :func:`_row` wrote (by :meth:`TriggerDriver.to_bytes`)."""
+    ws = {}
+    for start, end, acc, hold, flags, next_index, trig, panes, *shown in rows:
+        st = _WindowState(acc, trig)
+        st.shown = shown[0] if shown else None
+        st.hold, st.next_index = hold, next_index
+        st.dirty, st.after_end, st.closed = bool(flags & 1), bool(flags & 2), bool(flags & 4)
+        st.emitted = [Pane(key, IntervalWindow(s, e), v, ts, PaneTiming(tv), i, f, la)
+                      for s, e, v, ts, tv, i, f, la in panes]
+        ws[IntervalWindow(start, end)] = st
+    return ws
 
 
 def _row(w: IntervalWindow, st: _WindowState) -> tuple:

@@ -1,6 +1,9 @@
 """The Dataflow drivers' state codec (``watermarks._codec``): values decode back, equal values
-encode to equal bytes however their objects are shared, and state written by the earlier varint
-format (checkpoints of releases before 2026-12-01, ``data/state_codec_varint.json``) still loads."""
+encode to equal bytes however their objects are shared, and state written by earlier formats
+still loads: the varint format (checkpoints of releases before 2026-12-01,
+``data/state_codec_varint.json``) and the per-element driver's format 3, every key's windows in
+one pickle (``data/state_codec_rows_format3.json``, written by 0d59a8b; format 4 encodes each key's
+windows on their own)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from dataflow_kafka.watermarks.multi import MultiQueryDriver
 from dataflow_kafka.windowing import Count, SessionWindow, Sum, TumblingWindow
 
 VARINT = json.loads((Path(__file__).parent / "data" / "state_codec_varint.json").read_text())
+ROWS_FORMAT3 = json.loads((Path(__file__).parent / "data" / "state_codec_rows_format3.json").read_text())
 
 INT64 = st.integers(-2**63, 2**63 - 1)
 ANY_INT = st.one_of(INT64, st.integers(-2**70, 2**70), st.integers(-200, 200))
@@ -63,7 +67,7 @@ def test_corrupt_bytes_are_named():
         _codec.decode(_codec.encode([1, 2]) + b"\x00")
 
 
-# -- drivers' state written in the varint format -------------------------------------------------
+# -- drivers' state written in earlier formats -----------------------------------------------------
 
 def _sessions() -> tuple[MultiQueryDriver, list, list]:
     """A merging query, per-element driver: sessions (gap 10) fired at the watermark and per
@@ -101,9 +105,10 @@ def scenario() -> dict:
     return {"sessions": lambda: build(_sessions), "tumbling": lambda: build(_tumbling)}
 
 
+@pytest.mark.parametrize("written", ["varint", "rows format 3"])
 @pytest.mark.parametrize("name, make", [("sessions", _sessions), ("tumbling", _tumbling)])
-def test_a_driver_state_written_in_the_varint_format_loads_and_runs_on(name, make):
-    fixture, ref = VARINT[name], scenario()[name]()
+def test_a_driver_state_written_in_an_earlier_format_loads_and_runs_on(name, make, written):
+    fixture, ref = {"varint": VARINT, "rows format 3": ROWS_FORMAT3}[written][name], scenario()[name]()
     _, _, after = make()
     whole = make()[0]
     whole.load_bytes(bytes.fromhex(fixture["whole"]))
