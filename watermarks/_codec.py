@@ -14,22 +14,53 @@ from __future__ import annotations
 import io
 import pickle
 import struct
+import threading
 from typing import Any
 
 from dataflow_kafka.errors import InvalidArgumentError
 
-__all__ = ["encode", "decode"]
+__all__ = ["encode", "decode", "decode_part"]
 
 _PROTO = 0x80               # a pickle's first byte (the PROTO opcode); the varint format's tags are 0-10
 
 
+class _Writer:
+    """One pickler in fast mode (no memo, so nothing carries over between values) and its buffer,
+    reused: a driver encodes each changed key's windows on their own, and building a pickler per
+    value cost twice the dump of a small one. A value whose pickling encodes another value (a
+    combiner's ``__reduce__``) gets a pickler of its own."""
+
+    def __init__(self) -> None:
+        self.out = io.BytesIO()
+        self.pickler = pickle.Pickler(self.out, protocol=5)
+        self.pickler.fast = True
+        self.busy = False
+
+
+_writer = threading.local()
+
+
 def encode(value: Any) -> bytes:
     """``value`` as pickle protocol 5 written without a memo (the module docstring)."""
-    out = io.BytesIO()
-    p = pickle.Pickler(out, protocol=5)
-    p.fast = True
-    p.dump(value)
-    return out.getvalue()
+    w = getattr(_writer, "w", None)
+    if w is None:
+        w = _writer.w = _Writer()
+    if w.busy:
+        w = _Writer()
+    w.busy = True
+    try:
+        w.out.seek(0)
+        w.out.truncate()
+        w.pickler.dump(value)
+        return w.out.getvalue()
+    finally:
+        w.busy = False
+
+
+def decode_part(data: bytes) -> Any:
+    """A value :func:`encode` wrote, kept as bytes inside a state that :func:`decode` read (its
+    trailing bytes not checked again)."""
+    return pickle.loads(data)
 
 
 def decode(data: bytes) -> Any:

@@ -431,7 +431,7 @@ class TriggerDriver:
         """``key``'s live windows (a key of the state), built from its rows if not built yet."""
         ws = self._keys[key]
         if ws is None:
-            ws = self._keys[key] = _windows_from_rows(key, _codec.decode(self._rows[key][1]))
+            ws = self._keys[key] = _windows_from_rows(key, _codec.decode_part(self._rows[key][1]))
         return ws
 
     def _live(self, key: Any) -> dict[IntervalWindow, _WindowState]:
@@ -736,7 +736,7 @@ class TriggerDriver:
     def key_rows(self) -> list[tuple[Any, list]]:
         """Every key's windows as ``to_bytes`` writes them (a list of rows per key, keys in order):
         what :class:`~watermarks.columnar.ColumnarDriver` reads a per-element state from."""
-        return [(key, _codec.decode(self._rows[key][1]) if ws is None else [_row(w, st) for w, st in ws.items()])
+        return [(key, _codec.decode_part(self._rows[key][1]) if ws is None else [_row(w, st) for w, st in ws.items()])
                 for key, ws in self._keys.items()]
 
     @classmethod
