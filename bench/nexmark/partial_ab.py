@@ -58,12 +58,11 @@ def main(argv: list[str] | None = None) -> None:
         for r in range(a.repeats):
             for q in (Q5(), Q7()):
                 forms = [("one key group", top_key_groups(q, 1)), ("partial", top_key_groups(q, 4))]
-                for variant in ("slicer",):
-                    for form, query in forms if r % 2 == 0 else forms[::-1]:
-                        row = h.arm(query, "ours", variant, a.batch_size, r)
-                        print(f"{q.name} {variant:8} {form:13} repeat {r}: rows/s {row['rows_per_s']}, JVM CPU "
-                              f"{row['jvm_cpu_s']} s, Python CPU {row['python_cpu_s']} s, correct {row['correct']}, "
-                              f"load {os.getloadavg()[0]:.1f}", flush=True)
+                for form, query in forms if r % 2 == 0 else forms[::-1]:
+                    row = h.arm(query, "ours", "slicer", a.batch_size, r)
+                    print(f"{q.name} slicer   {form:13} repeat {r}: rows/s {row['rows_per_s']}, JVM CPU "
+                          f"{row['jvm_cpu_s']} s, Python CPU {row['python_cpu_s']} s, correct {row['correct']}, "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)
                 row = h.arm(q, "spark", T._native_label(q), a.batch_size, r)
                 print(f"{q.name} Spark native        repeat {r}: rows/s {row['rows_per_s']}, JVM CPU {row['jvm_cpu_s']} s, "
                       f"correct {row['correct']}", flush=True)
