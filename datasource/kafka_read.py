@@ -32,18 +32,21 @@ from dataflow_kafka.errors import (
     DataLossError, InvalidArgumentError, KafkaClientError, KafkaTimeoutError, KafkaUnavailableError, OptionError,
 )
 
-__all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "list_topics",
+__all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "prefetch_for", "list_topics",
            "watermarks", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
            "event_time_problem", "event_times_and_fields", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS",
            "PARSED_PREFIX"]
 
 CHUNK = 20_000
+#: The prefetch classes of the pooled consumers (librdkafka's ``queued.min.messages``, records per
+#: partition): a range is read by a consumer of :func:`prefetch_for` its length.
+PREFETCH = (2_500, 5_000, 10_000, CHUNK)
 #: Polls of 0.5 s that return nothing before a read asks for the log's bounds (a busy machine or a
 #: broker just started can take a poll or two to answer; a range past the log's end gives EOF).
 _SLOW_POLLS = 3
 
 
-def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"):
+def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka", prefetch: int = CHUNK):
     """A consumer for manual assignment; nothing is committed to Kafka. Its group id is
     ``kafka.group.id`` if set, else ``groupIdPrefix`` (default ``dataflow-kafka``) plus a random
     suffix, as Spark's Kafka source. Every other ``kafka.*`` option (e.g. ``isolation.level``)
@@ -63,14 +66,17 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
       fetch of the next range queues behind it (each read of a reassigned consumer took 0.5 s on
       Apache Kafka). Fetch sizes stay librdkafka's (``fetch.max.bytes`` 50 MiB,
       ``max.partition.fetch.bytes`` 1 MiB), which Kafka honours.
-    * ``queued.min.messages`` is ``CHUNK`` (20,000) instead of 100,000: librdkafka prefetches until
-      that many records wait in its queue, so a read of 100,000 records of 100 bytes in the middle
-      of a long backlog transferred 23 MB for its 10 MB; with 20,000, 11.5-13.6 MB, at the same
-      speed for the whole partition (measured on Apache Kafka, docs/source.md).
+    * ``queued.min.messages`` is ``prefetch`` (default ``CHUNK``, 20,000) instead of 100,000:
+      librdkafka prefetches until that many records wait in its queue, so a read of 100,000
+      records of 100 bytes in the middle of a long backlog transferred 23 MB for its 10 MB; with
+      20,000, 11.5-13.6 MB, at the same speed for the whole partition. What is prefetched past a
+      range's end is parsed, then dropped by the next ``assign``, so the pool gives shorter
+      ranges a consumer that prefetches less (:func:`prefetch_for`; measured on Apache Kafka,
+      docs/source.md).
     """
     conf = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
             "enable.partition.eof": True, "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10,
-            "queued.min.messages": CHUNK}
+            "queued.min.messages": prefetch}
     conf.update(kafka_conf)
     conf["enable.auto.commit"] = False
     conf["enable.partition.eof"] = True
@@ -119,25 +125,46 @@ def _raise_if_refused(c) -> None:
     errors.raise_if_refused()
 
 
-_idle: dict[tuple, list] = {}  # Kafka configuration -> this process's idle pooled consumer(s)
+_idle: dict[tuple, list] = {}  # (prefetch, Kafka configuration) -> this process's idle pooled consumer(s)
+
+
+def prefetch_for(records: int) -> int:
+    """The prefetch class (``queued.min.messages``) of a consumer reading a range of ``records``
+    offsets: the largest of ``PREFETCH`` not over a quarter of the range, at least the smallest.
+
+    A consumer prefetching 20,000 records for a range of 2,500 (a 10k micro-batch over four
+    partitions) fetches and parses about eight times what it keeps; a prefetch much under a
+    quarter of a long range leaves the reader waiting for fetches. The classes and the quarter
+    were chosen by measuring the CPU and time per record of ranges of 2,500, 12,500 and 50,000
+    records (docs/source.md, "How a task reads")."""
+    want = max(records // 4, PREFETCH[0])
+    return max(q for q in PREFETCH if q <= want)
 
 
 @contextlib.contextmanager
-def pooled_consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka") -> Iterator[Any]:
-    """A consumer from this process's pool: one per Kafka configuration, reused by every task and
-    micro-batch the process runs (Spark reuses its Python workers), closed at process exit.
+def pooled_consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka",
+                    records: int | None = None) -> Iterator[Any]:
+    """A consumer from this process's pool: one per Kafka configuration and prefetch class,
+    reused by every task and micro-batch the process runs (Spark reuses its Python workers),
+    closed at process exit.
+
+    ``records``: the length of the range it is to read, which chooses its prefetch
+    (:func:`prefetch_for`; ``CHUNK`` when None); a ``kafka.queued.min.messages`` option
+    overrides it. A micro-batch's ranges are of about one length, so a process holds one or two
+    classes' consumers.
 
     The consumer must be left without an assignment (:func:`fetch_range` unassigns when it
     ends): an idle consumer then sends no fetches. A use that raises (or a read abandoned
     half-way) closes its consumer instead of returning it; a second use while the pooled one is
     busy gets a consumer of its own, closed after it.
     """
-    key = (group_id_prefix, *sorted(kafka_conf.items()))
+    prefetch = CHUNK if records is None or "queued.min.messages" in kafka_conf else prefetch_for(records)
+    key = (prefetch, group_id_prefix, *sorted(kafka_conf.items()))
     idle = _idle.setdefault(key, [])
     try:
         c = idle.pop()
     except IndexError:
-        c = consumer(kafka_conf, group_id_prefix)
+        c = consumer(kafka_conf, group_id_prefix, prefetch)
     reusable = False
     try:
         yield c

@@ -97,7 +97,8 @@ def _now_ms() -> int:
 def _read(opts: SourceOptions, part: OffsetRange | RangeGroup) -> Iterator[pa.RecordBatch]:
     """Rows of one task: of its range, or of each range of a :class:`RangeGroup` in turn, read
     with the Python worker's pooled consumer (:func:`kafka_read.pooled_consumer`: one per Kafka
-    configuration and process, assigned each range in turn, reused by later tasks and batches).
+    configuration, prefetch class and process, assigned each range in turn, reused by later tasks
+    and batches).
     The worker's heap is frozen on its first read (:func:`dataflow_kafka.collector.freeze_worker_heap`).
     With ``keyGroupPacking`` the rows go through its ``pack`` (``(key_group, payload)`` rows)."""
     freeze_worker_heap()
@@ -154,7 +155,7 @@ def _read_range(opts: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
     also = opts.key_group_packing.json_fields("value") if opts.key_group_packing is not None else None
     if r.end > r.start:
         with kafka_read.naming_servers(opts.kafka, f"topic {r.topic}-{r.partition} offsets [{r.start}, {r.end})"), \
-                kafka_read.pooled_consumer(opts.kafka, opts.group_id_prefix) as c:
+                kafka_read.pooled_consumer(opts.kafka, opts.group_id_prefix, r.end - r.start) as c:
             for records, loss_note in kafka_read.fetch_range(c, r.topic, r.partition, r.start, r.end,
                                                              opts.poll_timeout_ms, opts.fail_on_data_loss,
                                                              columns=True):

@@ -1,0 +1,106 @@
+"""The pooled consumer's prefetch: CPU and time per record of reading bounded ranges, per
+``queued.min.messages``, against the prefetch of one size for every range (``CHUNK``) in the same run.
+
+    python -m bench.prefetch [--events 400000] [--ranges 2500,12500,50000] [--rounds 3] [--csv F]
+
+NEXMark's bids (:mod:`bench.nexmark.generator`, four partitions) on the embedded broker are read
+as a task of the source reads them (``datasource.kafka_read.fetch_range(..., columns=True)`` and
+``decode`` of the event-time field): ranges of ``--ranges`` records per partition, the partitions
+one after another with one consumer, reassigned per range, as a micro-batch of four times that
+many records reads them. Per range length every prefetch of ``kafka_read.PREFETCH`` runs, the
+arms alternated in each round; ``chosen`` marks the class :func:`kafka_read.prefetch_for` picks.
+CPU is the process's (librdkafka's threads included). Printed: per arm the median over rounds of
+CPU microseconds per record and wall seconds, and the chosen class's CPU over ``CHUNK``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import resource
+import statistics
+import time
+
+from dataflow_kafka.brokers.launcher import kafka_broker
+from dataflow_kafka.datasource import kafka_read
+
+from bench.nexmark.generator import NexmarkConfig, generate, produce
+
+PARTITIONS = 4
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: int, prefetch: int
+                   ) -> tuple[int, float, float]:
+    """``(records, CPU s, wall s)`` of reading every partition up to ``ends`` in ranges of
+    ``range_len`` with one consumer of ``prefetch``."""
+    c = kafka_read.consumer({"bootstrap.servers": bootstrap}, prefetch=prefetch)
+    n, cpu0, wall0 = 0, _cpu_s(), time.monotonic()
+    pos = dict.fromkeys(ends, 0)
+    try:
+        while any(pos[p] < ends[p] for p in ends):
+            for p in ends:
+                start, end = pos[p], min(ends[p], pos[p] + range_len)
+                if start >= end:
+                    continue
+                for records, _ in kafka_read.fetch_range(c, topic, p, start, end, 30_000, True, columns=True):
+                    n += len(records)
+                    kafka_read.decode(records, topic, p, "dateTime")
+                pos[p] = end
+        return n, _cpu_s() - cpu0, time.monotonic() - wall0
+    finally:
+        c.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.prefetch", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=400_000, help="NEXMark events generated (46 of 50 are bids)")
+    ap.add_argument("--ranges", default="2500,12500,50000", help="records per range and partition")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--csv", default=None)
+    args = ap.parse_args(argv)
+    rows = []
+    with kafka_broker() as broker:
+        bootstrap = broker.bootstrap_servers
+        topic = produce(bootstrap, f"prefetch-{os.getpid()}", generate(NexmarkConfig(events=args.events), ("bid",)),
+                        PARTITIONS, kinds=("bid",))["bid"]
+        probe = kafka_read.consumer({"bootstrap.servers": bootstrap})
+        ends = {p: kafka_read.watermarks(probe, topic, p)[1] for p in range(PARTITIONS)}
+        probe.close()
+        print(f"{sum(ends.values())} bids in {PARTITIONS} partitions; load {os.getloadavg()[0]:.1f}", flush=True)
+        for range_len in (int(x) for x in args.ranges.split(",")):
+            chosen = kafka_read.prefetch_for(range_len)
+            arms = list(kafka_read.PREFETCH)
+            for rnd in range(args.rounds):
+                for prefetch in arms if rnd % 2 == 0 else arms[::-1]:
+                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, range_len, prefetch)
+                    rows.append({"date": datetime.datetime.now().isoformat(timespec="seconds"), "range": range_len,
+                                 "prefetch": prefetch, "chosen": prefetch == chosen, "round": rnd, "records": n,
+                                 "cpu_us_per_record": round(cpu / n * 1e6, 3), "wall_s": round(wall, 3),
+                                 "load": round(os.getloadavg()[0], 2)})
+                    print(f"  range={range_len} prefetch={prefetch}{' (chosen)' if prefetch == chosen else ''} "
+                          f"round={rnd} cpu_us/record={cpu / n * 1e6:.2f} wall_s={wall:.2f}", flush=True)
+            med = {q: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len
+                                         and r["prefetch"] == q),
+                       statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["prefetch"] == q))
+                   for q in arms}
+            for q, (cpu, wall) in med.items():
+                print(f"range={range_len} prefetch={q}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s"
+                      f"{'  <- chosen' if q == chosen else ''}")
+            print(f"range={range_len}: chosen ({chosen}) / {kafka_read.CHUNK}: CPU {med[chosen][0] / med[kafka_read.CHUNK][0]:.2f}, "
+                  f"wall {med[chosen][1] / med[kafka_read.CHUNK][1]:.2f}", flush=True)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
