@@ -27,7 +27,8 @@ class StageProcessor(StatefulProcessor):
     """The ``transformWithStateInPandas`` processor of a stage operator: one binary value state
     per key group, :func:`keygroups.operator.run_key_group` per call. ``packed``: the input comes
     from :func:`keygroups.packed.pack_key_groups` (Arrow IPC blobs to unpack). The worker's heap
-    is frozen at the first ``init`` and each call runs with the cyclic garbage collector held off
+    is frozen at the first ``init``, each call runs with the cyclic garbage collector held off,
+    and what a call leaves alive (the live state it cached) is frozen after it
     (:mod:`dataflow_kafka.collector`)."""
 
     def __init__(self, spec, packed: bool = False) -> None:
@@ -41,7 +42,7 @@ class StageProcessor(StatefulProcessor):
         freeze_worker_heap()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        from dataflow_kafka.collector import collector_paused
+        from dataflow_kafka.collector import collector_paused, freeze_after_call
         from dataflow_kafka.keygroups.operator import run_key_group
 
         with collector_paused():   # the engines' objects die with the call: reference counting frees them
@@ -55,6 +56,8 @@ class StageProcessor(StatefulProcessor):
             blob = None if stored is None or stored[0] is None else bytes(stored[0])
             out, blob = run_key_group(self.spec, int(key[0]), pdf, blob, self._log)
             self._state.update((blob,))
+            del pdf
+        freeze_after_call()     # the live state cached by the call: not walked by the daemon's collection
         if out is not None and len(out):
             yield out
 

@@ -74,3 +74,37 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_freeze_after_call_leaves_other_processes_alone():
+    before = gc.get_freeze_count()
+    collector.freeze_after_call()
+    assert gc.get_freeze_count() == before
+
+
+def test_freeze_after_call_freezes_what_lives_and_reclaims_frozen_cycles_every_refreeze():
+    """In a fresh interpreter taken for a worker: a call's cyclic garbage is collected, not frozen;
+    what the call leaves alive (a cached live state) is frozen, so a full collection after the
+    call does not walk it; a frozen object later dropped as part of a cycle is reclaimed within
+    ``REFREEZE_CALLS`` calls."""
+    code = """
+import gc, weakref
+from dataflow_kafka import collector
+class Node:
+    pass
+gc.disable()                                      # as in a stage call (collector_paused)
+garbage = Node(); garbage.me = garbage; gone = weakref.ref(garbage); del garbage
+live = [Node() for _ in range(1000)]              # the call's live state
+collector.freeze_after_call(in_worker=True)
+assert gone() is None                             # the call's cyclic garbage: collected first
+assert not any(type(o).__name__ == "Node" for o in gc.get_objects())   # the live state: frozen
+frozen = live[0]; frozen.me = frozen; dropped = weakref.ref(frozen); del frozen, live
+gc.collect()
+assert dropped() is not None                      # a frozen cycle: not collected by a collection
+for _ in range(collector.REFREEZE_CALLS):
+    collector.freeze_after_call(in_worker=True)
+assert dropped() is None                          # reclaimed at the refreeze
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
