@@ -140,9 +140,11 @@ def floor_label(q: Query, settings: Settings = Settings()) -> str | None:
 
 
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
-          "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "driver_cpu_s",
+          "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "python_started",
+          "python_started_cpu_s", "python_new", "driver_cpu_s",
           "cores_busy", "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open",
-          "first_batch_s", "load_before", "load_after", "profile", "max_partitions", "key_groups", "top_key_groups"]
+          "first_batch_s", "load_before", "load_after", "profile", "max_partitions", "key_groups", "top_key_groups",
+          "source_options"]
 #: phases of Spark's ``durationMs`` recorded per arm (``ms_<phase>``: milliseconds per steady batch)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 FIELDS += [f"ms_{phase}" for phase in PHASES]
@@ -158,7 +160,11 @@ class ProcessCpu:
     that exits during the run loses at most its last interval. The thread's own CPU is left out of
     the driver's. :attr:`jit_s`: after :meth:`stop`, the CPU seconds of the JVM's JIT compiler
     threads (``C1``/``C2 CompilerThread``, part of the JVM's), sampled the same way per thread;
-    :attr:`jit_threads`, how many such threads were seen."""
+    :attr:`jit_threads`, how many such threads were seen; :attr:`python_started` and
+    :attr:`python_started_s`, the Python processes (workers, daemons) started during the run and
+    their CPU seconds, counted whole (a worker Spark starts pays its imports there);
+    :attr:`python_new`, the Python processes of the run that no earlier run of this meter saw
+    (Spark replaced its idle workers between the runs)."""
 
     def __init__(self, jvm_pid: int, interval_s: float = 0.2) -> None:
         self.jvm_pid, self.interval_s = jvm_pid, interval_s
@@ -172,6 +178,10 @@ class ProcessCpu:
         self._is_jit: dict[str, bool] = {}     # JVM thread id -> a compiler thread, per run (names do not change)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self.python_started = 0         # Python processes started between the last start and stop
+        self.python_started_s = 0.0     # their CPU seconds (part of the Python workers')
+        self.python_new = 0             # Python processes of the last run that no earlier run saw
+        self._python_seen: set[tuple[int, int]] = set()
 
     @staticmethod
     def _stat(pid: int | str) -> list[str] | None:
@@ -264,6 +274,11 @@ class ProcessCpu:
                 jvm += used
         self.jit_s = sum(t - self._jit_first[tid] for tid, t in self._jit_last.items()) / self.tick
         self.jit_threads = len(self._jit_last)
+        started = [ticks for key, (ticks, is_python) in self._last.items() if is_python and self._first[key] == 0]
+        self.python_started, self.python_started_s = len(started), sum(started) / self.tick
+        python = {key for key, (_, is_python) in self._last.items() if is_python}
+        self.python_new = len(python - self._python_seen)   # not seen in any earlier run of this meter
+        self._python_seen |= python
         own = os.times()
         return jvm / self.tick, py / self.tick, own.user + own.system - self._own0 - self._meter_s
 
@@ -292,6 +307,8 @@ class Steady:
     first_batch_s: float = 0.0
     cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)     # JVM, Python workers, driver
     jit_s: float = 0.0                                       # of the JVM's: its JIT compiler threads
+    python_started: tuple[int, float] = (0, 0.0)             # Python processes started in it, their CPU s
+    python_new: int = 0                                      # Python processes no earlier arm saw
     profile: str = ""
 
 
@@ -332,7 +349,8 @@ def run_arm(out_df, checkpoint: str, cpu: ProcessCpu, summarise: Callable | None
                   steady_rows=sum(int(p["numInputRows"]) for p in steady),
                   steady_s=sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000,
                   first_batch_s=progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0,
-                  cpu_s=cpu_s, jit_s=cpu.jit_s,
+                  cpu_s=cpu_s, jit_s=cpu.jit_s, python_started=(cpu.python_started, cpu.python_started_s),
+                  python_new=cpu.python_new,
                   profile=getattr(profiler, "path", "") if profiler is not None else "")
 
 
@@ -386,8 +404,10 @@ class Harness:
                  log: Callable[[str], None] = print, max_partitions: int | None = MAX_PARTITIONS,
                  key_groups: int = Settings().key_groups, join_events: int = 5_000_000,
                  jvm_packing: bool = False, markers: bool = False,
-                 top_key_groups: int = Settings().top_key_groups) -> None:
+                 top_key_groups: int = Settings().top_key_groups,
+                 source_options: dict[str, str] | None = None) -> None:
         self.spark, self.bootstrap, self.connector = spark, bootstrap, connector
+        self.source_options = dict(source_options or {})    # added to our source's options in our arms
         self.jvm_packing = jvm_packing
         self.markers = markers
         self.settings = Settings(key_groups=key_groups, top_key_groups=top_key_groups)
@@ -476,6 +496,7 @@ class Harness:
             opts = source_options(self.bootstrap, ",".join(topics), batch_size)
             if self.max_partitions:
                 opts["maxPartitions"] = str(self.max_partitions)
+            opts.update(self.source_options)
             variant, _, path = variant.partition("/")       # "/jvm-packing": the pipeline on the loaded source
             if isinstance(q, Projection) and path != MARKERS:  # Spark's operators only: the data records
                 opts = {k: v for k, v in opts.items() if k not in ("eventTimeField", "endOfInput")} | {"dataOnly": "true"}
@@ -515,6 +536,8 @@ class Harness:
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
                "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "jit_cpu_s": round(run.jit_s, 2),
                "python_cpu_s": round(py_s, 2),
+               "python_started": run.python_started[0], "python_started_cpu_s": round(run.python_started[1], 2),
+               "python_new": run.python_new,
                "driver_cpu_s": round(driver_s, 2),
                "cores_busy": round(cpu_s / run.steady_s, 2) if run.steady_s else None,
                "events_per_cpu_s": None if events_per_cpu is None else round(events_per_cpu),
@@ -522,12 +545,15 @@ class Harness:
                "load_before": before, "load_after": load1(), "profile": run.profile,
                "max_partitions": self.max_partitions if side == "ours" else None,
                "key_groups": self.settings.key_groups if side == "ours" else None,
-               "top_key_groups": self.settings.top_key_groups if side == "ours" else None, **check,
+               "top_key_groups": self.settings.top_key_groups if side == "ours" else None,
+               "source_options": " ".join(f"{k}={v}" for k, v in self.source_options.items()) if side == "ours" else None,
+               **check,
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
                                                             "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s",
-                                                            "python_cpu_s", "events_per_cpu_s", "correct",
+                                                            "python_cpu_s", "python_started", "python_new", "events_per_cpu_s",
+                                                            "correct",
                                                             "missing", "extra", "open", "load_after",
                                                             "ms_latestOffset", "ms_addBatch", "ms_walCommit",
                                                             "ms_commitOffsets")))
@@ -687,12 +713,19 @@ def session_extra(parser: argparse.ArgumentParser, conf: list[str]) -> tuple[dic
     if not extra:
         print(f"{spark_kafka.missing_message()}; Spark's native queries read format('dataflow-kafka') data rows")
     extra["spark.sql.streaming.numRecentProgressUpdates"] = "1000"    # every batch's progress, for the timing
-    for kv in conf:
+    extra.update(_key_values(parser, "--conf", conf))
+    return extra, connector
+
+
+def _key_values(parser: argparse.ArgumentParser, flag: str, given: list[str]) -> dict[str, str]:
+    """``{KEY: VALUE}`` of a repeatable ``flag KEY=VALUE`` (a malformed one is the parser's error)."""
+    out = {}
+    for kv in given:
         key, sep, value = kv.partition("=")
         if not sep:
-            parser.error(f"--conf {kv!r}: expected KEY=VALUE")
-        extra[key] = value
-    return extra, connector
+            parser.error(f"{flag} {kv!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def offsets_read(progress: list[dict]) -> int:
@@ -756,6 +789,8 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true", help="100,000 events, batches of 10k and 50k")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for the session (repeatable), e.g. to measure one setting's effect")
+    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of our source in our arms (repeatable), e.g. to measure an option's effect")
     a = p.parse_args(argv)
     if a.quick:
         a.events, a.join_events, a.batch_sizes = min(a.events, 100_000), min(a.join_events, 500_000), "10000,50000"
@@ -773,12 +808,13 @@ def main(argv=None) -> None:
         print(f"{started:%Y-%m-%d %H:%M}: broker {broker.kind} at {broker.bootstrap_servers}; Spark {spark.version} "
               f"local[2], {a.shuffle_partitions} shuffle partitions, our maxPartitions {a.max_partitions or '-'}; "
               f"native on format({connector!r}); "
-              f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}", flush=True)
+              f"load {load1()}{'; ' + ', '.join(a.conf) if a.conf else ''}"
+              f"{'; our source: ' + ', '.join(a.source_option) if a.source_option else ''}", flush=True)
         h = Harness(spark, broker.bootstrap_servers, connector, a.events, a.partitions, a.seed, a.delayed,
                     profile_dir=a.profile, log=lambda s: print(s, flush=True), max_partitions=a.max_partitions,
                     key_groups=a.key_groups, top_key_groups=a.top_key_groups, join_events=a.join_events,
                     jvm_packing=a.jvm_packing,
-                    markers=a.markers)
+                    markers=a.markers, source_options=_key_values(p, "--source-option", a.source_option))
         try:
             h.run(queries, sizes, a.repeats, a.floor, warmup_rounds=a.warmup_rounds,
                   warmup_batch_size=a.warmup_batch_size)
