@@ -4,8 +4,10 @@
 :data:`STAGES` names each stage of the path from ``Consumer.consume`` to the sink with the frames
 that belong to it; a sample counts for the stage of its innermost frame that names one (a stack
 in ``json.loads`` under a JSON field of a stage input counts as JSON decoding of stage inputs, under
-``kafka_read.decode`` as the source's decoding). Stacks that end in pyspark's daemon waiting for a
-task are idle and left out. :func:`render_svg` draws the stacks as a flame graph (the root at the
+``kafka_read.decode`` as the source's decoding). Stacks of pyspark's daemon process waiting for a
+task are idle and left out; a forked worker's stack that ends in the daemon's loop is the worker
+between two tasks, where the daemon runs a full ``gc.collect()`` (:data:`BETWEEN_TASKS`, counted:
+until 2026-12-02 these were left out as idle too). :func:`render_svg` draws the stacks as a flame graph (the root at the
 bottom, the width of a frame its share of samples), each frame coloured by its stage.
 
     python -m bench.nexmark.flame DIR [--svg-dir docs/img --prefix nexmark-profile-]   # per *.txt(.gz)
@@ -47,11 +49,15 @@ STAGES: list[tuple[str, str, tuple[str, ...]]] = [
     ("Arrow to pandas (pyspark)", "#aec7e8", ("ArrowToPandas", "arrow_to_pandas", "_arrow_to_pandas",
                                               "ArrowTableToRowsConversion", "convert_pandas_to_arrow_batch")),
     ("sink", "#bcbd22", ("datasource/sink.py",)),
+    ("a worker between tasks (pyspark's daemon: gc.collect)", "#393b79", ("<between tasks:",)),
     ("talking to the JVM (sockets, framing)", "#7f7f7f", ("socket.py", "pyspark/serializers.py")),
     ("pyspark worker, other", "#c7c7c7", ("pyspark/",)),
 ]
 OTHER = ("other (pandas, numpy, pyarrow outside the above)", "#dbdb8d")
 _IDLE_LEAVES = ("manager (pyspark/daemon.py",)
+#: The frame added under a forked worker's stack that ends in the daemon's loop (``manager``): the
+#: worker between tasks, where pyspark's daemon runs ``gc.collect()`` after each task.
+BETWEEN_TASKS = "<between tasks: the daemon's gc.collect()>"
 
 
 def read_stacks(path: Path) -> Counter:
@@ -66,7 +72,11 @@ def read_stacks(path: Path) -> Counter:
         if not line.strip():
             continue
         stack, _, n = line.rpartition(" ")
-        frames = tuple(f for f in stack.split(";") if not f.startswith("process "))
+        parts = stack.split(";")
+        frames = tuple(f for f in parts if not f.startswith("process "))
+        forked = len(parts) - len(frames) > 1       # py-spy names the daemon, then the forked worker
+        if forked and frames and frames[-1].startswith(_IDLE_LEAVES):
+            frames += (BETWEEN_TASKS,)
         if frames:
             out[frames] += int(n)
     return out

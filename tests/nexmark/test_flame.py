@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.nexmark.flame import stage_of
+from bench.nexmark.flame import attribute, read_stacks, stage_of
 
 _READ = ("main (pyspark/worker.py:4364)", "_read (datasource/source.py:100)",
          "fetch_range (datasource/kafka_read.py:323)")
@@ -20,3 +20,17 @@ def test_decoding_and_the_source_s_own_steps_keep_their_stages():
                      "_event_times_vectorised (datasource/kafka_read.py:496)")).startswith("source decoding")
     assert stage_of(_READ[:2]).startswith("source other")
     assert stage_of((*_READ[:2], "publish (datasource/range_stats.py:60)")).startswith("source other")
+
+
+def test_a_forked_worker_between_tasks_is_busy_and_the_daemon_waiting_is_idle(tmp_path):
+    daemon = 'process 10:"python -m pyspark.daemon pyspark.worker"'
+    worker = 'process 11:"python -m pyspark.daemon pyspark.worker"'
+    loop = "_run_module_as_main (<frozen runpy>:198);<module> (pyspark/daemon.py:292)"
+    f = tmp_path / "stacks.txt"
+    f.write_text(f"{daemon};{loop};manager (pyspark/daemon.py:184) 7\n"            # the daemon in select
+                 f"{daemon};{worker};{loop};manager (pyspark/daemon.py:275) 5\n"   # a worker's gc.collect()
+                 f"{daemon};{worker};{loop};manager (pyspark/daemon.py:264);worker (pyspark/daemon.py:90);"
+                 f"main (pyspark/worker.py:4364) 2\n")
+    by, idle = attribute(read_stacks(f))
+    assert idle == 7
+    assert by == {"a worker between tasks (pyspark's daemon: gc.collect)": 5, "pyspark worker, other": 2}
