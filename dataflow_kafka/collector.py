@@ -14,23 +14,36 @@ CPU time. Two remedies, both with reference counting still freeing everything at
   created since the last freeze, and the stage operators' live states (the key groups' engines,
   cached in the worker between micro-batches) are such objects: in NEXMark Q11 at 10k batches
   that collection took a quarter to half of the stage workers' samples. The call's young garbage
-  is collected, then what is alive is frozen; every ``REFREEZE_CALLS`` calls everything is thawed
-  and collected in full once, so a cycle frozen and dropped later is reclaimed then.
+  is collected, then what is alive is frozen. Everything is thawed and collected in full once the
+  worker's resident memory has grown by ``REFREEZE_GROWTH`` (a quarter) since the last full
+  collection, or after ``REFREEZE_CALLS`` calls, so a cycle frozen and dropped later is reclaimed
+  then and the memory such cycles hold stays bounded. A fixed 64 calls, the first rule, made the
+  full collection 2.5-4% of the stage workers' samples in Q11 at 10k (about 0.1 s each on a heap
+  of imports and live states). Counting objects instead is no cheaper: ``gc.get_freeze_count()``
+  walks the frozen list, and the objects a call leaves alive count states that reference
+  counting frees again (the Dataflow form of Q11 then collected in full more often than before).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 from typing import Iterator
 
-__all__ = ["collector_paused", "freeze_worker_heap", "freeze_after_call", "in_spark_worker", "REFREEZE_CALLS"]
+__all__ = ["collector_paused", "freeze_worker_heap", "freeze_after_call", "in_spark_worker", "resident_bytes",
+           "REFREEZE_CALLS", "REFREEZE_GROWTH"]
 
 _frozen = False
-#: Stage calls between two full collections of what :func:`freeze_after_call` froze.
-REFREEZE_CALLS = 64
-_calls = 0
+#: Growth of the worker's resident memory since the last full collection (a fraction of it then)
+#: at which :func:`freeze_after_call` thaws and collects everything.
+REFREEZE_GROWTH = 0.25
+#: Stage calls after which :func:`freeze_after_call` thaws and collects everything in any case.
+REFREEZE_CALLS = 1024
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_calls = 0                              # stage calls since the last full collection
+_resident_after_full: int | None = None  # resident bytes after it (None: before the first call)
 
 
 def freeze_worker_heap() -> None:
@@ -51,20 +64,36 @@ def freeze_after_call(in_worker: bool | None = None) -> None:
     """After a stage call, in a Spark Python worker (``in_worker``: None asks
     :func:`in_spark_worker`): collect the young generations (what the call left as cyclic
     garbage), then freeze what is alive, so the full collection pyspark's daemon runs after the
-    task walks only what was created since. Every ``REFREEZE_CALLS``-th call thaws everything
-    and collects in full instead, then freezes again: a frozen object that became part of a
-    dropped cycle (a live state replaced) waits at most that many calls to be reclaimed."""
-    global _calls
+    task walks only what was created since. When the process's resident memory has grown by
+    ``REFREEZE_GROWTH`` since the last full collection (the first call sets the mark), or after
+    ``REFREEZE_CALLS`` calls, everything is thawed, collected in full and frozen again: a frozen
+    object that became part of a dropped cycle (a live state replaced) holds memory until then,
+    at most about a quarter of the worker's."""
+    global _calls, _resident_after_full
     if not (in_spark_worker() if in_worker is None else in_worker):
         return
     _calls += 1
-    if _calls % REFREEZE_CALLS == 0:
+    gc.collect(1)
+    gc.freeze()
+    if _resident_after_full is None:          # the first call: the worker's heap was collected at init
+        _resident_after_full, _calls = resident_bytes(), 0
+    elif resident_bytes() > _resident_after_full * (1 + REFREEZE_GROWTH) or _calls >= REFREEZE_CALLS:
         gc.unfreeze()
         gc.collect()
-    else:
-        gc.collect(1)
-    gc.freeze()
+        gc.freeze()
+        _resident_after_full, _calls = resident_bytes(), 0
 
+
+def resident_bytes() -> int:
+    """This process's resident memory (``/proc/self/statm``; elsewhere its peak, from
+    ``getrusage``): one small read, where counting the frozen objects walks them all."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 def in_spark_worker() -> bool:
     """Whether this process is one of Spark's Python workers: forked from pyspark's daemon, or

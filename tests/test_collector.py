@@ -86,7 +86,7 @@ def test_freeze_after_call_freezes_what_lives_and_reclaims_frozen_cycles_every_r
     """In a fresh interpreter taken for a worker: a call's cyclic garbage is collected, not frozen;
     what the call leaves alive (a cached live state) is frozen, so a full collection after the
     call does not walk it; a frozen object later dropped as part of a cycle is reclaimed within
-    ``REFREEZE_CALLS`` calls."""
+    ``REFREEZE_CALLS`` calls even when the heap does not grow."""
     code = """
 import gc, weakref
 from dataflow_kafka import collector
@@ -108,3 +108,40 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_freeze_after_call_collects_in_full_once_resident_memory_grew_by_a_quarter():
+    """In a fresh interpreter taken for a worker: a frozen cycle dropped is reclaimed at the first
+    call after which the process's resident memory has grown by ``REFREEZE_GROWTH`` since the last
+    full collection, long before ``REFREEZE_CALLS``; under that growth no call collects in full."""
+    code = """
+import gc, weakref
+from dataflow_kafka import collector
+class Node:
+    pass
+gc.disable()
+collector.freeze_after_call(in_worker=True)       # the first call sets the mark
+mark = collector.resident_bytes()
+def state(fraction):                              # a live state holding memory, in a cycle
+    n = Node(); n.me = n; n.payload = b"x" * int(mark * collector.REFREEZE_GROWTH * fraction)
+    return n
+live = state(0.5)
+collector.freeze_after_call(in_worker=True)
+dropped = weakref.ref(live); del live             # replaced: a frozen cycle, garbage now
+collector.freeze_after_call(in_worker=True)
+assert dropped() is not None                      # under the growth: no full collection
+live = state(0.7)                                 # the next live state: past the growth
+collector.freeze_after_call(in_worker=True)
+assert dropped() is None                          # the full collection reclaimed the dropped one
+assert live.me is live                            # and kept the live one
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_resident_bytes_follows_what_the_process_holds():
+    before = collector.resident_bytes()
+    held = b"x" * (64 << 20)
+    assert collector.resident_bytes() >= before + (48 << 20)
+    del held
