@@ -85,15 +85,20 @@ def freeze_after_call(in_worker: bool | None = None) -> None:
 
 
 def resident_bytes() -> int:
-    """This process's resident memory (``/proc/self/statm``; elsewhere its peak, from
-    ``getrusage``): one small read, where counting the frozen objects walks them all."""
+    """This process's resident memory in bytes (``/proc/self/statm``; elsewhere its peak, from
+    ``getrusage``, whose unit varies by system: only its growth is used; 0 where neither is there):
+    one small read, where counting the frozen objects walks them all."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
+        pass
+    try:
         import resource
+    except ImportError:         # no way to tell: the full collections come every REFREEZE_CALLS calls
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 def in_spark_worker() -> bool:
     """Whether this process is one of Spark's Python workers: forked from pyspark's daemon, or
