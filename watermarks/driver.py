@@ -77,7 +77,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dataflow_kafka.watermarks import _codec
-from dataflow_kafka.watermarks._trigger_runtime import Layout, build
+from dataflow_kafka.watermarks._trigger_runtime import Layout, _Watermark, build
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.history import elements_per_key
 from dataflow_kafka.watermarks.triggers import ANYTIME, AT_WATERMARK, DefaultTrigger, Trigger, counts_only, finishes
@@ -314,7 +314,9 @@ class TriggerDriver:
         Sessions are taken a run at a time where that gives the same panes (:meth:`_sessions_at_once`):
         a key's elements are sorted by event time and cut where two are ``gap_ms`` or more apart
         (their windows do not overlap), and each run, a window spanning it, merges once (§2.2.2,
-        MergeWindows) and takes its values with one ``add_inputs`` instead of a merge per element."""
+        MergeWindows) and takes its values with one ``add_inputs`` instead of a merge per element.
+        A key with a run that reaches past a window whose on-time firing is done takes its elements
+        one at a time (:meth:`_straddles_a_fired_window`)."""
         n = len(keys)
         late, closed = np.zeros(n, np.int64), np.zeros(n, np.int64)
         rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)
@@ -360,11 +362,26 @@ class TriggerDriver:
         panes = []
         key_of, lo, hi = r[starts].tolist(), t[starts].tolist(), (t[ends - 1] + gap).tolist()
         runs = list(zip(key_of, lo, hi, starts.tolist(), ends.tolist()))
+        late_slot = root.on_time if isinstance(root, _Watermark) and root.late is not None else None
         i = 0
         while i < len(runs):
             k = runs[i][0]
             key = keys[k]
             ws = self._live(key)
+            if (late_slot is not None and runs[i][1] < ctx.watermark     # a fired window ends by the watermark
+                    and self._straddles_a_fired_window(ws, late_slot, runs, i)):
+                # element by element here: an element's own window may merge into the fired one only
+                # after the element, and then its late count is not taken (a run would take it)
+                j = i
+                while j < len(runs) and runs[j][0] == k:
+                    j += 1
+                mine = np.sort(order[runs[i][3]:runs[j - 1][4]])
+                before = self.dropped_late, self.dropped_closed
+                panes += self.add([(values[e], int(times[e])) for e in mine.tolist()], key=key)
+                late[k] += self.dropped_late - before[0]
+                closed[k] += self.dropped_closed - before[1]
+                i = j
+                continue
             self._rows.pop(key, None)
             touched: dict[IntervalWindow, None] = {}
             renames: dict[IntervalWindow, IntervalWindow] = {}
@@ -383,6 +400,24 @@ class TriggerDriver:
                 i += 1
             panes += self._end_bundle(key, ws, touched, renames)
         return panes, late, closed
+
+    @staticmethod
+    def _straddles_a_fired_window(ws: dict, on_time: int, runs: list, i: int) -> bool:
+        """Whether a run of the key whose runs start at ``runs[i]`` overlaps a window whose on-time
+        firing is done without lying inside it: element by element, an element whose own window
+        does not overlap that window counts toward no late trigger, even when a later element of
+        the run merges the two (a run inside the window gives each element's count either way)."""
+        fired = [w for w, st in ws.items() if st.trig[on_time]]
+        if not fired:
+            return False
+        k = runs[i][0]
+        while i < len(runs) and runs[i][0] == k:
+            s, e = runs[i][1], runs[i][2]
+            for w in fired:
+                if w.start_ms < e and s < w.end_ms and not (w.start_ms <= s and e <= w.end_ms):
+                    return True
+            i += 1
+        return False
 
     def _sessions_at_once(self, integral_values: bool, times: np.ndarray) -> bool:
         """Whether :meth:`add_keyed` may take a key's sessions a run at a time: it gives the panes of

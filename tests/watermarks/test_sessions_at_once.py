@@ -67,6 +67,9 @@ def _run(gap, trigger, mode, lateness, combiner, steps, integral):
        st.sampled_from([Count, Sum, Min, Max, Mean]), st.lists(_step, min_size=1, max_size=14))
 @example(1, AfterWatermark(late=AfterCount(3)), "discarding", 1, Count,       # a run's late elements count one each
          [("watermark", 13), ("add", [("a", 0, 12)]), ("add", [("a", 0, 12), ("a", 0, 12)])])
+@example(19, AfterWatermark(late=AfterCount(3)), "discarding", 20, Count,     # found by CI's seed, 2026-12-02:
+         [("add", [("b", 0, 0)]), ("watermark", 38),                           # 19's own window misses the fired
+          ("add", [("b", 0, 19), ("b", 0, 1)])])                               # [0, 19) until 1 joins them
 def test_runs_of_a_session_give_the_panes_of_one_element_at_a_time(gap, trigger, mode, lateness, combiner, steps):
     assert _driver(gap, trigger, mode, lateness, combiner())._sessions_at_once(True, np.array([0]))
     _run(gap, trigger, mode, lateness, combiner, steps, integral=True)
