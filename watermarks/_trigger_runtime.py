@@ -30,7 +30,7 @@ from typing import Any
 from dataflow_kafka.watermarks import triggers as T
 from dataflow_kafka.errors import ArgumentTypeError
 
-__all__ = ["build", "Layout"]
+__all__ = ["build", "Layout", "late_phase_slot"]
 
 
 def _all(values: list, ctx: Any) -> bool:
@@ -381,6 +381,12 @@ class _OrFinally(_Node):
     def _waiting(self, s: list, ctx: Any) -> str:
         main, until = self.children
         return f"{main.waiting(s, ctx)}, until {until.waiting(s, ctx)}"
+
+
+def late_phase_slot(root: _Node) -> int | None:
+    """The slot that says a window's on-time firing is done, where ``root`` (an AfterWatermark with
+    late firings) counts late elements from then on; None for any other root."""
+    return root.on_time if isinstance(root, _Watermark) and root.late is not None else None
 
 
 def build(trigger: T.Trigger, layout: Layout) -> _Node:

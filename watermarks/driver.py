@@ -77,7 +77,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dataflow_kafka.watermarks import _codec
-from dataflow_kafka.watermarks._trigger_runtime import Layout, _Watermark, build
+from dataflow_kafka.watermarks._trigger_runtime import Layout, build, late_phase_slot
 from dataflow_kafka.watermarks.accumulation import AccumulationMode, OnTimeBehavior, Pane, PaneTiming, TimestampCombiner
 from dataflow_kafka.watermarks.history import elements_per_key
 from dataflow_kafka.watermarks.triggers import ANYTIME, AT_WATERMARK, DefaultTrigger, Trigger, counts_only, finishes
@@ -362,7 +362,7 @@ class TriggerDriver:
         panes = []
         key_of, lo, hi = r[starts].tolist(), t[starts].tolist(), (t[ends - 1] + gap).tolist()
         runs = list(zip(key_of, lo, hi, starts.tolist(), ends.tolist()))
-        late_slot = root.on_time if isinstance(root, _Watermark) and root.late is not None else None
+        late_slot = late_phase_slot(root)
         i = 0
         while i < len(runs):
             k = runs[i][0]
