@@ -16,7 +16,6 @@ CPU microseconds per record and wall seconds, and the chosen class's CPU over ``
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import resource
@@ -26,6 +25,7 @@ import time
 from dataflow_kafka.brokers.launcher import kafka_broker
 from dataflow_kafka.datasource import kafka_read
 
+from bench import _stream
 from bench.nexmark.generator import NexmarkConfig, generate, produce
 
 PARTITIONS = 4
@@ -96,10 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"range={range_len}: chosen ({chosen}) / {kafka_read.CHUNK}: CPU {med[chosen][0] / med[kafka_read.CHUNK][0]:.2f}, "
                   f"wall {med[chosen][1] / med[kafka_read.CHUNK][1]:.2f}", flush=True)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        print(f"wrote {_stream.write_csv(args.csv, rows)}")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ CPU time. Two remedies, both with reference counting still freeing everything at
   is collected, then what is alive is frozen. Everything is thawed and collected in full once the
   worker's resident memory has grown by ``REFREEZE_GROWTH`` (a quarter) since the last full
   collection, or after ``REFREEZE_CALLS`` calls, so a cycle frozen and dropped later is reclaimed
-  then and the memory such cycles hold stays bounded. A fixed 64 calls, the first rule, made the
-  full collection 2.5-4% of the stage workers' samples in Q11 at 10k (about 0.1 s each on a heap
-  of imports and live states). Counting objects instead is no cheaper: ``gc.get_freeze_count()``
-  walks the frozen list, and the objects a call leaves alive count states that reference
-  counting frees again (the Dataflow form of Q11 then collected in full more often than before).
+  then and the memory such cycles hold stays bounded. Growth is read from resident memory, not
+  counted in objects: ``gc.get_freeze_count()`` walks the whole frozen list, and the objects a call
+  leaves alive include states that reference counting frees again (measured in docs/nexmark.md,
+  "the full collection by memory").
 """
 
 from __future__ import annotations

@@ -322,14 +322,19 @@ class TriggerDriver:
         rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)
         if not len(rows):
             return [], late, closed
+
+        def add_one_key(i: int, elems: list) -> list[Pane]:      # add, with the key's drops counted
+            before = self.dropped_late, self.dropped_closed
+            out = self.add(elems, key=keys[i])
+            late[i] += self.dropped_late - before[0]
+            closed[i] += self.dropped_closed - before[1]
+            return out
+
         if not self._sessions_at_once(integral_values, times):
             panes: list[Pane] = []
             for i, elems in enumerate(elements_per_key(n, rows, values, times)):
                 if elems:
-                    before = self.dropped_late, self.dropped_closed
-                    panes += self.add(elems, key=keys[i])
-                    late[i] += self.dropped_late - before[0]
-                    closed[i] += self.dropped_closed - before[1]
+                    panes += add_one_key(i, elems)
             return panes, late, closed
         ctx, root, gap = self._ctx, self._root, self.window_fn.gap_ms
         # AssignWindows and the late rule of _ingest, for every element at once
@@ -375,11 +380,8 @@ class TriggerDriver:
                 j = i
                 while j < len(runs) and runs[j][0] == k:
                     j += 1
-                mine = np.sort(order[runs[i][3]:runs[j - 1][4]])
-                before = self.dropped_late, self.dropped_closed
-                panes += self.add([(values[e], int(times[e])) for e in mine.tolist()], key=key)
-                late[k] += self.dropped_late - before[0]
-                closed[k] += self.dropped_closed - before[1]
+                mine = np.sort(order[runs[i][3]:runs[j - 1][4]])       # arrival order
+                panes += add_one_key(k, [(values[e], int(times[e])) for e in mine.tolist()])
                 i = j
                 continue
             self._rows.pop(key, None)
@@ -423,8 +425,9 @@ class TriggerDriver:
         """Whether :meth:`add_keyed` may take a key's sessions a run at a time: it gives the panes of
         element-by-element merging when the windows are sessions (not restricted to a coverage
         start), no trigger finishes or fires early (so a window never closes, and the only trigger
-        state a run's order could change is a late count while the on-time firing is pending,
-        which that firing resets), the output timestamp is the window's end, and the combiner's
+        state a run's order could change is a late count: while the on-time firing is pending, that
+        firing resets it; once it is done, :meth:`add_keyed` takes the key one element at a time
+        where a run reaches past such a window), the output timestamp is the window's end, and the combiner's
         result does not depend on the order of inputs and merges (Count; Sum, Min, Max, Mean of
         integers)."""
         if type(self.window_fn) is not SessionWindowFn or self._holds or self._timestamped:
