@@ -36,10 +36,24 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: int, prefetch: int
-                   ) -> tuple[int, float, float]:
+def produce_bids(bootstrap: str, name: str, events: int) -> tuple[str, dict[int, int]]:
+    """``(topic, its partitions' log ends)``: NEXMark's bids of ``events`` events in ``PARTITIONS``
+    partitions of a new topic named after ``name``."""
+    topic = produce(bootstrap, f"{name}-{os.getpid()}", generate(NexmarkConfig(events=events), ("bid",)),
+                    PARTITIONS, kinds=("bid",))["bid"]
+    probe = kafka_read.consumer({"bootstrap.servers": bootstrap})
+    ends = {p: kafka_read.watermarks(probe, topic, p)[1] for p in range(PARTITIONS)}
+    probe.close()
+    print(f"{sum(ends.values())} bids in {PARTITIONS} partitions; load {os.getloadavg()[0]:.1f}", flush=True)
+    return topic, ends
+
+
+def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: int, prefetch: int,
+                   batches: list | None = None) -> tuple[int, float, float]:
     """``(records, CPU s, wall s)`` of reading every partition up to ``ends`` in ranges of
-    ``range_len`` with one consumer of ``prefetch``."""
+    ``range_len`` with one consumer of ``prefetch``, decoding the event times. ``batches``: each
+    chunk is made an Arrow batch as well (``records_to_batch``, the rest of a task's read) and
+    appended to it."""
     c = kafka_read.consumer({"bootstrap.servers": bootstrap}, prefetch=prefetch)
     n, cpu0, wall0 = 0, _cpu_s(), time.monotonic()
     pos = dict.fromkeys(ends, 0)
@@ -51,7 +65,9 @@ def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: 
                     continue
                 for records, _ in kafka_read.fetch_range(c, topic, p, start, end, 30_000, True, columns=True):
                     n += len(records)
-                    kafka_read.decode(records, topic, p, "dateTime")
+                    decoded = kafka_read.decode(records, topic, p, "dateTime")
+                    if batches is not None:
+                        batches.append(kafka_read.records_to_batch(decoded, False, 0))
                 pos[p] = end
         return n, _cpu_s() - cpu0, time.monotonic() - wall0
     finally:
@@ -68,12 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with kafka_broker() as broker:
         bootstrap = broker.bootstrap_servers
-        topic = produce(bootstrap, f"prefetch-{os.getpid()}", generate(NexmarkConfig(events=args.events), ("bid",)),
-                        PARTITIONS, kinds=("bid",))["bid"]
-        probe = kafka_read.consumer({"bootstrap.servers": bootstrap})
-        ends = {p: kafka_read.watermarks(probe, topic, p)[1] for p in range(PARTITIONS)}
-        probe.close()
-        print(f"{sum(ends.values())} bids in {PARTITIONS} partitions; load {os.getloadavg()[0]:.1f}", flush=True)
+        topic, ends = produce_bids(bootstrap, "prefetch", args.events)
         for range_len in (int(x) for x in args.ranges.split(",")):
             chosen = kafka_read.prefetch_for(range_len)
             arms = list(kafka_read.PREFETCH)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import io
 import itertools
 import json
 import re
@@ -21,6 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from dataflow_kafka.collector import collector_paused
@@ -35,7 +35,7 @@ from dataflow_kafka.errors import (
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "prefetch_for", "list_topics",
            "watermarks", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
            "event_time_problem", "event_times_and_fields", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS",
-           "PARSED_PREFIX"]
+           "PARSED_PREFIX", "column_reader"]
 
 CHUNK = 20_000
 #: The prefetch classes of the pooled consumers (librdkafka's ``queued.min.messages``, records per
@@ -414,25 +414,39 @@ class _Polled:
 
 def _poll(c, topic: str, partition: int, position: int, end: int, columns: bool) -> _Polled:
     """One ``consume`` of up to ``CHUNK`` records for :func:`fetch_range` (errors other than the
-    partition's end, an offset out of range and transient ones raise here)."""
+    partition's end, an offset out of range and transient ones raise here). ``columns``: through
+    :func:`column_reader` where it is available, no Python object per record."""
     from confluent_kafka import KafkaError
 
-    msgs = c.consume(num_messages=min(CHUNK, end - position), timeout=0.5)
+    want = min(CHUNK, end - position)
+    reader = column_reader() if columns else None
+    if reader is not None:
+        polled, first, raw_errors, buffers = reader(c, want, 500, end)
+        errors = [KafkaError(code, reason) for code, reason in raw_errors]
+    else:
+        msgs = c.consume(num_messages=want, timeout=0.5)
+        polled = len(msgs)
+        errors = list(map(_message_cls().error, msgs)) if any(map(_message_cls().error, msgs)) else []
     reached_eof = out_of_range = False
-    if any(map(_message_cls().error, msgs)):
-        errors = [m.error() for m in msgs]
-        for e in errors:
-            if e is None or _transient(e) or e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                continue  # transient: keep polling until the deadline; the group is never used
-            if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                raise kafka_security.authorization_error(_conf_of(c), "READ", f"topic {topic!r}",
-                                                         f"reading partition {partition} at offset {position}")
-            if e.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                out_of_range = True
-            elif e.code() == KafkaError._PARTITION_EOF:
-                reached_eof = True
-            else:
-                raise KafkaClientError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
+    for e in errors:
+        if e is None or _transient(e) or e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            continue  # transient: keep polling until the deadline; the group is never used
+        if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise kafka_security.authorization_error(_conf_of(c), "READ", f"topic {topic!r}",
+                                                     f"reading partition {partition} at offset {position}")
+        if e.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            out_of_range = True
+        elif e.code() == KafkaError._PARTITION_EOF:
+            reached_eof = True
+        else:
+            raise KafkaClientError(f"Kafka error reading {topic}-{partition} at offset {position}: {e}")
+    if reader is not None:
+        if out_of_range:
+            return _Polled(bool(polled), reached_eof, True, None, None, RecordColumns.of([]))
+        records = RecordColumns.from_buffers(*buffers)
+        return _Polled(bool(polled), reached_eof, False, first, int(records.offsets[-1]) if len(records) else None,
+                       records)
+    if errors:
         good = [] if out_of_range else [m for m, e in zip(msgs, errors) if e is None]
     else:
         good = msgs
@@ -444,21 +458,78 @@ def _poll(c, topic: str, partition: int, position: int, end: int, columns: bool)
                    RecordColumns.of(good) if columns else good)
 
 
+#: confluent_kafka versions whose C consumer handle ``_rdcolumns`` reads (its first fields:
+#: ``datasource/_rdcolumns.c``); another version polls through ``Consumer.consume``.
+_C_READER_VERSIONS = ("2.",)
+
+
+@functools.cache
+def column_reader():
+    """``_rdcolumns.consume`` (``datasource/_rdcolumns.c``) bound to the librdkafka confluent_kafka
+    loaded: one poll of a :func:`consumer` straight into Arrow buffers, no Python object per record
+    (docs/source.md, "The read in C"). None where it cannot be used, and the reads then take
+    ``Consumer.consume``: the extension not built (no C compiler at install, code shipped as a
+    zip), a confluent_kafka it was not checked against, no librdkafka among the process's mapped
+    files, or ``DATAFLOW_KAFKA_C_READER=0`` in the environment (benchmarks compare the two)."""
+    import os
+
+    if os.environ.get("DATAFLOW_KAFKA_C_READER", "1") == "0":
+        return None
+    try:
+        from dataflow_kafka.datasource import _rdcolumns
+    except ImportError:
+        return None
+    from confluent_kafka import cimpl
+
+    version = cimpl.version()      # a str in confluent_kafka 2.16, a (str, int) pair before
+    if not (version[0] if isinstance(version, tuple) else version).startswith(_C_READER_VERSIONS):
+        return None
+    path = _loaded_librdkafka()
+    if path is None:
+        return None
+    try:
+        _rdcolumns.bind(path, cimpl.Consumer)
+    except ImportError:
+        return None
+    return _rdcolumns.consume
+
+
+def _loaded_librdkafka() -> str | None:
+    """The file of the librdkafka this process mapped (confluent_kafka's own copy), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if "/librdkafka" in path and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 @dataclass
 class RecordColumns:
-    """Consumed records as columns (what :func:`decode` reads): keys and values (bytes or None),
-    offsets, ``(type, ms)`` timestamps as an ``(n, 2)`` int64 array, headers (None or a list of
-    ``(key, value)``). Bytes are not tracked by the garbage collector, so a chunk of these costs
-    it nothing, unlike the messages they come from."""
+    """Consumed records as columns (what :func:`decode` reads): keys and values as Arrow binary
+    arrays (lists of bytes or None are taken and converted), offsets, ``(type, ms)`` timestamps as
+    an ``(n, 2)`` int64 array, headers (None or a list of ``(key, value)`` per record). None of it
+    is tracked by the garbage collector, so a chunk of these costs it nothing, unlike the
+    messages they may come from."""
 
-    keys: list
-    values: list
+    keys: pa.Array
+    values: pa.Array
     offsets: np.ndarray
     timestamps: np.ndarray
     headers: list
 
+    def __post_init__(self):
+        if not isinstance(self.keys, pa.Array):
+            self.keys = pa.array(self.keys, pa.binary())
+        if not isinstance(self.values, pa.Array):
+            self.values = pa.array(self.values, pa.binary())
+
     @classmethod
     def of(cls, msgs: list) -> "RecordColumns":
+        """The columns of ``confluent_kafka`` messages."""
         n = len(msgs)
         msg = _message_cls()
         first, last = (msgs[0].offset(), msgs[-1].offset()) if n else (0, -1)
@@ -467,14 +538,47 @@ class RecordColumns:
         return cls(list(map(msg.key, msgs)), list(map(msg.value, msgs)), offsets, _timestamps(msgs),
                    list(map(msg.headers, msgs)))
 
+    @classmethod
+    def from_buffers(cls, n: int, offsets: bytes, timestamps: bytes, keys: tuple, values: tuple,
+                     headers: list) -> "RecordColumns":
+        """The columns of one :func:`column_reader` poll (its buffers: ``_rdcolumns.consume``)."""
+        per_record = [None] * n
+        for i, h in headers:
+            per_record[i] = h
+        return cls(_binary_array(n, *keys), _binary_array(n, *values), np.frombuffer(offsets, np.int64),
+                   np.frombuffer(timestamps, np.int64).reshape(n, 2), per_record)
+
     def __len__(self) -> int:
         return len(self.offsets)
 
     def take(self, keep: Sequence[int]) -> "RecordColumns":
         """The records at positions ``keep``, in that order."""
         idx = np.asarray(keep, dtype=np.intp)
-        return RecordColumns([self.keys[i] for i in idx], [self.values[i] for i in idx], self.offsets[idx],
+        rows = pa.array(idx, pa.int64())
+        return RecordColumns(self.keys.take(rows), self.values.take(rows), self.offsets[idx],
                              self.timestamps[idx], [self.headers[i] for i in idx])
+
+
+def _binary_array(n: int, data: bytes, offsets: bytes, validity: bytes | None, nulls: int) -> pa.Array:
+    """An Arrow binary array over the buffers of one column of ``_rdcolumns.consume`` (no copy)."""
+    return pa.Array.from_buffers(pa.binary(), n, [None if validity is None else pa.py_buffer(validity),
+                                                  pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _as_binary(values) -> pa.Array:
+    """``values`` (an Arrow binary array, or bytes and None) as an Arrow binary array."""
+    return values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
+
+
+def _as_list(values) -> list:
+    """``values`` (an Arrow binary array, or bytes and None) as a list of bytes and None."""
+    return values.to_pylist() if isinstance(values, pa.Array) else list(values)
+
+
+def _lines(values: pa.Array) -> pa.Buffer:
+    """The values of an Arrow binary array without nulls, joined by newlines, in one buffer."""
+    listed = pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values)
+    return pc.binary_join(listed, b"\n")[0].as_buffer()
 
 
 #: Event times the source accepts, in epoch ms: Spark's timestamp range, 0001-01-01 to
@@ -515,7 +619,7 @@ def event_times_and_fields(values: Sequence[bytes | None], field: str | None, al
     if field is None:
         return timestamps_ms, (timestamps_ms >= 0) & (timestamps_ms <= MAX_EVENT_MS), None
     if len(values) < SMALL_CHUNK:
-        return (*_event_times_per_record(values, field), None)
+        return (*_event_times_per_record(_as_list(values), field), None)
     return _event_times_pass(values, field, also)
 
 
@@ -533,21 +637,18 @@ def _event_times_pass(values: Sequence[bytes | None], field: str, also: dict[str
         return np.zeros(0, np.int64), np.zeros(0, bool), {f: pa.array([], t) for f, t in also.items()}
     if field in also and also[field] != pa.int64():
         also = {}
-    try:
-        try:
-            buf = b"\n".join(values)
-        except TypeError:  # a null value
-            raise InvalidArgumentError("needs per-record parsing") from None
-        if buf.count(b"\n") != n - 1:  # a value spans lines
-            raise InvalidArgumentError("needs per-record parsing")
-    except InvalidArgumentError:
-        return (*_event_times_per_record(values, field), None)
+    values = _as_binary(values)
+    if values.null_count:
+        return (*_event_times_per_record(values.to_pylist(), field), None)
+    buf = _lines(values)
+    if np.count_nonzero(np.frombuffer(buf, np.uint8) == 10) != n - 1:  # a value spans lines
+        return (*_event_times_per_record(values.to_pylist(), field), None)
     own = [(field, pa.int64())]
     tries = [(own + [(f, t) for f, t in also.items() if f != field], True)] if also else []
     for fields, with_also in tries + [(own, False)]:   # ``also`` refused: the event times alone
         try:
             table = pajson.read_json(
-                io.BytesIO(buf), read_options=pajson.ReadOptions(use_threads=False),
+                pa.BufferReader(buf), read_options=pajson.ReadOptions(use_threads=False),
                 parse_options=pajson.ParseOptions(explicit_schema=pa.schema(fields),
                                                   unexpected_field_behavior="ignore"))
         except (pa.ArrowInvalid, ValueError):
@@ -559,7 +660,7 @@ def _event_times_pass(values: Sequence[bytes | None], field: str, also: dict[str
         ev = col.fill_null(0).to_numpy()
         parsed = {f: table.column(f).combine_chunks() for f in also} if with_also else None
         return ev, valid & (ev >= MIN_EVENT_MS) & (ev <= MAX_EVENT_MS), parsed
-    return (*_event_times_per_record(values, field), None)
+    return (*_event_times_per_record(values.to_pylist(), field), None)
 
 
 def _event_times_per_record(values: Sequence[bytes | None], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -620,8 +721,8 @@ class RangeRecords:
 
     topic: str
     partition: int
-    keys: list
-    values: list
+    keys: pa.Array              # binary
+    values: pa.Array            # binary
     offsets: np.ndarray
     timestamps_ms: np.ndarray
     timestamp_types: np.ndarray
@@ -704,13 +805,13 @@ def decode(records: RecordColumns, topic: str, partition: int, field: str | None
         ev = np.zeros(n, np.int64)
         valid = np.zeros(n, bool)
         idx = np.flatnonzero(is_data)
-        sub_ev, sub_valid = event_times([values[i] for i in idx], field, ts_ms[idx])
+        sub_ev, sub_valid = event_times(values.take(pa.array(idx, pa.int64())), field, ts_ms[idx])
         ev[idx], valid[idx] = sub_ev, sub_valid
     bad = np.flatnonzero(~valid if is_data is None else is_data & ~valid)
     for i in bad:
         kinds[i] = KIND_ERROR
         errors[i] = (f"record {topic}-{partition}@{offsets[i]} has no event time: "
-                     + event_time_problem(values[i], field, int(ts_ms[i])))
+                     + event_time_problem(values[int(i)].as_py(), field, int(ts_ms[i])))
     if ahead is not None:
         pt, limit = ahead
         far = np.flatnonzero(valid & (ev > pt + limit))   # valid is False on non-data rows
@@ -750,7 +851,7 @@ def records_to_batch(r: RangeRecords, include_headers: bool, processing_time_ms:
     is_data = None if all_data else r.kinds == KIND_DATA
     is_punct = None if all_data else r.kinds == KIND_PUNCTUATION
     cols: list[pa.Array] = [
-        pa.array(r.keys, pa.binary()), pa.array(r.values, pa.binary()),
+        r.keys, r.values,
         _constant(r.topic, n, pa.string()), _constant(r.partition, n, pa.int32()),
         pa.array(r.offsets), _ts(r.timestamps_ms), pa.array(r.timestamp_types),
     ]

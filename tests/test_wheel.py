@@ -32,6 +32,7 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"dataflow_kafka"}, top
     assert "dataflow_kafka/brokers/pom.xml" in names            # Kafka resolves from the installed package
+    assert [n for n in names if n.startswith("dataflow_kafka/datasource/_rdcolumns.")]   # the C reader, built
     assert not [n for n in names if "/tests/" in n or n.startswith(("bench/", "demo/"))]
 
 

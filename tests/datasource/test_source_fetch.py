@@ -1,6 +1,7 @@
 """``kafka_read.fetch_range`` on a real broker: offset ranges, data loss, and the log's bounds
-asked for only when a read does not begin at its start offset, in both of its forms (messages,
-and columns with the garbage collector held off while they are built) (broker, no JVM)."""
+asked for only when a read does not begin at its start offset, in each of its forms (messages;
+columns of ``Consumer.consume``'s messages, with the garbage collector held off while they are
+built; columns of the C reader, ``kafka_read.column_reader``) (broker, no JVM)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,26 @@ def consumer(kafka):
     c.close()
 
 
-@pytest.fixture(params=[False, True], ids=["messages", "columns"])
-def columns(request):
-    return request.param
+def _use_c_reader(monkeypatch, use: bool) -> None:
+    """Columns through the C reader or through ``Consumer.consume``'s messages, for this test."""
+    monkeypatch.setenv("DATAFLOW_KAFKA_C_READER", "1" if use else "0")
+    kafka_read.column_reader.cache_clear()
+    assert (kafka_read.column_reader() is not None) == use, "the C reader (_rdcolumns) was not built: make setup"
+
+
+@pytest.fixture(params=["messages", "columns", "columns-c"])
+def columns(request, monkeypatch):
+    """The read's form: messages, or columns (of ``Consumer.consume``'s messages, or of the C reader)."""
+    _use_c_reader(monkeypatch, request.param == "columns-c")
+    yield request.param != "messages"
+    kafka_read.column_reader.cache_clear()
+
+
+@pytest.fixture(params=[False, True], ids=["consume", "c"])
+def c_reader(request, monkeypatch):
+    _use_c_reader(monkeypatch, request.param)
+    yield request.param
+    kafka_read.column_reader.cache_clear()
 
 
 @pytest.fixture
@@ -97,7 +115,7 @@ def test_ranges_past_the_log_end(kafka, consumer, columns):
         _read(consumer, topic, 100, 120, fail=True, columns=columns)                   # begins at the log end
 
 
-def test_columns_hold_what_the_messages_hold(kafka, consumer):
+def test_columns_hold_what_the_messages_hold(kafka, consumer, c_reader):
     topic = kafka.topic(1)
     kafka.produce(topic, [{"value": None if i % 7 == 0 else b"v%d" % i, "key": b"k%d" % i if i % 3 else None,
                            "timestamp": 1_700_000_000_000 + i, "partition": 0,
@@ -106,15 +124,16 @@ def test_columns_hold_what_the_messages_hold(kafka, consumer):
     chunks = [c for c, _ in kafka_read.fetch_range(consumer, topic, 0, 3, 47, 30_000, True, columns=True)]
     assert all(isinstance(c, kafka_read.RecordColumns) for c in chunks)
     assert [m.offset() for m in messages] == np.concatenate([c.offsets for c in chunks]).tolist() == list(range(3, 47))
-    assert [m.key() for m in messages] == [k for c in chunks for k in c.keys]
-    assert [m.value() for m in messages] == [v for c in chunks for v in c.values]
+    assert [m.key() for m in messages] == [k for c in chunks for k in c.keys.to_pylist()]
+    assert [m.value() for m in messages] == [v for c in chunks for v in c.values.to_pylist()]
     assert [list(m.timestamp()) for m in messages] == np.concatenate([c.timestamps for c in chunks]).tolist()
     assert [m.headers() for m in messages] == [h for c in chunks for h in c.headers]
     picked = chunks[0].take([2, 0])
-    assert picked.offsets.tolist() == [5, 3] and picked.values == [b"v5", b"v3"] and picked.headers[0] == [("h", b"5")]
+    assert picked.offsets.tolist() == [5, 3] and picked.values.to_pylist() == [b"v5", b"v3"]
+    assert picked.headers[0] == [("h", b"5")]
 
 
-def test_the_columns_form_keeps_the_collector_off_its_messages(kafka, consumer):
+def test_the_columns_form_keeps_the_collector_off_its_messages(kafka, consumer, c_reader):
     """A poll's messages (tracked by Python's cyclic garbage collector) never meet a collection:
     they are turned into columns and freed while it is held off, and the collector is on again
     between polls (without the pause this read ran 56 collections)."""

@@ -1,0 +1,84 @@
+"""The source's read with the C reader (``kafka_read.column_reader``, ``datasource/_rdcolumns.c``)
+against the same read through ``Consumer.consume``'s messages, in the same run.
+
+    python -m bench.column_reader [--events 400000] [--ranges 2500,12500,50000,0] [--rounds 3] [--csv F]
+
+NEXMark's bids (:func:`bench.prefetch.produce_bids`, four partitions) on the embedded broker are read as
+a task of the source reads them: ``kafka_read.fetch_range(..., columns=True)``, ``decode`` of the
+event-time field and ``records_to_batch``, in ranges of ``--ranges`` records per partition (0: each
+partition as one range), with one consumer of the range's prefetch class
+(``kafka_read.prefetch_for``; :func:`bench.prefetch.read_in_ranges`). The two arms alternate in every round, and the first round checks
+that both give the same Arrow batches. CPU is the process's (librdkafka's threads included).
+Printed: per range length and arm the median over rounds of CPU microseconds per record and wall
+seconds, and the C reader's over the messages'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+
+import pyarrow as pa
+
+from dataflow_kafka.brokers.launcher import kafka_broker
+from dataflow_kafka.datasource import kafka_read
+
+from bench import _stream
+from bench.prefetch import produce_bids, read_in_ranges
+
+ARMS = ("c", "consume")
+
+
+def _use(arm: str) -> None:
+    os.environ["DATAFLOW_KAFKA_C_READER"] = "1" if arm == "c" else "0"
+    kafka_read.column_reader.cache_clear()
+    if (kafka_read.column_reader() is not None) != (arm == "c"):
+        raise SystemExit("the C reader (datasource/_rdcolumns.c) is not built: make setup")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.column_reader", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=400_000, help="NEXMark events generated (46 of 50 are bids)")
+    ap.add_argument("--ranges", default="2500,12500,50000,0", help="records per range and partition (0: whole)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--csv", default=None)
+    args = ap.parse_args(argv)
+    rows = []
+    with kafka_broker() as broker:
+        bootstrap = broker.bootstrap_servers
+        topic, ends = produce_bids(bootstrap, "column-reader", args.events)
+        for range_len in (int(x) for x in args.ranges.split(",")):
+            for rnd in range(args.rounds):
+                tables = {}
+                for arm in ARMS if rnd % 2 == 0 else ARMS[::-1]:
+                    _use(arm)
+                    longest = range_len or max(ends.values())
+                    batches: list[pa.RecordBatch] = []
+                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, longest, kafka_read.prefetch_for(longest),
+                                                  batches)
+                    if rnd == 0:
+                        tables[arm] = pa.Table.from_batches(batches)
+                    rows.append({"date": datetime.datetime.now().isoformat(timespec="seconds"), "range": range_len,
+                                 "arm": arm, "round": rnd, "records": n,
+                                 "cpu_us_per_record": round(cpu / n * 1e6, 3), "wall_s": round(wall, 3),
+                                 "load": round(os.getloadavg()[0], 2)})
+                    print(f"  range={range_len or 'whole'} {arm} round={rnd} cpu_us/record={cpu / n * 1e6:.2f} "
+                          f"wall_s={wall:.2f}", flush=True)
+                if tables and not tables["c"].equals(tables["consume"]):
+                    raise SystemExit(f"range={range_len}: the two readers gave different batches")
+            med = {a: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len and r["arm"] == a),
+                       statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["arm"] == a))
+                   for a in ARMS}
+            for a, (cpu, wall) in med.items():
+                print(f"range={range_len or 'whole'} {a}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s")
+            print(f"range={range_len or 'whole'}: c / consume: CPU {med['c'][0] / med['consume'][0]:.2f}, "
+                  f"wall {med['c'][1] / med['consume'][1]:.2f} (same batches)", flush=True)
+    os.environ.pop("DATAFLOW_KAFKA_C_READER", None)
+    if args.csv:
+        print(f"wrote {_stream.write_csv(args.csv, rows)}")
+
+
+if __name__ == "__main__":
+    main()
