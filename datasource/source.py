@@ -468,12 +468,17 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         c = self._consumer()
         now = _now_ms()
         prev = from_json_partitions(start["partitions"])
-        tps = resolve_partitions(c, self.opts)
+        if self._available_now is not None:
+            # Trigger.AvailableNow reads up to the offsets fixed when the run started: no metadata or
+            # offset request per batch (Spark's connector does the same)
+            tps, latest = list(self._available_now), dict(self._available_now)
+        else:
+            tps = resolve_partitions(c, self.opts)
+            latest = self._high(tps)
         new_tps = [tp for tp in tps if tp not in prev]
         low_of_new = {tp: kafka_read.watermarks(c, *tp, self._request_timeout_s)[0]   # new partitions: earliest
                       for tp in new_tps}
         begin = {tp: prev[tp]["o"] if tp in prev else low_of_new[tp] for tp in tps}
-        latest = self._high(tps)
         self._latest = latest
         notes = list(start.get("notes", []))
         for tp in tps:
@@ -489,10 +494,10 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         mods: list[dict] = []
         control_end = dict(control_start)
         if self.opts.control_topic:
-            control_end = self._high(self._control_tps())
-            if self._available_now_control is not None:
-                control_end = {tp: max(control_start.get(tp, 0), min(h, self._available_now_control.get(tp, 0)))
-                               for tp, h in control_end.items()}
+            if self._available_now_control is not None:    # fixed when the run started, as the data's
+                control_end = {tp: max(control_start.get(tp, 0), h) for tp, h in self._available_now_control.items()}
+            else:
+                control_end = self._high(self._control_tps())
             mods = _read_control(c, self.opts, control_start, control_end)
         mods += [{"error": n} for n in notes]
 

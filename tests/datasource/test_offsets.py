@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from dataflow_kafka.datasource import kafka_read
-from dataflow_kafka.datasource.offsets import rate_limit, resolve_partitions, starting_offsets
+from dataflow_kafka.datasource.offsets import from_json_partitions, rate_limit, resolve_partitions, starting_offsets
 from dataflow_kafka.datasource.options import OptionError, parse_source_options
 from dataflow_kafka.datasource.source import OffsetRange, RangeGroup, _apply_max_partitions, _apply_min_partitions
 from tests.support import now_ms
@@ -94,3 +94,37 @@ def test_max_partitions_packs_every_range_once_into_balanced_tasks(sizes, max_pa
         assert t.ranges == sorted(t.ranges, key=lambda r: (r.topic, r.partition, r.start))
     loads = [sum(r.end - r.start for r in t.ranges) for t in tasks]
     assert max(loads) - min(loads) <= max(sizes)                                  # greedy balance
+
+
+def test_available_now_plans_each_batch_without_asking_kafka(kafka, monkeypatch):
+    """Under Trigger.AvailableNow the end offsets are fixed when the run starts
+    (``prepareForTriggerAvailableNow``); each batch's ``latestOffset`` then asks Kafka for no
+    metadata and no log end (as Spark's connector), and still stops at those offsets while records
+    arrive meanwhile."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from dataflow_kafka.datasource import source as source_module
+    from dataflow_kafka.datasource.source import DataflowKafkaStreamReader
+
+    topic = kafka.topic(2)
+    kafka.produce(topic, [{"value": b'{"ts": %d}' % i, "partition": i % 2} for i in range(40)])
+    reader = DataflowKafkaStreamReader(parse_source_options(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
+         "eventTimeField": "ts", "rangeStatsTopic": ""}, streaming=True))
+    try:
+        start = reader.initialOffset()
+        reader.prepareForTriggerAvailableNow()
+        kafka.produce(topic, [{"value": b'{"ts": 99}', "partition": 0} for _ in range(5)])   # after the start
+        asked = []
+        real_watermarks, real_resolve = kafka_read.watermarks, source_module.resolve_partitions
+        monkeypatch.setattr(kafka_read, "watermarks", lambda *a, **k: asked.append(a[1:3]) or real_watermarks(*a, **k))
+        monkeypatch.setattr(source_module, "resolve_partitions", lambda *a, **k: asked.append("metadata") or real_resolve(*a, **k))
+        totals = []
+        for _ in range(8):
+            end = reader.latestOffset(start, ReadMaxRows(8))
+            totals.append(sum(e["o"] for e in from_json_partitions(end["partitions"]).values()))
+            start = end
+        assert asked == []
+        assert totals == [8, 16, 24, 32, 40, 40, 40, 40]          # the 5 records produced after the start wait
+    finally:
+        reader.stop()
