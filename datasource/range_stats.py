@@ -83,6 +83,7 @@ class RangeStats:
         self._c = None
         self._next: dict[int, int] = {}                    # stats partition -> next offset to read
         self._entries: OrderedDict[bytes, int | None] = OrderedDict()
+        self._partitions: list[int] | None = None          # the topic's partitions, asked for once (and on a miss)
 
     def ensure_topic(self) -> str | None:
         """Create the topic if it is missing; an error message if it cannot be used."""
@@ -95,9 +96,14 @@ class RangeStats:
             return f"cannot use range stats topic {self.topic!r}: {e}"
 
     def get(self, key: bytes) -> tuple[bool, int | None]:
-        """``(found, newest event time)`` of a range key."""
+        """``(found, newest event time)`` of a range key. The topic's partitions are asked for
+        once (a metadata round trip each batch cost the driver's planning about 3 ms); a key not
+        found asks again, in case partitions were added."""
         if key not in self._entries:
             self._read_new()
+            if key not in self._entries and self._partitions is not None:
+                self._partitions = None
+                self._read_new()
         return (key in self._entries), self._entries.get(key)
 
     def _consumer(self):
@@ -107,10 +113,12 @@ class RangeStats:
 
     def _read_new(self) -> None:
         c = self._consumer()
-        md = kafka_read.list_topics(c, self.topic).topics.get(self.topic)
-        if md is None or md.error is not None:
-            return
-        for p in sorted(md.partitions):
+        if self._partitions is None:
+            md = kafka_read.list_topics(c, self.topic).topics.get(self.topic)
+            if md is None or md.error is not None:
+                return
+            self._partitions = sorted(md.partitions)
+        for p in self._partitions:
             low, high = kafka_read.watermarks(c, self.topic, p)
             start = max(low, self._next.get(p, high - _TAIL))
             for msgs, _ in kafka_read.fetch_range(c, self.topic, p, start, high, self.poll_timeout_ms,

@@ -144,3 +144,25 @@ def test_a_run_after_available_now_scans_the_last_range_once(kafka, caplog):
             assert end3["partitions"][topic]["0"]["p"] == base + 999   # from the entry, not a scan
         finally:
             second.stop()
+
+
+def test_the_driver_asks_for_the_stats_topics_partitions_once(kafka, monkeypatch):
+    """Each batch's lookups read the entries written since the last, without asking for the stats
+    topic's metadata again; a key not found asks again (partitions may have been added)."""
+    conf = {"bootstrap.servers": kafka.bootstrap}
+    stats = range_stats.RangeStats(conf, kafka.topic(1, prefix="stats"), 30_000)
+    assert stats.ensure_topic() is None
+    asked = []
+    real = kafka_read.list_topics
+    monkeypatch.setattr(kafka_read, "list_topics", lambda *a, **k: asked.append(a[1:]) or real(*a, **k))
+    try:
+        for batch in range(4):
+            key = range_stats.range_key("t", 0, batch * 10, batch * 10 + 10, "ts", conf)
+            assert range_stats.publish(conf, stats.topic, key, 1_000 + batch)
+            assert stats.get(key) == (True, 1_000 + batch)
+        assert len(asked) == 1
+        assert stats.get(range_stats.range_key("t", 0, 99, 100, "ts", conf)) == (False, None)
+        assert len(asked) == 2
+    finally:
+        stats.close()
+        range_stats.close_producers()
