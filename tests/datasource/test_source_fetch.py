@@ -158,3 +158,21 @@ def test_the_columns_form_keeps_the_collector_off_its_messages(kafka, consumer, 
     assert enabled_between_polls and all(enabled_between_polls)
     assert seen.count(2) == 0 and len(seen) <= 2 * len(enabled_between_polls), seen
 
+
+
+def test_the_c_reader_polls_only_an_open_consumer(kafka):
+    """``_rdcolumns.consume`` reads librdkafka's handle out of the object it is given: anything but
+    a confluent_kafka consumer, or a closed one, is refused before it is touched."""
+    from confluent_kafka import Producer
+
+    poll = kafka_read.column_reader()
+    assert poll is not None, "the C reader (_rdcolumns) was not built: make setup"
+    with pytest.raises(TypeError, match="not a confluent_kafka.Consumer"):
+        poll(object(), 10, 0, 100)
+    with pytest.raises(TypeError, match="not a confluent_kafka.Consumer"):
+        poll(Producer({"bootstrap.servers": kafka.bootstrap}), 10, 0, 100)
+    c = kafka_read.consumer({"bootstrap.servers": kafka.bootstrap})
+    assert poll(c, 10, 0, 100) == (0, None, [], (0, b"", b"", (b"", b"\0\0\0\0", None, 0), (b"", b"\0\0\0\0", None, 0), []))
+    c.close()
+    with pytest.raises(RuntimeError, match="Consumer closed"):
+        poll(c, 10, 0, 100)
