@@ -470,28 +470,40 @@ def column_reader():
     (docs/source.md, "The read in C"). None where it cannot be used, and the reads then take
     ``Consumer.consume``: the extension not built (no C compiler at install, code shipped as a
     zip), a confluent_kafka it was not checked against, no librdkafka among the process's mapped
-    files, or ``DATAFLOW_KAFKA_C_READER=0`` in the environment (benchmarks compare the two)."""
+    files (each logged once per process, at INFO), or ``DATAFLOW_KAFKA_C_READER=0`` in the
+    environment (benchmarks compare the two)."""
+    import logging
     import os
 
     if os.environ.get("DATAFLOW_KAFKA_C_READER", "1") == "0":
         return None
+    poll, why_not = _bound_c_reader()
+    if poll is None:
+        logging.getLogger(__name__).info("dataflow-kafka: the source reads through confluent_kafka's "
+                                         "Consumer.consume, not its C reader: %s", why_not)
+    return poll
+
+
+def _bound_c_reader():
+    """``(_rdcolumns.consume bound, None)``, or ``(None, why it cannot be used)``."""
     try:
         from dataflow_kafka.datasource import _rdcolumns
-    except ImportError:
-        return None
+    except ImportError as e:
+        return None, f"the extension dataflow_kafka.datasource._rdcolumns was not built ({e})"
     from confluent_kafka import cimpl
 
     version = cimpl.version()      # a str in confluent_kafka 2.16, a (str, int) pair before
-    if not (version[0] if isinstance(version, tuple) else version).startswith(_C_READER_VERSIONS):
-        return None
+    version = version[0] if isinstance(version, tuple) else version
+    if not version.startswith(_C_READER_VERSIONS):
+        return None, f"confluent_kafka {version} is not one it was checked against ({', '.join(_C_READER_VERSIONS)}x)"
     path = _loaded_librdkafka()
     if path is None:
-        return None
+        return None, "no librdkafka among the process's mapped files (/proc/self/maps)"
     try:
         _rdcolumns.bind(path, cimpl.Consumer)
-    except ImportError:
-        return None
-    return _rdcolumns.consume
+    except ImportError as e:
+        return None, str(e)
+    return _rdcolumns.consume, None
 
 
 def _loaded_librdkafka() -> str | None:

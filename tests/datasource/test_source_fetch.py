@@ -176,3 +176,19 @@ def test_the_c_reader_polls_only_an_open_consumer(kafka):
     c.close()
     with pytest.raises(RuntimeError, match="Consumer closed"):
         poll(c, 10, 0, 100)
+
+
+def test_a_confluent_kafka_the_c_reader_was_not_checked_against_reads_through_consume(monkeypatch, caplog):
+    """The C reader reads confluent_kafka's C consumer object, so another major version falls back
+    to ``Consumer.consume``, and the log says why (once per process)."""
+    import logging
+
+    monkeypatch.setattr(kafka_read, "_C_READER_VERSIONS", ("999.",))
+    monkeypatch.delenv("DATAFLOW_KAFKA_C_READER", raising=False)
+    kafka_read.column_reader.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger=kafka_read.__name__):
+            assert kafka_read.column_reader() is None
+        assert "not one it was checked against (999.x)" in caplog.text
+    finally:
+        kafka_read.column_reader.cache_clear()
