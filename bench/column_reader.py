@@ -15,7 +15,6 @@ seconds, and the C reader's over the messages'.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import statistics
@@ -26,7 +25,7 @@ from dataflow_kafka.brokers.launcher import kafka_broker
 from dataflow_kafka.datasource import kafka_read
 
 from bench import _stream
-from bench.prefetch import produce_bids, read_in_ranges
+from bench.prefetch import produce_bids, ranged_read_args, read_in_ranges
 
 ARMS = ("c", "consume")
 
@@ -39,22 +38,18 @@ def _use(arm: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.column_reader", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", type=int, default=400_000, help="NEXMark events generated (46 of 50 are bids)")
-    ap.add_argument("--ranges", default="2500,12500,50000,0", help="records per range and partition (0: whole)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--csv", default=None)
-    args = ap.parse_args(argv)
+    args = ranged_read_args("python -m bench.column_reader", __doc__, "2500,12500,50000,0",
+                            "records per range and partition (0: whole)", argv)
     rows = []
     with kafka_broker() as broker:
         bootstrap = broker.bootstrap_servers
         topic, ends = produce_bids(bootstrap, "column-reader", args.events)
         for range_len in (int(x) for x in args.ranges.split(",")):
+            longest = range_len or max(ends.values())
             for rnd in range(args.rounds):
                 tables = {}
                 for arm in ARMS if rnd % 2 == 0 else ARMS[::-1]:
                     _use(arm)
-                    longest = range_len or max(ends.values())
                     batches: list[pa.RecordBatch] = []
                     n, cpu, wall = read_in_ranges(bootstrap, topic, ends, longest, kafka_read.prefetch_for(longest),
                                                   batches)

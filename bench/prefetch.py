@@ -74,13 +74,20 @@ def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: 
         c.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.prefetch", description=__doc__.split("\n\n")[0])
+def ranged_read_args(prog: str, doc: str, ranges: str, ranges_help: str, argv: list[str] | None):
+    """The arguments of a benchmark of ranged reads (this one, ``bench.column_reader``): ``--events``,
+    ``--ranges`` (default ``ranges``), ``--rounds``, ``--csv``."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=400_000, help="NEXMark events generated (46 of 50 are bids)")
-    ap.add_argument("--ranges", default="2500,12500,50000", help="records per range and partition")
+    ap.add_argument("--ranges", default=ranges, help=ranges_help)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--csv", default=None)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = ranged_read_args("python -m bench.prefetch", __doc__, "2500,12500,50000", "records per range and partition",
+                            argv)
     rows = []
     with kafka_broker() as broker:
         bootstrap = broker.bootstrap_servers

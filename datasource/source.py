@@ -484,8 +484,6 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for tp in tps:
             if tp in prev and latest[tp] < begin[tp]:
                 notes.append(self._offsets_went_back(c, tp, begin, latest[tp]))
-        if self._available_now is not None:
-            latest = {tp: min(h, self._available_now.get(tp, begin[tp])) for tp, h in latest.items()}
         latest = {tp: max(h, begin[tp]) for tp, h in latest.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = rate_limit(begin, latest, max_rows)
