@@ -2,6 +2,7 @@
 into ``format("dataflow-kafka")`` for one small batch, each timed, in one process.
 
     python -m bench.trickle_phases [--batches 40] [--per-batch 10] [--partitions 2] [--profile N]
+        [--profile-phase read|plan]
 
 A 2-partition topic on the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``) gets ``--per-batch``
 JSON records before every batch; then, as Spark's micro-batch does:
@@ -45,7 +46,7 @@ from dataflow_kafka.datasource.source import DataflowKafkaDataSource, DataflowKa
 TIMED = (("dataflow_kafka.datasource.offsets", None, "resolve_partitions"),
          ("dataflow_kafka.datasource.kafka_read", None, "watermarks"),
          ("dataflow_kafka.datasource.kafka_read", None, "list_topics"),
-         ("dataflow_kafka.datasource.kafka_read", None, "latest_offsets"),
+         ("dataflow_kafka.datasource.kafka_read", None, "log_offsets"),
          ("dataflow_kafka.datasource.range_stats", None, "publish"),
          ("dataflow_kafka.datasource.range_stats", "RangeStats", "get"),
          ("dataflow_kafka.datasource.sink", None, "_flush"))
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-batch", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
-                    help="also profile the tasks' reads (cProfile) and print the top N functions by own time")
+                    help="also profile a phase (cProfile) and print the top N functions by own time")
+    ap.add_argument("--profile-phase", choices=("read", "plan"), default="read",
+                    help="the phase --profile profiles: the tasks' reads, or the driver's latestOffset")
     args = ap.parse_args(argv)
     prof = cProfile.Profile()
     with kafka_broker() as broker:
@@ -119,13 +122,16 @@ def main(argv: list[str] | None = None) -> int:
             if b == 3:
                 times.clear()
             with _phase(times, "driver: latestOffset"):
+                if args.profile and args.profile_phase == "plan" and b >= 3:
+                    prof.enable()
                 end = reader.latestOffset(start, reader.getDefaultReadLimit())
+                prof.disable()
             with _phase(times, "driver: partitions"):
                 parts = reader.partitions(start, end)
             rows = []
             for p in parts:
                 with _phase(times, "task: read one range"):
-                    if args.profile and b >= 3:
+                    if args.profile and args.profile_phase == "read" and b >= 3:
                         prof.enable()
                     batches = list(reader.read(p))
                     prof.disable()
@@ -147,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:40s} {statistics.median(xs):8.2f} {xs[int(0.9 * (len(xs) - 1))]:8.2f} "
               f"{len(xs) / args.batches:12.1f}")
     if args.profile:
-        print(f"the tasks' reads under cProfile (with its overhead), top {args.profile} by own time:")
+        what = "the tasks' reads" if args.profile_phase == "read" else "the driver's latestOffset"
+        print(f"{what} under cProfile (with its overhead), top {args.profile} by own time:")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
     return 0
 

@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,7 @@ from dataflow_kafka.errors import (
 )
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "prefetch_for", "list_topics",
-           "watermarks", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
+           "watermarks", "log_offsets", "log_bounds", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
            "event_time_problem", "event_times_and_fields", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS",
            "PARSED_PREFIX", "column_reader"]
 
@@ -229,7 +229,7 @@ def _transient_codes() -> frozenset[int]:
 ATTEMPT_TIMEOUT_S = 2.0
 
 
-def _retrying(request, timeout_s: float, c=None, topic: str | None = None):
+def _retrying(request, timeout_s: float, c=None, topic: str | Iterable[str] | None = None):
     """``request(remaining_s)``, retried on transient errors (a broker restarting, a leader
     moving) until ``timeout_s`` have passed, as Kafka clients do. A refused login (reported by
     consumer ``c``'s error callback) is raised at once, not retried.
@@ -251,9 +251,9 @@ def _retrying(request, timeout_s: float, c=None, topic: str | None = None):
             if time.monotonic() >= deadline or not _transient(e.args[0]):
                 raise
             time.sleep(0.2)
-            if c is not None and topic is not None:
+            for name in ((topic,) if isinstance(topic, str) else topic or ()) if c is not None else ():
                 with contextlib.suppress(KafkaException):
-                    c.list_topics(topic, timeout=max(0.5, min(2.0, deadline - time.monotonic())))
+                    c.list_topics(name, timeout=max(0.5, min(2.0, deadline - time.monotonic())))
 
 
 @contextlib.contextmanager
@@ -289,6 +289,44 @@ def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[
 
     tp = TopicPartition(topic, partition)
     return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c, topic)
+
+
+def log_offsets(c, tps: Iterable[tuple[str, int]], which: str, timeout_s: float = 30.0) -> dict[tuple[str, int], int]:
+    """Each partition's log start (``which="start"``) or end (``"end"``: the high watermark, the last
+    stable offset under ``isolation.level=read_committed``, as :func:`watermarks` gives it), asked
+    for all partitions at once: one ``ListOffsets`` request per leader (librdkafka's
+    ``offsets_for_times`` with Kafka's logical timestamps), as Spark's connector asks with one
+    ``listOffsets`` call, where :func:`watermarks` is a round trip per partition. An error of the
+    request or of one partition is retried as :func:`watermarks` retries it, with the metadata of
+    the partitions' topics asked for again before each retry."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+    tps = list(tps)
+    if not tps:
+        return {}
+    logical = {"start": OFFSET_BEGINNING, "end": OFFSET_END}[which]
+
+    def request(t: float) -> dict[tuple[str, int], int]:
+        found = c.offsets_for_times([TopicPartition(topic, p, logical) for topic, p in tps], timeout=t)
+        failed = next((r.error for r in found if r.error is not None), None)
+        if failed is not None:
+            raise KafkaException(failed)
+        got = {(r.topic, r.partition): r.offset for r in found}
+        missing = [tp for tp in tps if got.get(tp, -1) < 0]
+        if missing:   # no offset and no error: not seen from librdkafka, kept as an error that names them
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,
+                                            f"no log {which} offset returned for {missing}"))
+        return got
+
+    return _retrying(request, timeout_s, c, sorted({t for t, _ in tps}))
+
+
+def log_bounds(c, tps: Iterable[tuple[str, int]], timeout_s: float = 30.0) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(log start, log end)`` of each partition, as :func:`watermarks` gives them, in two
+    requests (:func:`log_offsets`) whatever the number of partitions."""
+    tps = list(tps)
+    low, high = log_offsets(c, tps, "start", timeout_s), log_offsets(c, tps, "end", timeout_s)
+    return {tp: (low[tp], high[tp]) for tp in tps}
 
 
 def list_topics(c, topic: str | None = None, timeout_s: float = 30.0):

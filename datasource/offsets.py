@@ -76,8 +76,8 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
     return sorted((t, p) for t in names for p in topics[t].partitions)
 
 
-def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks, notes: list[str] | None = None
-                     ) -> dict[TP, int]:
+def starting_offsets(c, opts: SourceOptions, tps: list[TP], notes: list[str] | None = None,
+                     timeout_s: float = 30.0) -> dict[TP, int]:
     """Resolve startingTimestamp / startingOffsetsByTimestamp / startingOffsets (Spark's order).
 
     ``startingOffsets`` naming a partition the query does not read (it does not exist) is an
@@ -87,7 +87,7 @@ def starting_offsets(c, opts: SourceOptions, tps: list[TP], watermarks, notes: l
     read, none is skipped unseen."""
     from confluent_kafka import TopicPartition
 
-    wm = {tp: watermarks(c, *tp) for tp in tps}
+    wm = kafka_read.log_bounds(c, tps, timeout_s)
     by_ts: dict[TP, int] | None = None
     if opts.starting_timestamp_ms is not None:
         by_ts = {tp: opts.starting_timestamp_ms for tp in tps}

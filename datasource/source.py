@@ -386,7 +386,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _high(self, tps: list[TP]) -> dict[TP, int]:
         c = self._consumer()
-        return {tp: kafka_read.watermarks(c, *tp, self._request_timeout_s)[1] for tp in tps}
+        return kafka_read.log_offsets(c, tps, "end", self._request_timeout_s)
 
     @property
     def _request_timeout_s(self) -> float:
@@ -434,7 +434,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         c = self._consumer()
         tps = resolve_partitions(c, self.opts)
         notes: list[str] = []
-        start = starting_offsets(c, self.opts, tps, kafka_read.watermarks, notes)
+        start = starting_offsets(c, self.opts, tps, notes, self._request_timeout_s)
         offset = {"v": 2, "batchTimeMs": _now_ms(),
                   "partitions": to_json_partitions({tp: {"o": o} for tp, o in start.items()}),
                   "control": {}, "mods": {}}
@@ -476,8 +476,7 @@ class DataflowKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             tps = resolve_partitions(c, self.opts)
             latest = self._high(tps)
         new_tps = [tp for tp in tps if tp not in prev]
-        low_of_new = {tp: kafka_read.watermarks(c, *tp, self._request_timeout_s)[0]   # new partitions: earliest
-                      for tp in new_tps}
+        low_of_new = kafka_read.log_offsets(c, new_tps, "start", self._request_timeout_s)  # new partitions: earliest
         begin = {tp: prev[tp]["o"] if tp in prev else low_of_new[tp] for tp in tps}
         self._latest = latest
         notes = list(start.get("notes", []))
@@ -691,8 +690,8 @@ class DataflowKafkaBatchReader(DataSourceReader):
         notes: list[str] = []
         try:
             tps = resolve_partitions(c, self.opts)
-            start = starting_offsets(c, self.opts, tps, kafka_read.watermarks, notes)
-            wm = {tp: kafka_read.watermarks(c, *tp) for tp in tps}
+            start = starting_offsets(c, self.opts, tps, notes)
+            wm = kafka_read.log_bounds(c, tps)
             if self.opts.ending == "latest":
                 end = {tp: wm[tp][1] for tp in tps}
             else:
@@ -703,7 +702,7 @@ class DataflowKafkaBatchReader(DataSourceReader):
             mods = []
             if self.opts.control_topic:
                 ctps = _control_partitions(c, self.opts)
-                cw = {tp: kafka_read.watermarks(c, *tp) for tp in ctps}
+                cw = kafka_read.log_bounds(c, ctps)
                 mods, control_notes = _mods_and_notes(_read_control(
                     c, self.opts, {tp: w[0] for tp, w in cw.items()}, {tp: w[1] for tp, w in cw.items()}))
                 notes += control_notes

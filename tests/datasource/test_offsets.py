@@ -19,7 +19,7 @@ def _resolve(kafka, **options):
     c = kafka_read.consumer(opts.kafka)
     try:
         tps = resolve_partitions(c, opts)
-        return tps, starting_offsets(c, opts, tps, kafka_read.watermarks)
+        return tps, starting_offsets(c, opts, tps)
     finally:
         c.close()
 
@@ -96,6 +96,26 @@ def test_max_partitions_packs_every_range_once_into_balanced_tasks(sizes, max_pa
     assert max(loads) - min(loads) <= max(sizes)                                  # greedy balance
 
 
+def _stream_reader(kafka, partitions: int, records: int):
+    """A stream reader from the start of a new topic holding ``records`` JSON records round robin."""
+    from dataflow_kafka.datasource.source import DataflowKafkaStreamReader
+
+    topic = kafka.topic(partitions)
+    kafka.produce(topic, [{"value": b'{"ts": %d}' % i, "partition": i % partitions} for i in range(records)])
+    return topic, DataflowKafkaStreamReader(parse_source_options(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
+         "eventTimeField": "ts", "rangeStatsTopic": ""}, streaming=True))
+
+
+def _counting_requests(monkeypatch, asked: list) -> None:
+    """Append each offset request of ``kafka_read`` to ``asked``: ``watermarks``' partition, or
+    ``log_offsets``' ``(which, number of partitions)`` (none when it has no partition to ask for)."""
+    real_watermarks, real_log_offsets = kafka_read.watermarks, kafka_read.log_offsets
+    monkeypatch.setattr(kafka_read, "watermarks", lambda *a, **k: asked.append(a[1:3]) or real_watermarks(*a, **k))
+    monkeypatch.setattr(kafka_read, "log_offsets",
+                        lambda *a, **k: (list(a[1]) and asked.append((a[2], len(a[1])))) or real_log_offsets(*a, **k))
+
+
 def test_available_now_plans_each_batch_without_asking_kafka(kafka, monkeypatch):
     """Under Trigger.AvailableNow the end offsets are fixed when the run starts
     (``prepareForTriggerAvailableNow``); each batch's ``latestOffset`` then asks Kafka for no
@@ -104,20 +124,15 @@ def test_available_now_plans_each_batch_without_asking_kafka(kafka, monkeypatch)
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from dataflow_kafka.datasource import source as source_module
-    from dataflow_kafka.datasource.source import DataflowKafkaStreamReader
 
-    topic = kafka.topic(2)
-    kafka.produce(topic, [{"value": b'{"ts": %d}' % i, "partition": i % 2} for i in range(40)])
-    reader = DataflowKafkaStreamReader(parse_source_options(
-        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-         "eventTimeField": "ts", "rangeStatsTopic": ""}, streaming=True))
+    topic, reader = _stream_reader(kafka, 2, 40)
     try:
         start = reader.initialOffset()
         reader.prepareForTriggerAvailableNow()
         kafka.produce(topic, [{"value": b'{"ts": 99}', "partition": 0} for _ in range(5)])   # after the start
         asked = []
-        real_watermarks, real_resolve = kafka_read.watermarks, source_module.resolve_partitions
-        monkeypatch.setattr(kafka_read, "watermarks", lambda *a, **k: asked.append(a[1:3]) or real_watermarks(*a, **k))
+        real_resolve = source_module.resolve_partitions
+        _counting_requests(monkeypatch, asked)
         monkeypatch.setattr(source_module, "resolve_partitions", lambda *a, **k: asked.append("metadata") or real_resolve(*a, **k))
         totals = []
         for _ in range(8):
@@ -126,5 +141,55 @@ def test_available_now_plans_each_batch_without_asking_kafka(kafka, monkeypatch)
             start = end
         assert asked == []
         assert totals == [8, 16, 24, 32, 40, 40, 40, 40]          # the 5 records produced after the start wait
+    finally:
+        reader.stop()
+
+
+def test_log_offsets_ask_every_partition_at_once_and_agree_with_watermarks(kafka):
+    """``kafka_read.log_offsets`` (one request per leader for all partitions) gives what
+    ``watermarks`` gives a partition at a time: the log start after records were deleted, the end,
+    and under ``read_committed`` the last stable offset while a transaction is open."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic, empty = kafka.topic(3), kafka.topic(1)
+    kafka.produce(topic, [{"value": b"x", "partition": i % 3} for i in range(30)])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})   # held: its futures end with it
+    for f in admin.delete_records([TopicPartition(topic, 1, 4)]).values():
+        f.result(10)
+    tx = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"log-offsets-{topic}"})
+    tx.init_transactions(10)
+    tx.begin_transaction()
+    tx.produce(topic, b"open", partition=2)
+    tx.flush(10)
+    tps = [(topic, 0), (topic, 1), (topic, 2), (empty, 0)]
+    try:
+        for isolation, ends in (("read_uncommitted", [10, 10, 11, 0]), ("read_committed", [10, 10, 10, 0])):
+            c = kafka_read.consumer({"bootstrap.servers": kafka.bootstrap, "isolation.level": isolation})
+            try:
+                assert kafka_read.log_offsets(c, tps, "end") == dict(zip(tps, ends))
+                assert kafka_read.log_offsets(c, tps, "start") == dict(zip(tps, [0, 4, 0, 0]))
+                assert kafka_read.log_bounds(c, tps) == {tp: kafka_read.watermarks(c, *tp) for tp in tps}
+                assert kafka_read.log_offsets(c, [], "end") == {}
+            finally:
+                c.close()
+    finally:
+        tx.abort_transaction(10)
+
+
+def test_latest_offset_asks_for_every_partition_end_in_one_call(kafka, monkeypatch):
+    """Outside Trigger.AvailableNow each batch's ``latestOffset`` asks for the partitions' ends once
+    for all of them (Spark's connector's one ``listOffsets``), not once per partition."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    topic, reader = _stream_reader(kafka, 6, 60)
+    try:
+        start = reader.initialOffset()
+        asked = []
+        _counting_requests(monkeypatch, asked)
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert asked == [("end", 6)]
+        assert {tp: e["o"] for tp, e in from_json_partitions(end["partitions"]).items()} == {
+            (topic, p): 10 for p in range(6)}
     finally:
         reader.stop()
