@@ -39,20 +39,37 @@ def describe_topics(opts: SourceOptions) -> str:
     return f"topics matching {opts.subscribe_pattern!r}"
 
 
+#: At most this many topics named by ``subscribe`` or ``assign`` are asked for by name, a metadata
+#: request each; more, or a pattern, ask for every topic's metadata in one request.
+NAMED_METADATA_MAX = 4
+
+
 def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
-    """The topic-partitions to read now, sorted; missing topics raise an error naming them."""
+    """The topic-partitions to read now, sorted; missing topics raise an error naming them.
+
+    Topics named by ``subscribe`` or ``assign`` (up to :data:`NAMED_METADATA_MAX`) are asked for
+    by name, as Spark's connector describes only them: the metadata of every topic grows with the
+    cluster (docs/source.md, "What planning a batch asks Kafka"), and the driver asks at every batch."""
     from confluent_kafka import KafkaError, KafkaException
 
+    names = opts.subscribe if opts.subscribe is not None else tuple(opts.assign) if opts.assign is not None else None
+    by_name = names is not None and len(names) <= NAMED_METADATA_MAX
     try:
-        md = kafka_read.list_topics(c, None, min(30.0, opts.poll_timeout_ms / 1000))
+        if by_name:
+            listed = {t: kafka_read.list_topics(c, t, min(30.0, opts.poll_timeout_ms / 1000)).topics.get(t)
+                      for t in names}
+            topics = {t: md_t for t, md_t in listed.items() if md_t is not None and md_t.error is None}
+        else:
+            md = kafka_read.list_topics(c, None, min(30.0, opts.poll_timeout_ms / 1000))
+            topics = {name: t for name, t in md.topics.items() if t.error is None}
     except KafkaException as e:
         raise kafka_read.KafkaUnavailableError(
             f"cannot reach Kafka at kafka.bootstrap.servers={opts.kafka.get('bootstrap.servers')!r} to read "
             f"{describe_topics(opts)}: {e}", kafka_read._transient(e.args[0])) from None
-    topics = {name: t for name, t in md.topics.items() if t.error is None}
     # A topic the principal may not DESCRIBE is left out of the list of all topics: ask for it by name.
-    unlisted = [t for t in (opts.subscribe or tuple(opts.assign or ())) if t not in topics]
-    named = {t: kafka_read.list_topics(c, t, 10.0).topics.get(t) for t in unlisted}
+    unlisted = [t for t in names or () if t not in topics]
+    named = ({t: listed[t] for t in unlisted} if by_name
+             else {t: kafka_read.list_topics(c, t, 10.0).topics.get(t) for t in unlisted})
     denied = sorted(t for t, md_t in named.items() if md_t is not None and md_t.error is not None
                     and md_t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED)
     if denied:

@@ -53,6 +53,30 @@ def test_subscribe_pattern_and_assign(kafka):
         _resolve(kafka, assign=json.dumps({b: [7]}))
 
 
+def test_named_topics_metadata_is_asked_for_by_name(kafka, monkeypatch):
+    """``subscribe`` / ``assign`` of a few topics ask for those topics' metadata only (the list of
+    every topic grows with the cluster); a pattern, or more than ``NAMED_METADATA_MAX`` topics,
+    ask for every topic at once."""
+    from dataflow_kafka.datasource import offsets
+
+    a, b = kafka.topic(1, prefix="named"), kafka.topic(2, prefix="named")
+    asked = []
+    real = kafka_read.list_topics
+    monkeypatch.setattr(kafka_read, "list_topics", lambda c, topic=None, *r: asked.append(topic) or real(c, topic, *r))
+    assert _resolve(kafka, subscribe=f"{a},{b}")[0] == sorted([(a, 0), (b, 0), (b, 1)])
+    assert asked == [a, b]
+    asked.clear()
+    assert _resolve(kafka, assign=json.dumps({b: [1]}))[0] == [(b, 1)]
+    assert asked == [b]
+    asked.clear()
+    _resolve(kafka, subscribePattern=r"named-.*")
+    assert asked == [None]
+    asked.clear()
+    many = [kafka.topic(1, prefix="named") for _ in range(offsets.NAMED_METADATA_MAX + 1)]
+    assert _resolve(kafka, subscribe=",".join(many))[0] == sorted((t, 0) for t in many)
+    assert asked == [None]
+
+
 @given(st.dictionaries(st.tuples(st.sampled_from("ab"), st.integers(0, 3)), st.integers(0, 1000), min_size=1),
        st.integers(1, 3000))
 def test_rate_limit_admits_at_most_the_limit_in_proportion(backlog, limit):
