@@ -2,6 +2,7 @@
 ``queued.min.messages``, against the prefetch of one size for every range (``CHUNK``) in the same run.
 
     python -m bench.prefetch [--events 400000] [--ranges 2500,12500,50000] [--rounds 3] [--csv F]
+        [--setting NAME=V1,V2,...]
 
 NEXMark's bids (:mod:`bench.nexmark.generator`, four partitions) on the embedded broker are read
 as a task of the source reads them (``datasource.kafka_read.fetch_range(..., columns=True)`` and
@@ -11,6 +12,8 @@ many records reads them. Per range length every prefetch of ``kafka_read.PREFETC
 arms alternated in each round; ``chosen`` marks the class :func:`kafka_read.prefetch_for` picks.
 CPU is the process's (librdkafka's threads included). Printed: per arm the median over rounds of
 CPU microseconds per record and wall seconds, and the chosen class's CPU over ``CHUNK``'s.
+``--setting fetch.queue.backoff.ms=10,1``: the arms are instead the values of that librdkafka
+setting at the chosen class, each against the first value.
 """
 
 from __future__ import annotations
@@ -49,12 +52,12 @@ def produce_bids(bootstrap: str, name: str, events: int) -> tuple[str, dict[int,
 
 
 def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: int, prefetch: int,
-                   batches: list | None = None) -> tuple[int, float, float]:
+                   batches: list | None = None, settings: dict | None = None) -> tuple[int, float, float]:
     """``(records, CPU s, wall s)`` of reading every partition up to ``ends`` in ranges of
-    ``range_len`` with one consumer of ``prefetch``, decoding the event times. ``batches``: each
-    chunk is made an Arrow batch as well (``records_to_batch``, the rest of a task's read) and
-    appended to it."""
-    c = kafka_read.consumer({"bootstrap.servers": bootstrap}, prefetch=prefetch)
+    ``range_len`` with one consumer of ``prefetch`` (and librdkafka ``settings`` over the
+    source's), decoding the event times. ``batches``: each chunk is made an Arrow batch as well
+    (``records_to_batch``, the rest of a task's read) and appended to it."""
+    c = kafka_read.consumer({"bootstrap.servers": bootstrap, **(settings or {})}, prefetch=prefetch)
     n, cpu0, wall0 = 0, _cpu_s(), time.monotonic()
     pos = dict.fromkeys(ends, 0)
     try:
@@ -74,45 +77,67 @@ def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: 
         c.close()
 
 
-def ranged_read_args(prog: str, doc: str, ranges: str, ranges_help: str, argv: list[str] | None):
+def ranged_read_args(prog: str, doc: str, ranges: str, ranges_help: str, argv: list[str] | None,
+                     settings: bool = False):
     """The arguments of a benchmark of ranged reads (this one, ``bench.column_reader``): ``--events``,
-    ``--ranges`` (default ``ranges``), ``--rounds``, ``--csv``."""
+    ``--ranges`` (default ``ranges``), ``--rounds``, ``--csv``; ``settings``: ``--setting`` too."""
     ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=400_000, help="NEXMark events generated (46 of 50 are bids)")
     ap.add_argument("--ranges", default=ranges, help=ranges_help)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--csv", default=None)
+    if settings:
+        ap.add_argument("--setting", default=None, metavar="NAME=V1,V2,...",
+                        help="arms: these values of one librdkafka setting, at the chosen prefetch class "
+                             "(the first value is the baseline), instead of the prefetch classes")
     return ap.parse_args(argv)
+
+
+def _arm_key(arm: tuple[int, dict]) -> tuple:
+    return arm[0], *sorted(arm[1].items())
 
 
 def main(argv: list[str] | None = None) -> None:
     args = ranged_read_args("python -m bench.prefetch", __doc__, "2500,12500,50000", "records per range and partition",
-                            argv)
+                            argv, settings=True)
     rows = []
     with kafka_broker() as broker:
         bootstrap = broker.bootstrap_servers
         topic, ends = produce_bids(bootstrap, "prefetch", args.events)
         for range_len in (int(x) for x in args.ranges.split(",")):
             chosen = kafka_read.prefetch_for(range_len)
-            arms = list(kafka_read.PREFETCH)
+            if args.setting:   # one librdkafka setting's values at the chosen prefetch; the first is the baseline
+                name, values = args.setting.split("=", 1)
+                arms = [(chosen, {name: v}) for v in values.split(",")]
+                chosen_arm, base_arm = arms[0], arms[0]
+            else:              # every prefetch class with the source's settings
+                arms = [(q, {}) for q in kafka_read.PREFETCH]
+                chosen_arm, base_arm = (chosen, {}), (kafka_read.CHUNK, {})
+            label = {_arm_key(arm): f"prefetch={arm[0]}{''.join(f' {k}={v}' for k, v in arm[1].items())}"
+                     for arm in arms}
             for rnd in range(args.rounds):
-                for prefetch in arms if rnd % 2 == 0 else arms[::-1]:
-                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, range_len, prefetch)
+                for prefetch, settings in arms if rnd % 2 == 0 else arms[::-1]:
+                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, range_len, prefetch, settings=settings)
                     rows.append({"date": datetime.datetime.now().isoformat(timespec="seconds"), "range": range_len,
-                                 "prefetch": prefetch, "chosen": prefetch == chosen, "round": rnd, "records": n,
+                                 "prefetch": prefetch, "settings": ";".join(f"{k}={v}" for k, v in settings.items()),
+                                 "chosen": prefetch == chosen, "round": rnd, "records": n,
                                  "cpu_us_per_record": round(cpu / n * 1e6, 3), "wall_s": round(wall, 3),
-                                 "load": round(os.getloadavg()[0], 2)})
-                    print(f"  range={range_len} prefetch={prefetch}{' (chosen)' if prefetch == chosen else ''} "
-                          f"round={rnd} cpu_us/record={cpu / n * 1e6:.2f} wall_s={wall:.2f}", flush=True)
-            med = {q: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len
-                                         and r["prefetch"] == q),
-                       statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["prefetch"] == q))
-                   for q in arms}
-            for q, (cpu, wall) in med.items():
-                print(f"range={range_len} prefetch={q}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s"
-                      f"{'  <- chosen' if q == chosen else ''}")
-            print(f"range={range_len}: chosen ({chosen}) / {kafka_read.CHUNK}: CPU {med[chosen][0] / med[kafka_read.CHUNK][0]:.2f}, "
-                  f"wall {med[chosen][1] / med[kafka_read.CHUNK][1]:.2f}", flush=True)
+                                 "load": round(os.getloadavg()[0], 2), "_arm": _arm_key((prefetch, settings))})
+                    print(f"  range={range_len} {label[_arm_key((prefetch, settings))]} round={rnd} "
+                          f"cpu_us/record={cpu / n * 1e6:.2f} wall_s={wall:.2f}", flush=True)
+            med = {arm: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len
+                                           and r["_arm"] == arm),
+                         statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["_arm"] == arm))
+                   for arm in map(_arm_key, arms)}
+            chosen_key, base_key = _arm_key(chosen_arm), _arm_key(base_arm)
+            for arm, (cpu, wall) in med.items():
+                print(f"range={range_len} {label[arm]}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s"
+                      f"{'  <- chosen' if arm == chosen_key and not args.setting else ''}")
+            for arm in med if args.setting else [chosen_key]:
+                print(f"range={range_len}: {label[arm]} / {label[base_key]}: CPU {med[arm][0] / med[base_key][0]:.2f}, "
+                      f"wall {med[arm][1] / med[base_key][1]:.2f}", flush=True)
+    for r in rows:
+        del r["_arm"]
     if args.csv:
         print(f"wrote {_stream.write_csv(args.csv, rows)}")
 

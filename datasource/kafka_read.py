@@ -56,11 +56,11 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
     offset ranges and a pooled one is reassigned from range to range (``kafka.*`` options override
     them):
 
-    * ``fetch.queue.backoff.ms`` is 10 instead of 1000: a consumer whose prefetch queue went over
+    * ``fetch.queue.backoff.ms`` is 1 instead of 1000: a consumer whose prefetch queue went over
       ``queued.min.messages`` postpones its partitions' next fetch by that much, and the
       postponement outlives an ``unassign``, so a consumer reassigned to another range waited
-      about that long before its first fetch; 0 makes librdkafka poll its queue in a busy loop
-      (measurements: docs/source.md).
+      about that long before its first fetch (with 10, most of a 2,500-record range's time);
+      0 makes librdkafka poll its queue in a busy loop (measurements: docs/source.md).
     * ``fetch.wait.max.ms`` is 10 instead of 500: after a range that ends at the end of the log,
       the consumer's last fetch waits that long at the broker for new records, and the first
       fetch of the next range queues behind it (each read of a reassigned consumer took 0.5 s on
@@ -75,7 +75,7 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
       docs/source.md).
     """
     conf = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
-            "enable.partition.eof": True, "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10,
+            "enable.partition.eof": True, "fetch.queue.backoff.ms": 1, "fetch.wait.max.ms": 10,
             "queued.min.messages": prefetch}
     conf.update(kafka_conf)
     conf["enable.auto.commit"] = False
