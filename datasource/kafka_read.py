@@ -33,9 +33,9 @@ from dataflow_kafka.errors import (
 )
 
 __all__ = ["naming_servers", "consumer", "pooled_consumer", "close_pooled_consumers", "prefetch_for", "list_topics",
-           "watermarks", "log_offsets", "log_bounds", "fetch_range", "RecordColumns", "RangeRecords", "records_to_batch", "event_times",
-           "event_time_problem", "event_times_and_fields", "make_rows_batch", "MIN_EVENT_MS", "MAX_EVENT_MS",
-           "PARSED_PREFIX", "column_reader"]
+           "watermarks", "log_offsets", "log_bounds", "fetch_range", "RecordColumns", "RangeRecords",
+           "records_to_batch", "event_times", "event_time_problem", "event_times_and_fields", "make_rows_batch",
+           "MIN_EVENT_MS", "MAX_EVENT_MS", "PARSED_PREFIX", "column_reader"]
 
 CHUNK = 20_000
 #: The prefetch classes of the pooled consumers (librdkafka's ``queued.min.messages``, records per
@@ -65,8 +65,9 @@ def consumer(kafka_conf: dict[str, str], group_id_prefix: str = "dataflow-kafka"
       the consumer's last fetch waits that long at the broker for new records, and the first
       fetch of the next range queues behind it (each read of a reassigned consumer took 0.5 s on
       Apache Kafka; with 10, most of a small range's read at a trickle). A consumer is assigned
-      only while it reads a range that the log holds, so the shorter wait adds no idle fetches. Fetch sizes stay librdkafka's (``fetch.max.bytes`` 50 MiB,
-      ``max.partition.fetch.bytes`` 1 MiB), which Kafka honours.
+      only while it reads a range that the log holds, so the shorter wait adds no idle fetches.
+      Fetch sizes stay librdkafka's (``fetch.max.bytes`` 50 MiB, ``max.partition.fetch.bytes``
+      1 MiB), which Kafka honours.
     * ``queued.min.messages`` is ``prefetch`` (default ``CHUNK``, 20,000) instead of 100,000:
       librdkafka prefetches until that many records wait in its queue, so a read of 100,000
       records of 100 bytes in the middle of a long backlog transferred 23 MB for its 10 MB; with
@@ -292,7 +293,8 @@ def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[
     return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c, topic)
 
 
-def log_offsets(c, tps: Iterable[tuple[str, int]], which: str, timeout_s: float = 30.0) -> dict[tuple[str, int], int]:
+def log_offsets(c, tps: Iterable[tuple[str, int]], which: str,
+                timeout_s: float = 30.0) -> dict[tuple[str, int], int]:
     """Each partition's log start (``which="start"``) or end (``"end"``: the high watermark, the last
     stable offset under ``isolation.level=read_committed``, as :func:`watermarks` gives it), asked
     for all partitions at once: one ``ListOffsets`` request per leader (librdkafka's
@@ -322,7 +324,8 @@ def log_offsets(c, tps: Iterable[tuple[str, int]], which: str, timeout_s: float 
     return _retrying(request, timeout_s, c, sorted({t for t, _ in tps}))
 
 
-def log_bounds(c, tps: Iterable[tuple[str, int]], timeout_s: float = 30.0) -> dict[tuple[str, int], tuple[int, int]]:
+def log_bounds(c, tps: Iterable[tuple[str, int]],
+               timeout_s: float = 30.0) -> dict[tuple[str, int], tuple[int, int]]:
     """``(log start, log end)`` of each partition, as :func:`watermarks` gives them, in two
     requests (:func:`log_offsets`) whatever the number of partitions."""
     tps = list(tps)

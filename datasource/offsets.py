@@ -49,10 +49,12 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
 
     Topics named by ``subscribe`` or ``assign`` (up to :data:`NAMED_METADATA_MAX`) are asked for
     by name, as Spark's connector describes only them: the metadata of every topic grows with the
-    cluster (docs/source.md, "What planning a batch asks Kafka"), and the driver asks at every batch."""
+    cluster (docs/source.md, "What planning a batch asks Kafka"), and the driver asks at every
+    batch."""
     from confluent_kafka import KafkaError, KafkaException
 
-    names = opts.subscribe if opts.subscribe is not None else tuple(opts.assign) if opts.assign is not None else None
+    names = (opts.subscribe if opts.subscribe is not None
+             else tuple(opts.assign) if opts.assign is not None else None)
     by_name = names is not None and len(names) <= NAMED_METADATA_MAX
     try:
         if by_name:
@@ -94,17 +96,18 @@ def resolve_partitions(c, opts: SourceOptions) -> list[TP]:
 
 
 def starting_offsets(c, opts: SourceOptions, tps: list[TP], notes: list[str] | None = None,
-                     timeout_s: float = 30.0) -> dict[TP, int]:
+                     timeout_s: float = 30.0, bounds: dict[TP, tuple[int, int]] | None = None) -> dict[TP, int]:
     """Resolve startingTimestamp / startingOffsetsByTimestamp / startingOffsets (Spark's order).
 
     ``startingOffsets`` naming a partition the query does not read (it does not exist) is an
     error, as in Spark. An offset beyond a partition's end fails with ``failOnDataLoss=true``;
     with ``false`` the partition starts at its end and a message is appended to ``notes`` (the
     caller emits it as an ``error`` row): records produced later at the offsets in between are
-    read, none is skipped unseen."""
+    read, none is skipped unseen. ``bounds``: the partitions' ``(log start, log end)`` if the
+    caller asked for them already (:func:`kafka_read.log_bounds`)."""
     from confluent_kafka import TopicPartition
 
-    wm = kafka_read.log_bounds(c, tps, timeout_s)
+    wm = bounds if bounds is not None else kafka_read.log_bounds(c, tps, timeout_s)
     by_ts: dict[TP, int] | None = None
     if opts.starting_timestamp_ms is not None:
         by_ts = {tp: opts.starting_timestamp_ms for tp in tps}

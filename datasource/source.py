@@ -690,8 +690,8 @@ class DataflowKafkaBatchReader(DataSourceReader):
         notes: list[str] = []
         try:
             tps = resolve_partitions(c, self.opts)
-            start = starting_offsets(c, self.opts, tps, notes)
             wm = kafka_read.log_bounds(c, tps)
+            start = starting_offsets(c, self.opts, tps, notes, bounds=wm)
             if self.opts.ending == "latest":
                 end = {tp: wm[tp][1] for tp in tps}
             else:
