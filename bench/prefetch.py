@@ -93,8 +93,8 @@ def ranged_read_args(prog: str, doc: str, ranges: str, ranges_help: str, argv: l
     return ap.parse_args(argv)
 
 
-def _arm_key(arm: tuple[int, dict]) -> tuple:
-    return arm[0], *sorted(arm[1].items())
+def _label(arm: tuple[int, str]) -> str:
+    return f"prefetch={arm[0]}" + (f" {arm[1]}" if arm[1] else "")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,38 +106,34 @@ def main(argv: list[str] | None = None) -> None:
         topic, ends = produce_bids(bootstrap, "prefetch", args.events)
         for range_len in (int(x) for x in args.ranges.split(",")):
             chosen = kafka_read.prefetch_for(range_len)
-            if args.setting:   # one librdkafka setting's values at the chosen prefetch; the first is the baseline
+            # an arm: (prefetch class, "name=value" of a librdkafka setting or ""), as in the CSV's rows
+            if args.setting:   # one setting's values at the chosen class, each against the first
                 name, values = args.setting.split("=", 1)
-                arms = [(chosen, {name: v}) for v in values.split(",")]
-                chosen_arm, base_arm = arms[0], arms[0]
-            else:              # every prefetch class with the source's settings
-                arms = [(q, {}) for q in kafka_read.PREFETCH]
-                chosen_arm, base_arm = (chosen, {}), (kafka_read.CHUNK, {})
-            label = {_arm_key(arm): f"prefetch={arm[0]}{''.join(f' {k}={v}' for k, v in arm[1].items())}"
-                     for arm in arms}
+                arms = [(chosen, f"{name}={v}") for v in values.split(",")]
+                compared, base = arms, arms[0]
+            else:              # every prefetch class with the source's settings; the chosen one against CHUNK's
+                arms = [(q, "") for q in kafka_read.PREFETCH]
+                compared, base = [(chosen, "")], (kafka_read.CHUNK, "")
             for rnd in range(args.rounds):
-                for prefetch, settings in arms if rnd % 2 == 0 else arms[::-1]:
-                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, range_len, prefetch, settings=settings)
+                for prefetch, setting in arms if rnd % 2 == 0 else arms[::-1]:
+                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, range_len, prefetch,
+                                                  settings=dict([setting.split("=", 1)]) if setting else None)
                     rows.append({"date": datetime.datetime.now().isoformat(timespec="seconds"), "range": range_len,
-                                 "prefetch": prefetch, "settings": ";".join(f"{k}={v}" for k, v in settings.items()),
-                                 "chosen": prefetch == chosen, "round": rnd, "records": n,
-                                 "cpu_us_per_record": round(cpu / n * 1e6, 3), "wall_s": round(wall, 3),
-                                 "load": round(os.getloadavg()[0], 2), "_arm": _arm_key((prefetch, settings))})
-                    print(f"  range={range_len} {label[_arm_key((prefetch, settings))]} round={rnd} "
+                                 "prefetch": prefetch, "settings": setting, "chosen": prefetch == chosen,
+                                 "round": rnd, "records": n, "cpu_us_per_record": round(cpu / n * 1e6, 3),
+                                 "wall_s": round(wall, 3), "load": round(os.getloadavg()[0], 2)})
+                    print(f"  range={range_len} {_label((prefetch, setting))} round={rnd} "
                           f"cpu_us/record={cpu / n * 1e6:.2f} wall_s={wall:.2f}", flush=True)
-            med = {arm: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len
-                                           and r["_arm"] == arm),
-                         statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["_arm"] == arm))
-                   for arm in map(_arm_key, arms)}
-            chosen_key, base_key = _arm_key(chosen_arm), _arm_key(base_arm)
+            med = {arm: tuple(statistics.median(r[col] for r in rows if r["range"] == range_len
+                                                and (r["prefetch"], r["settings"]) == arm)
+                              for col in ("cpu_us_per_record", "wall_s"))
+                   for arm in arms}
             for arm, (cpu, wall) in med.items():
-                print(f"range={range_len} {label[arm]}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s"
-                      f"{'  <- chosen' if arm == chosen_key and not args.setting else ''}")
-            for arm in med if args.setting else [chosen_key]:
-                print(f"range={range_len}: {label[arm]} / {label[base_key]}: CPU {med[arm][0] / med[base_key][0]:.2f}, "
-                      f"wall {med[arm][1] / med[base_key][1]:.2f}", flush=True)
-    for r in rows:
-        del r["_arm"]
+                print(f"range={range_len} {_label(arm)}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s"
+                      f"{'  <- chosen' if arm == (chosen, '') else ''}")
+            for arm in compared:
+                print(f"range={range_len}: {_label(arm)} / {_label(base)}: CPU {med[arm][0] / med[base][0]:.2f}, "
+                      f"wall {med[arm][1] / med[base][1]:.2f}", flush=True)
     if args.csv:
         print(f"wrote {_stream.write_csv(args.csv, rows)}")
 

@@ -231,12 +231,12 @@ def _transient_codes() -> frozenset[int]:
 ATTEMPT_TIMEOUT_S = 2.0
 
 
-def _retrying(request, timeout_s: float, c=None, topic: str | Iterable[str] | None = None):
+def _retrying(request, timeout_s: float, c=None, topics: Sequence[str] = ()):
     """``request(remaining_s)``, retried on transient errors (a broker restarting, a leader
     moving) until ``timeout_s`` have passed, as Kafka clients do. A refused login (reported by
     consumer ``c``'s error callback) is raised at once, not retried.
 
-    Before each retry the metadata of ``topic`` is asked for again (as Kafka's Java client asks
+    Before each retry the metadata of ``topics`` is asked for again (as Kafka's Java client asks
     for a metadata update before it retries): librdkafka sends a request for a partition to the
     leader its metadata cache names, and a consumer that reads no partition does not refresh
     that cache when the leader dies, so every attempt went to the dead node until its timeout
@@ -253,9 +253,9 @@ def _retrying(request, timeout_s: float, c=None, topic: str | Iterable[str] | No
             if time.monotonic() >= deadline or not _transient(e.args[0]):
                 raise
             time.sleep(0.2)
-            for name in ((topic,) if isinstance(topic, str) else topic or ()) if c is not None else ():
+            for topic in topics if c is not None else ():
                 with contextlib.suppress(KafkaException):
-                    c.list_topics(name, timeout=max(0.5, min(2.0, deadline - time.monotonic())))
+                    c.list_topics(topic, timeout=max(0.5, min(2.0, deadline - time.monotonic())))
 
 
 @contextlib.contextmanager
@@ -290,7 +290,7 @@ def watermarks(c, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[
     from confluent_kafka import TopicPartition
 
     tp = TopicPartition(topic, partition)
-    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c, topic)
+    return _retrying(lambda t: c.get_watermark_offsets(tp, timeout=t, cached=False), timeout_s, c, (topic,))
 
 
 def log_offsets(c, tps: Iterable[tuple[str, int]], which: str,

@@ -97,8 +97,8 @@ class RangeStats:
 
     def get(self, key: bytes) -> tuple[bool, int | None]:
         """``(found, newest event time)`` of a range key. The topic's partitions are asked for
-        once (a metadata round trip each batch cost the driver's planning about 3 ms); a key not
-        found asks again, in case partitions were added."""
+        once, not at every batch's planning; a key not found asks again, in case partitions were
+        added."""
         if key not in self._entries:
             self._read_new()
             if key not in self._entries and self._partitions is not None:
