@@ -43,7 +43,7 @@ def test_split_to_combine_switch_gives_the_windows_of_one_query(spark, kafka, tm
     base = (now_ms() - 120_000) // 10_000 * 10_000
     # disorder (up to 600 ms) below the watermark delay: no record is late, whatever the batching
     opts = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-            "eventTimeField": "ts", "maxOffsetsPerTrigger": "100", "watermarkDelayMs": "800"}
+            "eventTimeField": "ts", "maxOffsetsPerTrigger": "200", "watermarkDelayMs": "800"}
 
     phase1 = [base + i * 20 - (rnd.randint(0, 600) if rnd.random() < 0.3 else 0) for i in range(200)]
     kafka.produce(topic, [_record(ts, rnd) for ts in phase1])

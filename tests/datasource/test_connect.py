@@ -20,6 +20,7 @@ from tests.datasource.connect_job import clicks, run
 from tests.support import now_ms
 
 ROOT = Path(__file__).parents[2]
+CLICKS = 450                # 3 micro-batches of 150 (connect_job's maxOffsetsPerTrigger), the last ends the input
 
 
 def _written(kafka, topic: str) -> Counter:
@@ -45,7 +46,7 @@ def connect_url(broker, tmp_path_factory):
 def test_a_composed_pipeline_over_spark_connect_writes_what_a_classic_session_writes(spark, kafka, connect_url,
                                                                                       tmp_path):
     topic = kafka.topic(2, prefix="connect-in")
-    kafka.produce(topic, clicks((now_ms() - 120_000) // 1_000 * 1_000, 900))
+    kafka.produce(topic, clicks((now_ms() - 120_000) // 1_000 * 1_000, CLICKS))
     outs = {k: kafka.topic(1, prefix=f"connect-out-{k}") for k in ("classic", "connect")}
     run(spark, kafka.bootstrap, topic, outs["classic"], str(tmp_path / "ck-classic"))
     report = tmp_path / "connect.json"
@@ -58,10 +59,10 @@ def test_a_composed_pipeline_over_spark_connect_writes_what_a_classic_session_wr
     assert connect == classic
     got = json.loads(report.read_text())
     progress = got["progress"]
-    assert len(progress) == 6                       # 900 records, 150 per batch (the last ends the input)
+    assert len(progress) == CLICKS // 150
     assert set(progress[-1]["stages"]) == {"sessions", "page_windows", "panes"}
-    assert sum(p["stages"]["sessions"]["records_in"] or 0 for p in progress) == 900
-    assert progress[-1]["sources"][0]["max_lag"] == 0 and progress[0]["sources"][0]["total_lag"] == 900 - 150
+    assert sum(p["stages"]["sessions"]["records_in"] or 0 for p in progress) == CLICKS
+    assert progress[-1]["sources"][0]["max_lag"] == 0 and progress[0]["sources"][0]["total_lag"] == CLICKS - 150
     assert got["heard"] and {p["batch_id"] for p in got["heard"]} <= {p["batch_id"] for p in progress}
 
 

@@ -68,10 +68,10 @@ def _records(rnd: random.Random, base: int, start_ms: int, end_ms: int, n: int) 
     return out
 
 
-def _reader(spark, kafka, topics: str):
+def _reader(spark, kafka, topics: str, per_batch: int = PER_BATCH):
     r = spark.readStream.format("dataflow-kafka")
     for k, v in {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topics, "startingOffsets": "earliest",
-                 "eventTimeField": "ts", "maxOffsetsPerTrigger": str(PER_BATCH), "watermarkDelayMs": "0"}.items():
+                 "eventTimeField": "ts", "maxOffsetsPerTrigger": str(per_batch), "watermarkDelayMs": "0"}.items():
         r = r.option(k, v)
     return r.load()
 
@@ -131,7 +131,8 @@ def two_sources(spark, kafka, tmp_path_factory):
                             accumulation_mode="accumulating_and_retracting", allowed_lateness_ms=LATENESS_MS,
                             num_key_groups=3)
     pipeline = Pipeline([stage])
-    out = pipeline.apply({s: _reader(spark, kafka, t) for s, t in topics.items()})
+    # 360 persons in 3 micro-batches, then 240 auctions in 2: few batches, each costs ~1 s of Spark
+    out = pipeline.apply({s: _reader(spark, kafka, t, 2 * PER_BATCH) for s, t in topics.items()})
     assert stateful_operators(out) == 1
     rnd, base = random.Random(23), (now_ms() - 60_000) // 1_000 * 1_000
     ck, got = str(root / "ck"), BatchCollector()
@@ -150,7 +151,7 @@ def two_sources(spark, kafka, tmp_path_factory):
 
 def test_two_source_join_equals_run_local_across_restart_and_replay(two_sources):
     got, batches, frames = two_sources["got"], two_sources["batches"], two_sources["frames"]
-    assert len(batches) >= 10, batches
+    assert len(batches) >= 5, batches
     _assert_equals_run_local(got, batches, two_sources["pipeline"].run_local(frames))
 
 
@@ -169,7 +170,7 @@ def test_the_folded_join_equals_a_brute_force_join_per_window(two_sources):
 
 def test_a_stalled_input_holds_the_join_back_and_loses_nothing(two_sources):
     got, phase1, base = two_sources["got"], two_sources["phase1"], two_sources["base"]
-    assert len(phase1) >= 6, phase1                    # persons: 6 batches; auctions: records in the first
+    assert len(phase1) >= 3, phase1                    # persons: 3 batches; auctions: records in the first
     held = [r["punctuation_ms"] for b in phase1 for r in got.batches[b] if r["kind"] == "punctuation"]
     assert held and max(p for p in held if p is not None) <= base + STALL_MS - LATENESS_MS
     closed = [r["window_end_ms"] for b in phase1 for r in got.batches[b] if r["kind"] == "data" and r["timing"] != "EARLY"]
