@@ -29,11 +29,12 @@ $(STAMP): pyproject.toml datasource/_rdcolumns.c
 demo: setup
 	$(PY) -m demo
 
-# Two pytest-xdist workers sharing one broker, each with its own SparkSession; marks, Hypothesis
+# Three pytest-xdist workers on two cores (a third fills the time the others wait on Kafka, Spark's
+# scheduler and subprocesses), sharing one broker, each with its own SparkSession; marks, Hypothesis
 # profiles, the suite's own checks and measured times: docs/tests.md. The long fault runs are in
 # make faults, so the suite stays under 20 minutes.
 test: setup
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 -m "not long_fault"
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n 3 --dist loadgroup --durations=15 -m "not long_fault"
 
 # The long fault runs, one of each (about 7 min): the driver SIGKILLed mid-run, a Spark worker
 # lost under the exactly-once pipeline, a source leader and the sink's transaction coordinator
