@@ -4,9 +4,9 @@ throughput harness (:mod:`bench.nexmark.throughput`), read from their CSVs; noth
 Per run (one CSV): ours / Spark's rows/s for our best form (each form, Spark's arm and the floor
 the median over the run's repeats), ours / the floor, and the floor / Spark's (the floor: the same
 query shape with no-op Python stateful operators on Spark's connector, ``--floor``); then the
-medians and ranges over the runs, and in how many runs ours reached Spark's. One run moves a
-cell by 10-25% on this machine (docs/nexmark.md); over a day's runs the floor shows whether a
-target sits above what any Python operator reaches on Spark, or where ours stands against it.
+medians and ranges over the runs, and in how many runs ours reached Spark's. One run's cell
+moves with the machine (docs/nexmark.md); over many runs the floor shows whether a target sits
+above what any Python operator reaches on Spark, or where ours stands against it.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def run_ratios(rows: Iterable[dict], query: str, batch_size: int, source: str = 
     arm of ours or no Spark arm for ``query`` at ``batch_size``. Arms that were wrong, or ran
     with py-spy attached (``--profile``), are left out."""
     rates: dict[tuple[str, str], list[float]] = defaultdict(list)
-    started = None
+    dates = []
     for r in rows:
         if (r["query"] != query or int(r["batch_size"]) != batch_size or r.get("correct") == "False"
                 or r.get("profile")):        # py-spy attached to our workers: not comparable
             continue
-        started = min(started or r["date"], r["date"])
+        dates.append(r["date"])
         form = r["variant"] if r["side"] == "ours" else ""
         rates[(r["side"], form)].append(float(r["rows_per_s"]))
     medians = {k: statistics.median(v) for k, v in rates.items()}
@@ -54,7 +54,7 @@ def run_ratios(rows: Iterable[dict], query: str, batch_size: int, source: str = 
         return None
     best_form = max(ours, key=ours.get)
     floor = medians.get(("floor", ""))
-    return RunRatios(source, started, best_form, ours[best_form] / spark,
+    return RunRatios(source, min(dates), best_form, ours[best_form] / spark,
                      None if floor is None else ours[best_form] / floor,
                      None if floor is None else floor / spark)
 
