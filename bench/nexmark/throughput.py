@@ -25,7 +25,10 @@ What it does, once per run:
   runs (Q0 at 10k, the first arm, ran at 0.75x Q1's rate without it, 0.83x with it);
   ``--warmup-rounds N`` adds N rounds of every arm (at ``--warmup-batch-size``, default the
   largest), not recorded either: the JVM's JIT compiler keeps compiling through several rounds of
-  arms, more for our plans than for Spark's (``jit_cpu_s``; docs/nexmark.md, 2026-12-01);
+  arms, more for our plans than for Spark's (``jit_cpu_s``; docs/nexmark.md, 2026-12-01), and
+  compiles again for a batch size it has not run (Q11's first 10k arm after a round at 50k spent
+  5-11 s of JIT CPU, its 10k arms after three rounds at 10k 1-3 s; docs/nexmark.md, 2026-12-02);
+  ``--warmup-each-size`` runs the N rounds before each batch size's repeats, at that size;
 * times the **steady state**: the first micro-batch (query start, Python workers' start, the
   first state store) is left out: rows/s = the bids of batches 1.. over the sum of their
   ``triggerExecution``; CPU = the CPU seconds of Spark's JVM, its Python workers and this driver
@@ -622,34 +625,42 @@ class Harness:
                 "open": len(expected) - len(closed)}
 
     def run(self, queries: list[Query], batch_sizes: list[int], repeats: int = 1, floor: bool = False,
-            warmup: bool = True, warmup_rounds: int = 0, warmup_batch_size: int | None = None) -> None:
+            warmup: bool = True, warmup_rounds: int = 0, warmup_batch_size: int | None = None,
+            warmup_each_size: bool = False) -> None:
         """Every arm of every query per batch size and repeat (module docstring). ``warmup``: first
         the first query's arms once at the largest batch size, not recorded, so the first measured
         arm does not pay for the JVM's and Python workers' first runs. ``warmup_rounds``: then
         that many rounds of every arm of every query, not recorded either, at ``warmup_batch_size``
         (default the largest), each logged with its JIT compiler CPU: a JVM whose JIT has settled
-        further, as a long-running query's has."""
+        further, as a long-running query's has. ``warmup_each_size``: those rounds run before each
+        batch size's repeats, at that size, instead of once before all of them."""
         if warmup and queries:
             q, size = queries[0], max(batch_sizes)
             for side, variant in [("ours", q.variants[0]), ("spark", NATIVE_DELAY)]:
                 self.arm(q, side, variant, size, -1)
                 self.rows.pop()
             self.log(f"  (warm-up: {q.name} ours and Spark's at {size:,}, not recorded)")
-        size = warmup_batch_size or max(batch_sizes)
-        for r in range(warmup_rounds):
-            for q in queries:
-                for side, variant in self._arms(q, floor):
-                    self.arm(q, side, variant, size, -1)
-                    self.rows.pop()
-            self.log(f"  (warm-up round {r + 1} of {warmup_rounds}: every arm at {size:,}, not recorded)")
+        if not warmup_each_size:
+            self._warm_up_rounds(queries, warmup_rounds, warmup_batch_size or max(batch_sizes), floor)
         k = 0
         for batch_size in batch_sizes:
+            if warmup_each_size:
+                self._warm_up_rounds(queries, warmup_rounds, batch_size, floor)
             for repeat in range(repeats):
                 for q in queries:
                     arms = self._arms(q, floor)
                     for side, variant in arms if k % 2 == 0 else arms[::-1]:
                         self.arm(q, side, variant, batch_size, repeat)
                     k += 1
+
+    def _warm_up_rounds(self, queries: list[Query], rounds: int, size: int, floor: bool) -> None:
+        """``rounds`` rounds of every arm of every query at ``size``, not recorded."""
+        for r in range(rounds):
+            for q in queries:
+                for side, variant in self._arms(q, floor):
+                    self.arm(q, side, variant, size, -1)
+                    self.rows.pop()
+            self.log(f"  (warm-up round {r + 1} of {rounds}: every arm at {size:,}, not recorded)")
 
     def _arms(self, q: Query, floor: bool) -> list[tuple[str, str]]:
         """``q``'s arms as ``(side, variant)``: our variants, Spark's, the floor's if asked."""
@@ -765,6 +776,9 @@ def main(argv=None) -> None:
     p.add_argument("--warmup-rounds", type=int, default=0,
                    help="rounds of every arm before measuring, not recorded (the JVM's JIT settles: jit_cpu_s)")
     p.add_argument("--warmup-batch-size", type=int, default=None, help="their batch size (default: the largest)")
+    p.add_argument("--warmup-each-size", action="store_true",
+                   help="the warm-up rounds before each batch size's repeats, at that size (not once, at "
+                        "--warmup-batch-size)")
     p.add_argument("--delayed", type=float, default=0.1, help="share of events delayed up to 5 s")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--shuffle-partitions", type=int, default=2)
@@ -817,7 +831,7 @@ def main(argv=None) -> None:
                     markers=a.markers, source_options=_key_values(p, "--source-option", a.source_option))
         try:
             h.run(queries, sizes, a.repeats, a.floor, warmup_rounds=a.warmup_rounds,
-                  warmup_batch_size=a.warmup_batch_size)
+                  warmup_batch_size=a.warmup_batch_size, warmup_each_size=a.warmup_each_size)
         finally:
             native_note = "" if connector == "kafka" else f" (not Spark's connector: {spark_kafka.missing_message()})"
             print(f"\nsteady state (batch 0 excluded), {started:%Y-%m-%d %H:%M}-{dt.datetime.now():%H:%M}, "

@@ -76,6 +76,41 @@ def test_the_warm_up_runs_first_and_is_not_in_the_table(spark, bootstrap):
     assert all(0 <= r["jit_cpu_s"] <= r["jvm_cpu_s"] for r in h.rows), h.rows
 
 
+class _Schedule(Harness):
+    """The harness's order of arms, without running them (``run`` decides only the order)."""
+
+    def __init__(self) -> None:
+        self.rows, self.logged, self.jvm_packing, self.markers = [], [], False, False
+        self.log = self.logged.append
+        from bench.nexmark.query import Settings
+        self.settings = Settings()
+
+    def arm(self, q, side, variant, batch_size, repeat):
+        self.rows.append({"query": q.name, "side": side, "batch_size": batch_size, "repeat": repeat})
+        self.logged.append((side, batch_size, repeat))
+        return self.rows[-1]
+
+
+@pytest.mark.parametrize("each_size", [False, True])
+def test_the_warm_up_rounds_run_once_or_before_each_batch_size(each_size):
+    """``warmup_each_size``: the rounds (every arm, not recorded) run before each batch size's
+    repeats at that size; without it once, at the largest size, before every measured arm."""
+    h = _Schedule()
+    h.run([get("q11")], [10, 50], repeats=1, floor=True, warmup_rounds=2, warmup_each_size=each_size)
+    order = [(size, repeat) for e in h.logged if isinstance(e, tuple) for _, size, repeat in [e]]
+    per_round = 4          # Q11: our two forms, Spark's, the floor
+    first = [(50, -1)] * 2  # the first query's ours and Spark's at the largest size
+    if each_size:
+        assert order == first + [(10, -1)] * 2 * per_round + [(10, 0)] * per_round + [(50, -1)] * 2 * per_round \
+            + [(50, 0)] * per_round
+    else:
+        assert order == first + [(50, -1)] * 2 * per_round + [(10, 0)] * per_round + [(50, 0)] * per_round
+    assert [(r["batch_size"], r["repeat"]) for r in h.rows] == [(10, 0)] * per_round + [(50, 0)] * per_round
+    sizes = [line for line in h.logged if isinstance(line, str) and "warm-up round" in line]
+    assert sizes == ([f"  (warm-up round {r} of 2: every arm at {n}, not recorded)" for n in (10, 50) for r in (1, 2)]
+                     if each_size else [f"  (warm-up round {r} of 2: every arm at 50, not recorded)" for r in (1, 2)])
+
+
 def test_the_windowed_join_runs_its_three_arms_on_persons_and_auctions(spark, bootstrap):
     """Q8 (persons joined with their auctions per 10 s window) reads its own topics, made on first
     use from ``join_events``: our join, Spark's stream-stream join and the floor (one no-op stateful
