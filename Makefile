@@ -4,8 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# pyproject.toml and the C extension's source: a change to either installs (and builds) again
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml datasource/_rdcolumns.c | cksum | cut -d' ' -f1)
+# pyproject.toml and the C extensions' sources: a change to any installs (and builds) again
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml datasource/*.c | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test test-engines faults conformance bench crash10 chaos clean
 
@@ -18,7 +18,7 @@ $(KAFKA_STAMP): brokers/pom.xml | $(STAMP)
 	@command -v mvn >/dev/null || { echo "Maven is required to resolve Apache Kafka (e.g. apt-get install maven)"; exit 1; }
 	$(PY) -m dataflow_kafka.brokers
 
-$(STAMP): pyproject.toml datasource/_rdcolumns.c
+$(STAMP): pyproject.toml $(wildcard datasource/*.c)
 	@command -v java >/dev/null || { echo "Java 17 is required by Spark and Kafka (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -34,7 +34,8 @@ from bench.nexmark.generator import NexmarkConfig, generate, produce
 PARTITIONS = 4
 
 
-def _cpu_s() -> float:
+def process_cpu_s() -> float:
+    """CPU seconds of this process, librdkafka's threads included."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -58,7 +59,7 @@ def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: 
     source's), decoding the event times. ``batches``: each chunk is made an Arrow batch as well
     (``records_to_batch``, the rest of a task's read) and appended to it."""
     c = kafka_read.consumer({"bootstrap.servers": bootstrap, **(settings or {})}, prefetch=prefetch)
-    n, cpu0, wall0 = 0, _cpu_s(), time.monotonic()
+    n, cpu0, wall0 = 0, process_cpu_s(), time.monotonic()
     pos = dict.fromkeys(ends, 0)
     try:
         while any(pos[p] < ends[p] for p in ends):
@@ -72,15 +73,16 @@ def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: 
                     if batches is not None:
                         batches.append(kafka_read.records_to_batch(decoded, False, 0))
                 pos[p] = end
-        return n, _cpu_s() - cpu0, time.monotonic() - wall0
+        return n, process_cpu_s() - cpu0, time.monotonic() - wall0
     finally:
         c.close()
 
 
 def ranged_read_args(prog: str, doc: str, ranges: str, ranges_help: str, argv: list[str] | None,
-                     settings: bool = False):
+                     settings: bool = False, floor: bool = False):
     """The arguments of a benchmark of ranged reads (this one, ``bench.column_reader``): ``--events``,
-    ``--ranges`` (default ``ranges``), ``--rounds``, ``--csv``; ``settings``: ``--setting`` too."""
+    ``--ranges`` (default ``ranges``), ``--rounds``, ``--csv``; ``settings``: ``--setting`` too;
+    ``floor``: ``--floor`` too."""
     ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=400_000, help="NEXMark events generated (46 of 50 are bids)")
     ap.add_argument("--ranges", default=ranges, help=ranges_help)
@@ -90,6 +92,9 @@ def ranged_read_args(prog: str, doc: str, ranges: str, ranges_help: str, argv: l
         ap.add_argument("--setting", default=None, metavar="NAME=V1,V2,...",
                         help="arms: these values of one librdkafka setting, at the chosen prefetch class "
                              "(the first value is the baseline), instead of the prefetch classes")
+    if floor:
+        ap.add_argument("--floor", action="store_true",
+                        help="also librdkafka's poll with nothing kept, and the C read without decoding")
     return ap.parse_args(argv)
 
 

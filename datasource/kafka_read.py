@@ -694,6 +694,12 @@ def _event_times_pass(values: Sequence[bytes | None], field: str, also: dict[str
     values = _as_binary(values)
     if values.null_count:
         return (*_event_times_per_record(values.to_pylist(), field), None)
+    if all(t == pa.int64() for t in also.values()):
+        scanned = _int_fields_in_c(values, [field] + [f for f in also if f != field])
+        if scanned is not None:
+            ev, present = scanned[field]
+            parsed = {f: pa.array(scanned[f][0], pa.int64(), mask=~scanned[f][1]) for f in also} if also else None
+            return ev, present & (ev >= MIN_EVENT_MS) & (ev <= MAX_EVENT_MS), parsed
     buf = _lines(values)
     if np.count_nonzero(np.frombuffer(buf, np.uint8) == 10) != n - 1:  # a value spans lines
         return (*_event_times_per_record(values.to_pylist(), field), None)
@@ -715,6 +721,33 @@ def _event_times_pass(values: Sequence[bytes | None], field: str, also: dict[str
         parsed = {f: table.column(f).combine_chunks() for f in also} if with_also else None
         return ev, valid & (ev >= MIN_EVENT_MS) & (ev <= MAX_EVENT_MS), parsed
     return (*_event_times_per_record(values.to_pylist(), field), None)
+
+
+def _int_fields_in_c(values: pa.Array, names: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """The int64 fields ``names`` of a binary column of JSON values without nulls as ``{name: (values,
+    present)}``, read by ``datasource/_jsonints.c`` in one scan, or None: the extension not built,
+    or a value it does not read certainly as ``pyarrow.json`` would (not one flat ASCII object on
+    one line, a float in a named field, ...; its docstring), so the caller's ``pyarrow.json`` pass
+    answers."""
+    scan = _json_ints()
+    if scan is None or values.type != pa.binary():
+        return None
+    _, offsets, data = values.buffers()
+    got = scan(data if data is not None else b"", offsets, values.offset, len(values),
+               tuple(n.encode() for n in names))
+    if got is None:
+        return None
+    return {n: (np.frombuffer(v, np.int64), np.frombuffer(m, np.bool_)) for n, (v, m) in zip(names, got)}
+
+
+@functools.lru_cache(maxsize=None)
+def _json_ints():
+    """``_jsonints.int_fields``, or None where the extension was not built (no C compiler at install)."""
+    try:
+        from dataflow_kafka.datasource import _jsonints
+    except ImportError:
+        return None
+    return _jsonints.int_fields
 
 
 def _event_times_per_record(values: Sequence[bytes | None], field: str) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     assert top == {"dataflow_kafka"}, top
     assert "dataflow_kafka/brokers/pom.xml" in names            # Kafka resolves from the installed package
     assert [n for n in names if n.startswith("dataflow_kafka/datasource/_rdcolumns.")]   # the C reader, built
+    assert [n for n in names if n.startswith("dataflow_kafka/datasource/_jsonints.")]    # the JSON scan, built
     assert not [n for n in names if "/tests/" in n or n.startswith(("bench/", "demo/"))]
 
 
