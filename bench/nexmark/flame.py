@@ -30,9 +30,13 @@ STAGES: list[tuple[str, str, tuple[str, ...]]] = [
                                                                             "_poll (datasource/kafka_read.py",
                                                                             "RecordColumns.of (datasource/kafka_read.py",
                                                                             "_timestamps (datasource/kafka_read.py")),
+    # the event times' pass and its helpers (until 2026-12-02 afternoon ``_event_times_pass`` and
+    # ``_lines`` fell to "source other")
     ("source decoding (event times, pyarrow.json)", "#ff7f0e", ("decode (datasource/kafka_read.py",
                                                                  "event_times (datasource/kafka_read.py",
-                                                                 "_event_times_vectorised (", "_event_times_per_record (")),
+                                                                 "_event_times_vectorised (", "_event_times_per_record (",
+                                                                 "_event_times_pass (", "_int_fields_in_c (",
+                                                                 "_lines (datasource/kafka_read.py")),
     ("source rows to Arrow", "#ffbb78", ("records_to_batch (", "make_rows_batch (")),
     ("source other (range stats, planning)", "#e7969c", ("datasource/range_stats.py", "datasource/source.py",
                                                          "datasource/kafka_read.py")),

@@ -27,7 +27,8 @@ What it does, once per run:
   largest), not recorded either: the JVM's JIT compiler keeps compiling through several rounds of
   arms, more for our plans than for Spark's (``jit_cpu_s``; docs/nexmark.md, 2026-12-01), and
   compiles again for a batch size it has not run (Q11's first 10k arm after a round at 50k spent
-  5-11 s of JIT CPU, its 10k arms after three rounds at 10k 1-3 s; docs/nexmark.md, 2026-12-02);
+  5-11 s of JIT CPU, its measured 10k arms after three rounds at 10k 1-6 s; docs/nexmark.md,
+  2026-12-02 afternoon);
   ``--warmup-each-size`` runs the N rounds before each batch size's repeats, at that size;
 * times the **steady state**: the first micro-batch (query start, Python workers' start, the
   first state store) is left out: rows/s = the bids of batches 1.. over the sum of their

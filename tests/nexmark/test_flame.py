@@ -18,6 +18,10 @@ def test_a_poll_and_its_columns_are_the_consume_not_the_source_s_other_costs():
 def test_decoding_and_the_source_s_own_steps_keep_their_stages():
     assert stage_of((*_READ[:2], "decode (datasource/kafka_read.py:640)",
                      "_event_times_vectorised (datasource/kafka_read.py:496)")).startswith("source decoding")
+    decode = (*_READ[:2], "decode (datasource/kafka_read.py:857)", "event_times_and_fields (datasource/kafka_read.py:677)")
+    for inner in ("_event_times_pass (datasource/kafka_read.py:704)", "_lines (datasource/kafka_read.py:635)",
+                  "_int_fields_in_c (datasource/kafka_read.py:730)"):
+        assert stage_of((*decode, inner)).startswith("source decoding"), inner
     assert stage_of(_READ[:2]).startswith("source other")
     assert stage_of((*_READ[:2], "publish (datasource/range_stats.py:60)")).startswith("source other")
 
