@@ -685,7 +685,8 @@ def _event_times_vectorised(values: Sequence[bytes | None], field: str) -> tuple
 
 def _event_times_pass(values: Sequence[bytes | None], field: str, also: dict[str, pa.DataType]
                       ) -> tuple[np.ndarray, np.ndarray, dict[str, pa.Array] | None]:
-    """:func:`event_times_and_fields` of a chunk in one ``pyarrow.json`` pass, whatever its size."""
+    """:func:`event_times_and_fields` of a chunk in one pass, whatever its size: the C scan of
+    :func:`_int_fields_in_c` where every field asked is int64 and it answers, else ``pyarrow.json``."""
     n = len(values)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool), {f: pa.array([], t) for f, t in also.items()}
