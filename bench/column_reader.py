@@ -32,10 +32,9 @@ from dataflow_kafka.brokers.launcher import kafka_broker
 from dataflow_kafka.datasource import kafka_read
 
 from bench import _stream
-from bench.prefetch import process_cpu_s, produce_bids, ranged_read_args, read_in_ranges
+from bench.prefetch import produce_bids, ranged_read_args, read_in_ranges
 
 ARMS = ("c", "consume")
-FLOOR_ARMS = ("librdkafka", "c-undecoded")
 
 
 def _use(arm: str) -> None:
@@ -45,38 +44,32 @@ def _use(arm: str) -> None:
         raise SystemExit("the C reader (datasource/_rdcolumns.c) is not built: make setup")
 
 
-def drain_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: int, prefetch: int,
-                    keep: bool) -> tuple[int, float, float]:
-    """``(records, CPU s, wall s)`` of polling every partition up to ``ends`` in ranges of
-    ``range_len``, as :func:`bench.prefetch.read_in_ranges` reads them, with one consumer of
-    ``prefetch``: ``keep=False`` through the C reader's poll with no record kept (librdkafka's own
-    work), ``True`` through ``fetch_range``'s columns without decoding them."""
+def _undecoded(c, topic: str, p: int, start: int, end: int) -> int:
+    """The C reader's read of one range, its columns not decoded: the records read."""
+    return sum(len(records) for records, _ in kafka_read.fetch_range(c, topic, p, start, end, 30_000, True,
+                                                                       columns=True))
+
+
+def _librdkafka(c, topic: str, p: int, start: int, end: int) -> int:
+    """One range polled through the C reader's poll with nothing kept (every record's offset past
+    the poll's end): librdkafka's own work; the records polled."""
     from confluent_kafka import TopicPartition
 
     poll = kafka_read.column_reader()
-    c = kafka_read.consumer({"bootstrap.servers": bootstrap}, prefetch=prefetch)
-    n, cpu0, wall0 = 0, process_cpu_s(), time.monotonic()
-    try:
-        for p, log_end in ends.items():
-            for start in range(0, log_end, range_len):
-                end = min(log_end, start + range_len)
-                if keep:
-                    for records, _ in kafka_read.fetch_range(c, topic, p, start, end, 30_000, True, columns=True):
-                        n += len(records)
-                    continue
-                c.assign([TopicPartition(topic, p, start)])
-                position, deadline = start, time.monotonic() + 30
-                while position < end:       # the bids' offsets are dense: first + records is the next
-                    polled, first, errors, _ = poll(c, min(kafka_read.CHUNK, end - position), 500, -1)
-                    got = polled - len(errors)
-                    if first is not None:
-                        n += min(got, end - first)
-                        position = first + got
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"{topic}-{p}: offsets [{position}, {end}) not read in 30 s")
-        return n, process_cpu_s() - cpu0, time.monotonic() - wall0
-    finally:
-        c.close()
+    c.assign([TopicPartition(topic, p, start)])
+    n, position, deadline = 0, start, time.monotonic() + 30
+    while position < end:       # the bids' offsets are dense: first + records is the next
+        polled, first, errors, _ = poll(c, min(kafka_read.CHUNK, end - position), 500, -1)
+        got = polled - len(errors)
+        if first is not None:
+            n += min(got, end - first)
+            position = first + got
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{topic}-{p}: offsets [{position}, {end}) not read in 30 s")
+    return n
+
+
+FLOOR_READS = {"librdkafka": _librdkafka, "c-undecoded": _undecoded}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,18 +83,14 @@ def main(argv: list[str] | None = None) -> None:
             longest = range_len or max(ends.values())
             for rnd in range(args.rounds):
                 tables = {}
-                arms = ARMS + (FLOOR_ARMS if args.floor else ())
+                arms = ARMS + (tuple(FLOOR_READS) if args.floor else ())
                 for arm in arms if rnd % 2 == 0 else arms[::-1]:
                     _use("consume" if arm == "consume" else "c")
                     batches: list[pa.RecordBatch] = []
-                    if arm in FLOOR_ARMS:
-                        n, cpu, wall = drain_in_ranges(bootstrap, topic, ends, longest,
-                                                       kafka_read.prefetch_for(longest), arm == "c-undecoded")
-                        if n != sum(ends.values()):
-                            raise SystemExit(f"range={range_len} {arm}: {n} records, not {sum(ends.values())}")
-                    else:
-                        n, cpu, wall = read_in_ranges(bootstrap, topic, ends, longest,
-                                                      kafka_read.prefetch_for(longest), batches)
+                    n, cpu, wall = read_in_ranges(bootstrap, topic, ends, longest, kafka_read.prefetch_for(longest),
+                                                  batches, read_range=FLOOR_READS.get(arm))
+                    if n != sum(ends.values()):
+                        raise SystemExit(f"range={range_len} {arm}: {n} records, not {sum(ends.values())}")
                     if rnd == 0 and arm in ARMS:
                         tables[arm] = pa.Table.from_batches(batches)
                     rows.append({"date": datetime.datetime.now().isoformat(timespec="seconds"), "range": range_len,
@@ -114,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
                     raise SystemExit(f"range={range_len}: the two readers gave different batches")
             med = {a: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len and r["arm"] == a),
                        statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["arm"] == a))
-                   for a in ARMS + (FLOOR_ARMS if args.floor else ())}
+                   for a in ARMS + (tuple(FLOOR_READS) if args.floor else ())}
             for a, (cpu, wall) in med.items():
                 print(f"range={range_len or 'whole'} {a}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s")
             print(f"range={range_len or 'whole'}: c / consume: CPU {med['c'][0] / med['consume'][0]:.2f}, "
                   f"wall {med['c'][1] / med['consume'][1]:.2f} (same batches)", flush=True)
-            for a in FLOOR_ARMS if args.floor else ():
+            for a in FLOOR_READS if args.floor else ():
                 print(f"range={range_len or 'whole'}: {a} / c: CPU {med[a][0] / med['c'][0]:.2f}", flush=True)
     os.environ.pop("DATAFLOW_KAFKA_C_READER", None)
     if args.csv:

@@ -53,11 +53,14 @@ def produce_bids(bootstrap: str, name: str, events: int) -> tuple[str, dict[int,
 
 
 def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: int, prefetch: int,
-                   batches: list | None = None, settings: dict | None = None) -> tuple[int, float, float]:
+                   batches: list | None = None, settings: dict | None = None,
+                   read_range=None) -> tuple[int, float, float]:
     """``(records, CPU s, wall s)`` of reading every partition up to ``ends`` in ranges of
     ``range_len`` with one consumer of ``prefetch`` (and librdkafka ``settings`` over the
     source's), decoding the event times. ``batches``: each chunk is made an Arrow batch as well
-    (``records_to_batch``, the rest of a task's read) and appended to it."""
+    (``records_to_batch``, the rest of a task's read) and appended to it. ``read_range(consumer,
+    topic, partition, start, end) -> records``: reads each range instead (``bench.column_reader``'s
+    floors)."""
     c = kafka_read.consumer({"bootstrap.servers": bootstrap, **(settings or {})}, prefetch=prefetch)
     n, cpu0, wall0 = 0, process_cpu_s(), time.monotonic()
     pos = dict.fromkeys(ends, 0)
@@ -66,6 +69,10 @@ def read_in_ranges(bootstrap: str, topic: str, ends: dict[int, int], range_len: 
             for p in ends:
                 start, end = pos[p], min(ends[p], pos[p] + range_len)
                 if start >= end:
+                    continue
+                if read_range is not None:
+                    n += read_range(c, topic, p, start, end)
+                    pos[p] = end
                     continue
                 for records, _ in kafka_read.fetch_range(c, topic, p, start, end, 30_000, True, columns=True):
                     n += len(records)

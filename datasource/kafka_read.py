@@ -678,8 +678,8 @@ def event_times_and_fields(values: Sequence[bytes | None], field: str | None, al
 
 
 def _event_times_vectorised(values: Sequence[bytes | None], field: str) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`event_times` of a JSON field in one ``pyarrow.json`` pass over the chunk; a chunk it
-    cannot take as one JSON object per line goes record by record."""
+    """:func:`event_times` of a JSON field in one pass over the chunk (:func:`_event_times_pass`); a
+    chunk it cannot take as one JSON object per line goes record by record."""
     return _event_times_pass(values, field, {})[:2]
 
 

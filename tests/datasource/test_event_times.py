@@ -122,10 +122,6 @@ def _any_json(draw) -> bytes:
             "garbage": text + "x", "float": text.replace("1", "1.0", 1)}[edit].encode()
 
 
-def _without_c(monkeypatch):
-    monkeypatch.setattr(kafka_read, "_json_ints", lambda: None)
-
-
 @settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_any_json(), min_size=1, max_size=12), _ALSO)
 def test_the_c_scan_answers_only_as_pyarrow_json_does(values, also):
@@ -139,7 +135,7 @@ def test_the_c_scan_answers_only_as_pyarrow_json_does(values, also):
     types = {f: arrow_type_of(t) for f, t in also.items()}
     with_c = kafka_read._event_times_pass(values, "ts", types)
     with pytest.MonkeyPatch.context() as mp:
-        _without_c(mp)
+        mp.setattr(kafka_read, "_json_ints", lambda: None)
         without = kafka_read._event_times_pass(values, "ts", types)
     assert with_c[1].tolist() == without[1].tolist()
     assert with_c[0][with_c[1]].tolist() == without[0][without[1]].tolist()
