@@ -41,8 +41,10 @@ every variant once, in the listed order in odd repeats and in reverse in even on
 pairs instead swap places in even repeats); on noida-db each run starts after the broker has gone
 idle (it works for seconds after any produce, such as the source's range stats, in proportion to
 all the records it stores; Apache Kafka does not); every run is printed (and written to
-``--csv``) with the CPU seconds the Spark processes (JVM and Python workers) and the broker used,
-then the median, min and max ratio per variant. ``/proc/loadavg`` is printed at the start and
+``--csv``) with the CPU seconds the Spark processes used, split by role (:func:`_cpu_split`: the
+JVM, pyspark's Python workers, other live Python processes, and exited children: a finished
+query's Python planner and Hadoop's shell commands for checkpoint files), and the broker's,
+then the median, min and max ratio per variant, and each variant's CPU against its Spark twin's. ``/proc/loadavg`` is printed at the start and
 end of every repeat: the machine is shared, so compare ratios within a run, not rates across runs.
 """
 
@@ -359,32 +361,58 @@ def _ab_source(rev: str) -> str:
     return str(out)
 
 
-def _cpu_seconds(root_pids: list[int]) -> float | None:
-    """CPU time (user + system, reaped children included) of ``root_pids`` and every process
-    below them, from /proc (None where /proc is missing)."""
+CPU_ROLES = ("jvm", "python_workers", "python_other", "exited_children")
+
+
+def _cpu_split(root_pids: list[int]) -> dict[str, float] | None:
+    """CPU seconds (user + system) of ``root_pids`` and every process below them, from /proc,
+    per role (None where /proc is missing): ``jvm`` the root processes themselves; ``python_workers``
+    pyspark's daemon and the workers it forks (their exited children included); ``python_other``
+    other live processes (a query's Python planner, ``python_streaming_source_runner``, while it
+    runs); ``exited_children`` the CPU of the roots' children that have exited and been reaped: a
+    finished query's Python planner, and the short shell commands (``chmod``, ``readlink``) Hadoop's
+    local file system starts for checkpoint files."""
     if not os.path.isdir("/proc"):
         return None
-    stats: dict[int, tuple[int, int]] = {}
+    stats: dict[int, tuple[int, int, int, str]] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                    head, tail = f.read().rsplit(")", 1)
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            stats[int(d)] = int(fields[1]), sum(int(x) for x in fields[11:15])
+            fields = tail.split()
+            stats[int(d)] = (int(fields[1]), int(fields[11]) + int(fields[12]),
+                             int(fields[13]) + int(fields[14]), cmd or head.split("(", 1)[-1])
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
+    for pid, (ppid, *_rest) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo, seen = 0, [p for p in root_pids if p], set()
+    split = dict.fromkeys(CPU_ROLES, 0)
+    roots = [p for p in root_pids if p]
+    todo, seen = [(p, None) for p in roots], set()
     while todo:
-        pid = todo.pop()
+        pid, inherited = todo.pop()
         if pid in seen or pid not in stats:
             continue
         seen.add(pid)
-        total += stats[pid][1]
-        todo += children.get(pid, [])
-    return total / os.sysconf("SC_CLK_TCK")
+        _, own, reaped, cmd = stats[pid]
+        role = inherited or ("jvm" if pid in roots else "python_workers" if "pyspark.daemon" in cmd
+                             else "python_other")
+        split[role] += own
+        split["exited_children" if pid in roots else role] += reaped
+        todo += [(c, None if role == "jvm" else role) for c in children.get(pid, [])]
+    tick = os.sysconf("SC_CLK_TCK")
+    return {k: v / tick for k, v in split.items()}
+
+
+def _cpu_seconds(root_pids: list[int]) -> float | None:
+    """CPU time (user + system, reaped children included) of ``root_pids`` and every process
+    below them, from /proc (None where /proc is missing)."""
+    split = _cpu_split(root_pids)
+    return None if split is None else sum(split.values())
 
 
 def _settle(broker_pids: list[int], idle_share: float = 0.1, step_s: float = 0.5, limit_s: float = 20.0,
@@ -533,12 +561,15 @@ def main(argv: list[str] | None = None) -> None:
             for name in order:
                 if settle:
                     _settle(broker_pids)
-                cpu0 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
+                split0, broker0 = _cpu_split(spark_pids), _cpu_seconds(broker_pids)
                 runs[name] = _run(spark, *every[name], bs, "bench", *shape)
-                cpu1 = _cpu_seconds(spark_pids), _cpu_seconds(broker_pids)
-                runs[name]["spark_cpu_s"], runs[name]["broker_cpu_s"] = (
-                    None if a is None or b is None or not pids else round(b - a, 2)
-                    for a, b, pids in zip(cpu0, cpu1, (spark_pids, broker_pids)))
+                split1, broker1 = _cpu_split(spark_pids), _cpu_seconds(broker_pids)
+                roles = ({k: round(split1[k] - split0[k], 2) for k in CPU_ROLES}
+                         if split0 is not None and split1 is not None and spark_pids else dict.fromkeys(CPU_ROLES))
+                runs[name]["spark_cpu_s"] = None if roles["jvm"] is None else round(sum(roles.values()), 2)
+                runs[name]["broker_cpu_s"] = (None if broker0 is None or broker1 is None or not broker_pids
+                                              else round(broker1 - broker0, 2))
+                runs[name]["roles"] = roles
             raw_reads.append(_served(broker_pids, _raw_consume, bs, "bench", args.partitions, n, broker.kind,
                                      settle=settle))
             (raw_before, _), (raw_after, _) = (r for r, _ in raw_reads)
@@ -563,7 +594,8 @@ def main(argv: list[str] | None = None) -> None:
                       + (f"/ {SPARK_TWIN[name]} {to_spark:.2f}  " if twin else "")
                       + f"{r['seconds']:6.2f} s  {r['batches']:3d} batch(es)"
                       + (f"  in batches {inb:10,.0f} rows/s ratio {inb / raw:.2f}" if inb else "")
-                      + (f"  cpu s: spark {r['spark_cpu_s']}, broker {r['broker_cpu_s']}"
+                      + (f"  cpu s: spark {r['spark_cpu_s']} ("
+                         + ", ".join(f"{k} {v}" for k, v in r["roles"].items()) + f"), broker {r['broker_cpu_s']}"
                          if r["spark_cpu_s"] is not None else ""), flush=True)
                 rows.append({"started": started, "repeat": rep, "variant": name, "records": n,
                              "batches": r["batches"], "seconds": round(r["seconds"], 3),
@@ -574,6 +606,7 @@ def main(argv: list[str] | None = None) -> None:
                              "in_batch_rows_per_s": round(inb) if inb else "",
                              "in_batch_ratio": round(inb / raw, 3) if inb else "",
                              "spark_cpu_s": r["spark_cpu_s"], "broker_cpu_s": r["broker_cpu_s"],
+                             **{f"{k}_cpu_s": v for k, v in r["roles"].items()},
                              "raw_consumer_cpu_s": round(consumer_cpu, 2),
                              "raw_broker_cpu_s": "" if broker_cpu is None else round(broker_cpu, 2),
                              "own_read_rec_per_s": round(n / own_s), "own_read_cpu_s": round(own_cpu, 2),
@@ -592,6 +625,18 @@ def main(argv: list[str] | None = None) -> None:
             if ratios:
                 print(f"  {name:14s} / {SPARK_TWIN[name]:11s} {statistics.median(ratios):.2f} "
                       f"[{min(ratios):.2f}, {max(ratios):.2f}]")
+    if any(r["spark_cpu_s"] is not None for r in rows):
+        print("CPU seconds of Spark's processes per run, median per role (jvm / python workers / python other / "
+              "exited children); ours / Spark's connector's of the same repeat, per repeat")
+        for name in names:
+            mine = [r for r in rows if r["variant"] == name and r["spark_cpu_s"] is not None]
+            if not mine:
+                continue
+            roles = " / ".join(f"{statistics.median(r[f'{k}_cpu_s'] for r in mine):.2f}" for k in CPU_ROLES)
+            twin = {r["repeat"]: r["spark_cpu_s"] for r in rows if r["variant"] == SPARK_TWIN.get(name)}
+            ratios = [r["spark_cpu_s"] / twin[r["repeat"]] for r in mine if twin.get(r["repeat"])]
+            print(f"  {name:14s} {statistics.median(r['spark_cpu_s'] for r in mine):5.2f} ({roles})"
+                  + (f"  / {SPARK_TWIN[name]}: " + " ".join(f"{x:.2f}" for x in ratios) if ratios else ""))
     if args.ab:
         print("after / before, time of the same repeat (below 1: faster now)")
         for name in names:
