@@ -44,7 +44,8 @@ all the records it stores; Apache Kafka does not); every run is printed (and wri
 ``--csv``) with the CPU seconds the Spark processes used, split by role (:func:`_cpu_split`: the
 JVM, pyspark's Python workers, other live Python processes, and exited children: a finished
 query's Python planner and Hadoop's shell commands for checkpoint files), and the broker's,
-then the median, min and max ratio per variant, and each variant's CPU against its Spark twin's. ``/proc/loadavg`` is printed at the start and
+then the median, min and max ratio per variant, and each variant's CPU against its Spark twin's,
+whole and in the JVM and Python workers only (:func:`cpu_summary`). ``/proc/loadavg`` is printed at the start and
 end of every repeat: the machine is shared, so compare ratios within a run, not rates across runs.
 """
 
@@ -471,6 +472,40 @@ def _run(spark, kind: str, options: dict, bootstrap: str, topic: str, n: int, pa
     return {"seconds": dt, "rows_per_s": n / dt, "batches": len(batches), "in_batch_rows_per_s": n / in_batches}
 
 
+def _per_record_cpu(row: dict) -> float:
+    """A run's CPU in the JVM and the Python workers only: without the query's Python planner (alive
+    at the end of the run or exited) and Hadoop's shell commands, costs of a query, not of its records."""
+    return row["jvm_cpu_s"] + row["python_workers_cpu_s"]
+
+
+def cpu_summary(rows: list[dict], names: list[str]) -> list[str]:
+    """The summary's CPU lines: per variant the median CPU seconds of Spark's processes and of each
+    role, and per repeat its CPU over its Spark twin's (:data:`SPARK_TWIN`), whole and in the JVM and
+    Python workers only (:func:`_per_record_cpu`: a Python source's planner process, started once per
+    query, left out); no lines when no run has CPU figures."""
+    if not any(r["spark_cpu_s"] is not None for r in rows):
+        return []
+    out = ["CPU seconds of Spark's processes per run, median per role (" + " / ".join(CPU_ROLES) + "); "
+           "ours / Spark's connector's of the same repeat, per repeat: whole; JVM and Python workers only"]
+    for name in names:
+        mine = [r for r in rows if r["variant"] == name and r["spark_cpu_s"] is not None]
+        if not mine:
+            continue
+        roles = " / ".join(f"{statistics.median(r[f'{k}_cpu_s'] for r in mine):.2f}" for k in CPU_ROLES)
+        twins = {r["repeat"]: r for r in rows if r["variant"] == SPARK_TWIN.get(name) and r["spark_cpu_s"]}
+        pairs = [(r, twins[r["repeat"]]) for r in mine if r["repeat"] in twins]
+        line = f"  {name:14s} {statistics.median(r['spark_cpu_s'] for r in mine):5.2f} ({roles})"
+        if pairs:
+            whole = [a["spark_cpu_s"] / b["spark_cpu_s"] for a, b in pairs]
+            per_record = [_per_record_cpu(a) / _per_record_cpu(b) for a, b in pairs if _per_record_cpu(b)]
+            line += (f"  / {SPARK_TWIN[name]}: " + " ".join(f"{x:.2f}" for x in whole)
+                     + f" (median {statistics.median(whole):.2f}); JVM and Python workers only "
+                     + " ".join(f"{x:.2f}" for x in per_record)
+                     + (f" (median {statistics.median(per_record):.2f})" if per_record else ""))
+        out.append(line)
+    return out
+
+
 def _loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -625,18 +660,8 @@ def main(argv: list[str] | None = None) -> None:
             if ratios:
                 print(f"  {name:14s} / {SPARK_TWIN[name]:11s} {statistics.median(ratios):.2f} "
                       f"[{min(ratios):.2f}, {max(ratios):.2f}]")
-    if any(r["spark_cpu_s"] is not None for r in rows):
-        print("CPU seconds of Spark's processes per run, median per role (jvm / python workers / python other / "
-              "exited children); ours / Spark's connector's of the same repeat, per repeat")
-        for name in names:
-            mine = [r for r in rows if r["variant"] == name and r["spark_cpu_s"] is not None]
-            if not mine:
-                continue
-            roles = " / ".join(f"{statistics.median(r[f'{k}_cpu_s'] for r in mine):.2f}" for k in CPU_ROLES)
-            twin = {r["repeat"]: r["spark_cpu_s"] for r in rows if r["variant"] == SPARK_TWIN.get(name)}
-            ratios = [r["spark_cpu_s"] / twin[r["repeat"]] for r in mine if twin.get(r["repeat"])]
-            print(f"  {name:14s} {statistics.median(r['spark_cpu_s'] for r in mine):5.2f} ({roles})"
-                  + (f"  / {SPARK_TWIN[name]}: " + " ".join(f"{x:.2f}" for x in ratios) if ratios else ""))
+    for line in cpu_summary(rows, names):
+        print(line)
     if args.ab:
         print("after / before, time of the same repeat (below 1: faster now)")
         for name in names:

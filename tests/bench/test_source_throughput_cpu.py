@@ -46,3 +46,23 @@ def test_the_split_files_each_process_under_its_role_and_sums_to_the_total():
     assert split["jvm"] < 0.28                       # the root only started processes
     assert split["python_other"] < 0.05
     assert total == pytest.approx(sum(split.values()))
+
+
+def _row(repeat, variant, jvm, workers, planner, exited):
+    return {"repeat": repeat, "variant": variant, "spark_cpu_s": jvm + workers + planner + exited, "jvm_cpu_s": jvm,
+            "python_workers_cpu_s": workers, "python_other_cpu_s": planner, "exited_children_cpu_s": exited}
+
+
+def test_the_cpu_summary_gives_each_repeat_against_its_spark_twin_whole_and_per_record():
+    from bench.source_throughput import cpu_summary
+
+    rows = [_row(1, "spark-10", 2.0, 0.0, 0.0, 0.5), _row(1, "json-10", 2.0, 1.0, 0.6, 0.4),
+            _row(2, "spark-10", 3.0, 0.0, 0.0, 1.0), _row(2, "json-10", 2.0, 1.0, 0.0, 1.0)]
+    lines = cpu_summary(rows, ["spark-10", "json-10"])
+    assert len(lines) == 3
+    assert lines[1].split()[:2] == ["spark-10", "3.25"]             # no twin of its own: no ratios
+    assert "/ spark-10" not in lines[1]
+    # json-10: whole 4.0 / 2.5 = 1.60 and 4.0 / 4.0 = 1.00; the JVM and workers (the planner, alive or
+    # exited, left out) 3.0 / 2.0 and 3.0 / 3.0
+    assert "/ spark-10: 1.60 1.00 (median 1.30); JVM and Python workers only 1.50 1.00 (median 1.25)" in lines[2]
+    assert cpu_summary([{**r, "spark_cpu_s": None} for r in rows], ["json-10"]) == []
