@@ -34,19 +34,21 @@ class RunRatios:
     floor_over_spark: float | None
 
 
-def run_ratios(rows: Iterable[dict], query: str, batch_size: int, source: str = "") -> RunRatios | None:
+def run_ratios(rows: Iterable[dict], query: str, batch_size: int, source: str = "",
+               column: str = "rows_per_s") -> RunRatios | None:
     """The ratios of one run's CSV rows (the harness's columns), or None when the run has no
     arm of ours or no Spark arm for ``query`` at ``batch_size``. Arms that were wrong, or ran
-    with py-spy attached (``--profile``), are left out."""
+    with py-spy attached (``--profile``), are left out, and so are arms without ``column`` (the
+    rate compared: ``rows_per_s``, or ``late_rows_per_s``, which runs before 2026-12-02 16:30 lack)."""
     rates: dict[tuple[str, str], list[float]] = defaultdict(list)
     dates = []
     for r in rows:
         if (r["query"] != query or int(r["batch_size"]) != batch_size or r.get("correct") == "False"
-                or r.get("profile")):        # py-spy attached to our workers: not comparable
+                or r.get("profile") or not r.get(column)):        # py-spy attached to our workers: not comparable
             continue
         dates.append(r["date"])
         form = r["variant"] if r["side"] == "ours" else ""
-        rates[(r["side"], form)].append(float(r["rows_per_s"]))
+        rates[(r["side"], form)].append(float(r[column]))
     medians = {k: statistics.median(v) for k, v in rates.items()}
     ours = {form: v for (side, form), v in medians.items() if side == "ours"}
     spark = medians.get(("spark", ""))
@@ -80,15 +82,19 @@ def main(argv=None) -> None:
     p.add_argument("--query", required=True, help="e.g. q11")
     p.add_argument("--batch-size", type=int, required=True, help="e.g. 10000")
     p.add_argument("--since", default="", help="only runs started at or after this ISO time")
+    p.add_argument("--late", action="store_true", help="compare the rates of the steady batches' later half "
+                   "(late_rows_per_s: the JIT compiler's work for each arm mostly done); runs without it are skipped")
     args = p.parse_args(argv)
+    column = "late_rows_per_s" if args.late else "rows_per_s"
     runs = []
     for path in args.csvs:
         with open(path, newline="") as f:
-            r = run_ratios(csv.DictReader(f), args.query, args.batch_size, Path(path).name)
+            r = run_ratios(csv.DictReader(f), args.query, args.batch_size, Path(path).name, column)
         if r is not None and r.started >= args.since:
             runs.append(r)
     runs.sort(key=lambda r: r.started)
-    print(f"{args.query} at {args.batch_size:,} records per batch: ours (best form) / Spark's, ours / floor, floor / Spark's")
+    print(f"{args.query} at {args.batch_size:,} records per batch{', late half' if args.late else ''}: "
+          "ours (best form) / Spark's, ours / floor, floor / Spark's")
     for r in runs:
         print(f"{r.started}  {_fmt(r.ours_over_spark)}  {_fmt(r.ours_over_floor)}  {_fmt(r.floor_over_spark)}  "
               f"{r.best_form:9s} {r.source}")

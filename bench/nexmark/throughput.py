@@ -36,7 +36,9 @@ What it does, once per run:
   process from the end of batch 0 to the end of the run (``/proc``, sampled: :class:`ProcessCpu`;
   the broker is not counted); of the JVM's CPU, what its JIT compiler threads used is given apart
   (``jit_cpu_s``): HotSpot compiles for minutes after a JVM starts, each arm's plan has code of its
-  own to compile, and a long-running query no longer pays it;
+  own to compile, and a long-running query no longer pays it; so the rate of the steady batches'
+  later half is given too (``late_rows_per_s``, :func:`late_half`; the table's last column), where
+  most of an arm's compiling is behind it;
 * **Q8** (persons joined with their auctions per 10 s window: the windowed join, in the default
   query list) reads two topics of its own, the persons and auctions of ``--join-events`` NEXMark
   events (default 5,000,000: 400,000 records), made on first use; its rows/s are persons and
@@ -144,7 +146,7 @@ def floor_label(q: Query, settings: Settings = Settings()) -> str | None:
 
 
 FIELDS = ["date", "batch_size", "repeat", "query", "side", "variant", "connector", "bids", "batches", "steady_bids",
-          "steady_s", "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "python_started",
+          "steady_s", "rows_per_s", "late_rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s", "python_cpu_s", "python_started",
           "python_started_cpu_s", "python_new", "driver_cpu_s",
           "cores_busy", "events_per_cpu_s", "flink_per_core", "correct", "expected", "missing", "extra", "open",
           "first_batch_s", "load_before", "load_after", "profile", "max_partitions", "key_groups", "top_key_groups",
@@ -484,7 +486,7 @@ class Harness:
             out, summarise = self._floor_query(q, batch_size)
             connector = self.connector
             run = run_arm(out, ck, self.cpu, summarise)
-            steady_bids = offsets_read(run.progress) if _is_join(q) else run.steady_rows
+            by_offsets = _is_join(q)
         elif side == "floor":
             from bench.python_floor import KafkaFloorSource
 
@@ -494,7 +496,7 @@ class Harness:
                                "maxOffsetsPerTrigger": str(batch_size)}).load())
             out, connector = q.native(parse_bids(src, with_kind=False), NATIVE_DELAY), PROJECTION_FLOOR
             run = run_arm(out, ck, self.cpu, summarise)
-            steady_bids = run.steady_rows
+            by_offsets = False
         elif side == "ours":
             topics = list(self.join_input()[0].values()) if _is_join(q) else [self.topic]
             opts = source_options(self.bootstrap, ",".join(topics), batch_size)
@@ -512,23 +514,25 @@ class Harness:
             # records read, from the offsets: numInputRows counts the source's rows, which are packed
             # rows where the source packs (one per task and key group) and include a punctuation row
             # per topic-partition and batch where it does not
-            steady_bids = offsets_read(run.progress)
+            by_offsets = True
         elif _is_join(q):
             topics = self.join_input()[0]
             src = native_source(self.spark, self.bootstrap, topics, q.kinds, self.connector, batch_size)
             out, connector = q.native(src, NATIVE_DELAY, topics), self.connector
             run = run_arm(out, ck, self.cpu, summarise)
-            steady_bids = offsets_read(run.progress)      # the join scans its source twice: numInputRows doubles
+            by_offsets = True       # the join scans its source twice: numInputRows doubles
         else:
             out = q.native(self._native_source(batch_size), NATIVE_DELAY)
             connector = self.connector
             run = run_arm(out, ck, self.cpu, summarise)
-            steady_bids = run.steady_rows
+            by_offsets = False
         check = self._check(q, side, variant, run)
         self.last_progress = run.progress
         if side == "ours" and path:
             variant = f"{variant}/{path}"
+        steady_bids = records_read(run.progress, by_offsets)
         rate = steady_bids / run.steady_s if run.steady_s > 0 else None
+        late_rate = rate_of(late_half(run.progress), by_offsets)
         jvm_s, py_s, driver_s = run.cpu_s
         cpu_s = jvm_s + py_s + driver_s
         events_per_cpu = steady_bids / (JOIN_SHARE if _is_join(q) else BID_SHARE) / cpu_s if cpu_s > 0 else None
@@ -538,6 +542,7 @@ class Harness:
                            else _native_label(q)),
                "connector": connector, "bids": self._inputs(q), "batches": run.batches, "steady_bids": steady_bids,
                "steady_s": round(run.steady_s, 3), "rows_per_s": None if rate is None else round(rate),
+               "late_rows_per_s": None if late_rate is None else round(late_rate),
                "cpu_s": round(cpu_s, 2), "jvm_cpu_s": round(jvm_s, 2), "jit_cpu_s": round(run.jit_s, 2),
                "python_cpu_s": round(py_s, 2),
                "python_started": run.python_started[0], "python_started_cpu_s": round(run.python_started[1], 2),
@@ -555,7 +560,7 @@ class Harness:
                **_phase_ms(run.progress)}
         self.rows.append(row)
         self.log("  " + "  ".join(f"{k}={row[k]}" for k in ("batch_size", "query", "side", "variant", "batches",
-                                                            "rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s",
+                                                            "rows_per_s", "late_rows_per_s", "cpu_s", "jvm_cpu_s", "jit_cpu_s",
                                                             "python_cpu_s", "python_started", "python_new", "events_per_cpu_s",
                                                             "correct",
                                                             "missing", "extra", "open", "load_after",
@@ -677,13 +682,15 @@ class Harness:
     # -- the table -------------------------------------------------------------------------------
     def table(self) -> str:
         """Per query and batch size: rows/s of each arm, ours / Spark's (medians over repeats), our
-        events per CPU-second, Spark's, Flink's per core."""
+        events per CPU-second, Spark's, Flink's per core; and ours / Spark's and the floor / Spark's
+        over the late half of the steady batches (:func:`late_half`)."""
         if not self.rows:
             return "(no runs)"
         df = pd.DataFrame(self.rows)
         lines = ["| query | variant | batch | ours rows/s | Spark rows/s | ours / Spark | ours ev/CPU-s | "
-                 "Spark ev/CPU-s | Flink ev/core-s | floor / Spark, rows/s; ev/CPU-s | correct (ours, Spark) |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                 "Spark ev/CPU-s | Flink ev/core-s | floor / Spark, rows/s; ev/CPU-s | correct (ours, Spark) | "
+                 "late half: ours / Spark; floor / Spark |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for (query, batch), g in df.groupby(["query", "batch_size"], sort=False):
             spark_rows, floor_rows = g[g["side"] == "spark"], g[g["side"] == "floor"]
             floor = "-"
@@ -693,18 +700,30 @@ class Harness:
             s_rate = spark_rows["rows_per_s"].median() if len(spark_rows) else None
             s_cpu = spark_rows["events_per_cpu_s"].median() if len(spark_rows) else None
             s_ok = bool(spark_rows["correct"].all()) if len(spark_rows) else None
+            s_late = _median_of(spark_rows, "late_rows_per_s")
+            f_late = _median_of(floor_rows, "late_rows_per_s")
             for variant, o in g[g["side"] == "ours"].groupby("variant", sort=False):
                 o_rate, o_cpu = o["rows_per_s"].median(), o["events_per_cpu_s"].median()
                 ratio = f"**{o_rate / s_rate:.2f}**" if s_rate else "-"
                 lines.append(f"| {query} | {variant} | {batch:,} | {o_rate:,.0f} | "
                              f"{'-' if s_rate is None else f'{s_rate:,.0f}'} | {ratio} | {o_cpu:,.0f} | "
                              f"{'-' if s_cpu is None else f'{s_cpu:,.0f}'} | "
-                             f"{FLINK_PER_CORE.get(query, 0):,} | {floor} | {bool(o['correct'].all())}, {s_ok} |")
+                             f"{FLINK_PER_CORE.get(query, 0):,} | {floor} | {bool(o['correct'].all())}, {s_ok} | "
+                             f"{_ratio(_median_of(o, 'late_rows_per_s'), s_late)}; {_ratio(f_late, s_late)} |")
         return "\n".join(lines)
 
     def write_csv(self, path: str) -> None:
         self.log(f"wrote {write_rows(path, FIELDS, self.rows)}")
 
+
+
+def _median_of(rows: pd.DataFrame, column: str) -> float | None:
+    values = rows[column].dropna() if column in rows else []
+    return float(values.median()) if len(values) else None
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}"
 
 def _phase_ms(progress: list[dict]) -> dict:
     """Milliseconds per steady batch (batches 1..) of each phase of Spark's ``durationMs``: where a
@@ -757,6 +776,28 @@ def offsets_read(progress: list[dict]) -> int:
                 n += sum(o - start.get(tp, 0) for tp, o in end.items())
     return n
 
+
+
+def records_read(progress: list[dict], by_offsets: bool) -> int:
+    """Records read by batches 1.. of ``progress``: from the sources' offsets (:func:`offsets_read`)
+    or Spark's ``numInputRows``."""
+    if by_offsets:
+        return offsets_read(progress)
+    return sum(int(p["numInputRows"]) for p in progress if p["batchId"] >= 1)
+
+
+def late_half(progress: list[dict]) -> list[dict]:
+    """The second half of the steady batches (batches 1..; the later half when their count is odd):
+    the JVM's JIT compiler has done most of its work for the arm's new plan by then (it compiles
+    for seconds after a query starts, more after a change of batch size; docs/nexmark.md)."""
+    steady = [p for p in progress if p["batchId"] >= 1]
+    return steady[len(steady) // 2:]
+
+
+def rate_of(progress: list[dict], by_offsets: bool) -> float | None:
+    """Records per second of ``progress``' batches 1.. over the sum of their ``triggerExecution``."""
+    seconds = sum(p["durationMs"]["triggerExecution"] for p in progress if p["batchId"] >= 1) / 1000
+    return records_read(progress, by_offsets) / seconds if seconds > 0 else None
 
 def _is_join(q: Query) -> bool:
     return isinstance(q, PersonAuctionJoin)

@@ -52,3 +52,20 @@ def test_summary_over_runs_and_the_command(tmp_path, capsys):
     main(["--query", "q11", "--batch-size", "10000", *map(str, paths)])
     out = capsys.readouterr().out
     assert "2 runs; ours reached Spark's in 1" in out and "ours over spark: median 0.75, 0.50-1.00" in out
+
+
+def test_late_compares_the_late_half_and_skips_runs_without_it(tmp_path, capsys):
+    late = [dict(r, late_rows_per_s=str(float(r["rows_per_s"]) * (2 if r["side"] == "ours" else 1))) for r in RUN]
+    r = run_ratios(late, "q11", 10_000, column="late_rows_per_s")
+    assert r.ours_over_spark == pytest.approx(220 / 110) and r.floor_over_spark == pytest.approx(125 / 110)
+    assert run_ratios(RUN, "q11", 10_000, column="late_rows_per_s") is None      # a run from before the column
+    paths = []
+    for name, rows in (("old.csv", RUN), ("new.csv", late)):
+        paths.append(tmp_path / name)
+        with paths[-1].open("w", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    main(["--query", "q11", "--batch-size", "10000", "--late", *map(str, paths)])
+    out = capsys.readouterr().out
+    assert "late half" in out and "1 runs; ours reached Spark's in 1" in out and "new.csv" in out and "old.csv" not in out

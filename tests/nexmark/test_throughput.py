@@ -28,9 +28,11 @@ def test_quick_harness_runs_both_arms_and_checks_them(spark, bootstrap, tmp_path
         # batch 0 is left out: the steady state saw fewer bids than the topic holds
         assert 0 < row["steady_bids"] < len(h.records), row
         assert row["steady_s"] > 0 and row["cpu_s"] > 0, row
+        assert row["late_rows_per_s"] > 0, row
     assert h.rows[-1]["open"] > 0     # Spark's append mode leaves the last sessions open
     table = h.table()
     assert "| q11 | slicer | 900 |" in table and f"{FLINK_PER_CORE['q11']:,}" in table
+    assert "late half: ours / Spark; floor / Spark |" in table
     h.write_csv(str(tmp_path / "t.csv"))
     with open(tmp_path / "t.csv") as f:
         assert len(list(csv.DictReader(f))) == 4
@@ -132,6 +134,25 @@ def test_the_windowed_join_runs_its_three_arms_on_persons_and_auctions(spark, bo
         # batch 0 (400 records) is left out; a self-join's doubled numInputRows is not counted
         assert row["steady_bids"] == len(events) - 400, row
     assert h.rows[0]["expected"] > 0 and h.rows[0]["expected"] == h.rows[1]["expected"]
+
+
+def test_the_late_half_is_the_second_half_of_batches_1_on_and_its_rate_counts_offsets_or_rows():
+    """``late_half``: batch 0 is out, and of the steady batches the later half (the larger part when
+    odd); ``rate_of`` counts records from the offsets (ours, joins) or ``numInputRows``."""
+    from bench.nexmark.throughput import late_half, rate_of, records_read
+
+    def batch(i, rows, ms, start, end):
+        return {"batchId": i, "numInputRows": rows, "durationMs": {"triggerExecution": ms},
+                "sources": [{"startOffset": {"t": {"0": start}}, "endOffset": {"t": {"0": end}}}]}
+
+    progress = [batch(0, 50, 9000, 0, 40), batch(1, 11, 1000, 40, 50), batch(2, 11, 1000, 50, 60),
+                batch(3, 21, 1000, 60, 80), batch(4, 21, 500, 80, 100), batch(5, 21, 500, 100, 120)]
+    assert [p["batchId"] for p in late_half(progress)] == [3, 4, 5]
+    assert [p["batchId"] for p in late_half(progress[:5])] == [3, 4]
+    assert records_read(progress, by_offsets=True) == 80 and records_read(progress, by_offsets=False) == 85
+    assert rate_of(late_half(progress), by_offsets=True) == pytest.approx(60 / 2.0)
+    assert rate_of(late_half(progress), by_offsets=False) == pytest.approx(63 / 2.0)
+    assert rate_of(progress[:1], by_offsets=False) is None
 
 
 def test_state_operator_timings_are_medians_per_operator_over_the_steady_batches():
