@@ -22,6 +22,18 @@ RUN = [_row("ours", "slicer", 90), _row("ours", "slicer", 110), _row("ours", "sl
        _row("ours", "dataflow", 999, profile="bench/out/prof"), _row("ours", "dataflow", 999, correct="False")]
 
 
+def _csvs(folder, runs: dict) -> list[str]:
+    """Each run's rows written as a harness CSV named by its key in ``folder``; their paths."""
+    paths = []
+    for name, rows in runs.items():
+        paths.append(str(folder / name))
+        with open(paths[-1], "w", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return paths
+
+
 def test_one_run_takes_each_arms_median_and_our_best_form():
     r = run_ratios(RUN, "q11", 10_000, "a.csv")
     assert (r.source, r.best_form, r.started) == ("a.csv", "slicer", "2026-12-02T07:59:00")
@@ -42,14 +54,7 @@ def test_summary_over_runs_and_the_command(tmp_path, capsys):
     s = summary(runs)
     assert s["runs"] == 2 and s["ours_reached_spark"] == 1
     assert s["ours_over_spark_min"] == pytest.approx(0.5) and s["ours_over_spark_max"] == pytest.approx(1.0)
-    paths = []
-    for name, rows in (("fast.csv", RUN), ("slow.csv", slow)):
-        paths.append(tmp_path / name)
-        with paths[-1].open("w", newline="") as f:
-            w = csv.DictWriter(f, list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    main(["--query", "q11", "--batch-size", "10000", *map(str, paths)])
+    main(["--query", "q11", "--batch-size", "10000", *_csvs(tmp_path, {"fast.csv": RUN, "slow.csv": slow})])
     out = capsys.readouterr().out
     assert "2 runs; ours reached Spark's in 1" in out and "ours over spark: median 0.75, 0.50-1.00" in out
 
@@ -59,13 +64,6 @@ def test_late_compares_the_late_half_and_skips_runs_without_it(tmp_path, capsys)
     r = run_ratios(late, "q11", 10_000, column="late_rows_per_s")
     assert r.ours_over_spark == pytest.approx(220 / 110) and r.floor_over_spark == pytest.approx(125 / 110)
     assert run_ratios(RUN, "q11", 10_000, column="late_rows_per_s") is None      # a run from before the column
-    paths = []
-    for name, rows in (("old.csv", RUN), ("new.csv", late)):
-        paths.append(tmp_path / name)
-        with paths[-1].open("w", newline="") as f:
-            w = csv.DictWriter(f, list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    main(["--query", "q11", "--batch-size", "10000", "--late", *map(str, paths)])
+    main(["--query", "q11", "--batch-size", "10000", "--late", *_csvs(tmp_path, {"old.csv": RUN, "new.csv": late})])
     out = capsys.readouterr().out
     assert "late half" in out and "1 runs; ours reached Spark's in 1" in out and "new.csv" in out and "old.csv" not in out
