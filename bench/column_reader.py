@@ -75,6 +75,7 @@ FLOOR_READS = {"librdkafka": _librdkafka, "c-undecoded": _undecoded}
 def main(argv: list[str] | None = None) -> None:
     args = ranged_read_args("python -m bench.column_reader", __doc__, "2500,12500,50000,0",
                             "records per range and partition (0: whole)", argv, floor=True)
+    arms = ARMS + (tuple(FLOOR_READS) if args.floor else ())     # the floor arms after the readers
     rows = []
     with kafka_broker() as broker:
         bootstrap = broker.bootstrap_servers
@@ -83,7 +84,6 @@ def main(argv: list[str] | None = None) -> None:
             longest = range_len or max(ends.values())
             for rnd in range(args.rounds):
                 tables = {}
-                arms = ARMS + (tuple(FLOOR_READS) if args.floor else ())
                 for arm in arms if rnd % 2 == 0 else arms[::-1]:
                     _use("consume" if arm == "consume" else "c")
                     batches: list[pa.RecordBatch] = []
@@ -103,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
                     raise SystemExit(f"range={range_len}: the two readers gave different batches")
             med = {a: (statistics.median(r["cpu_us_per_record"] for r in rows if r["range"] == range_len and r["arm"] == a),
                        statistics.median(r["wall_s"] for r in rows if r["range"] == range_len and r["arm"] == a))
-                   for a in ARMS + (tuple(FLOOR_READS) if args.floor else ())}
+                   for a in arms}
             for a, (cpu, wall) in med.items():
                 print(f"range={range_len or 'whole'} {a}: cpu_us/record {cpu:.2f}, wall {wall:.2f} s")
             print(f"range={range_len or 'whole'}: c / consume: CPU {med['c'][0] / med['consume'][0]:.2f}, "
                   f"wall {med['c'][1] / med['consume'][1]:.2f} (same batches)", flush=True)
-            for a in FLOOR_READS if args.floor else ():
+            for a in arms[len(ARMS):]:
                 print(f"range={range_len or 'whole'}: {a} / c: CPU {med[a][0] / med['c'][0]:.2f}", flush=True)
     os.environ.pop("DATAFLOW_KAFKA_C_READER", None)
     if args.csv:

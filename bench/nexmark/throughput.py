@@ -308,7 +308,6 @@ class Steady:
     frames: list = field(default_factory=list)
     progress: list[dict] = field(default_factory=list)
     batches: int = 0
-    steady_rows: int = 0
     steady_s: float = 0.0
     first_batch_s: float = 0.0
     cpu_s: tuple[float, float, float] = (0.0, 0.0, 0.0)     # JVM, Python workers, driver
@@ -352,7 +351,6 @@ def run_arm(out_df, checkpoint: str, cpu: ProcessCpu, summarise: Callable | None
                            "(spark.sql.streaming.numRecentProgressUpdates)")
     steady = [p for p in progress if p["batchId"] >= 1]
     return Steady(frames=[got.out[b] for b in sorted(got.out)], progress=progress, batches=len(progress),
-                  steady_rows=sum(int(p["numInputRows"]) for p in steady),
                   steady_s=sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000,
                   first_batch_s=progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0,
                   cpu_s=cpu_s, jit_s=cpu.jit_s, python_started=(cpu.python_started, cpu.python_started_s),
@@ -716,14 +714,15 @@ class Harness:
         self.log(f"wrote {write_rows(path, FIELDS, self.rows)}")
 
 
-
 def _median_of(rows: pd.DataFrame, column: str) -> float | None:
-    values = rows[column].dropna() if column in rows else []
+    """The median of ``rows[column]`` without its missing values (None when none is left)."""
+    values = rows[column].dropna()
     return float(values.median()) if len(values) else None
 
 
 def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
+
 
 def _phase_ms(progress: list[dict]) -> dict:
     """Milliseconds per steady batch (batches 1..) of each phase of Spark's ``durationMs``: where a
@@ -777,7 +776,6 @@ def offsets_read(progress: list[dict]) -> int:
     return n
 
 
-
 def records_read(progress: list[dict], by_offsets: bool) -> int:
     """Records read by batches 1.. of ``progress``: from the sources' offsets (:func:`offsets_read`)
     or Spark's ``numInputRows``."""
@@ -798,6 +796,7 @@ def rate_of(progress: list[dict], by_offsets: bool) -> float | None:
     """Records per second of ``progress``' batches 1.. over the sum of their ``triggerExecution``."""
     seconds = sum(p["durationMs"]["triggerExecution"] for p in progress if p["batchId"] >= 1) / 1000
     return records_read(progress, by_offsets) / seconds if seconds > 0 else None
+
 
 def _is_join(q: Query) -> bool:
     return isinstance(q, PersonAuctionJoin)
